@@ -1,0 +1,224 @@
+//! [`Limit`]: how many admissions per window, validated once.
+
+use std::fmt;
+use std::num::{NonZeroU32, NonZeroU64};
+use std::time::Duration;
+
+/// The shortest window a [`Limit`] accepts: 1 ms.
+///
+/// It keeps the packed window index of the lock-free limiters from ever wrapping (42
+/// bits of 1 ms windows last 139 years), and no monotonic clock a limiter reads cheaply
+/// resolves much finer.
+pub const MIN_WINDOW: Duration = Duration::from_millis(1);
+
+/// At most `permits` admissions per `window`: the rate a limiter enforces.
+///
+/// Build one with [`Limit::per_window`] (N per window) or [`Limit::per_second`] (a
+/// fractional rate: `0.5` is one admission per two seconds).
+///
+/// ```
+/// use std::time::Duration;
+/// use otel_rate_sampler::Limit;
+///
+/// let half = Limit::per_second(0.5)?;
+/// assert_eq!((half.permits(), half.window()), (1, Duration::from_secs(2)));
+/// let hundred = Limit::per_window(100, Duration::from_secs(1))?;
+/// assert_eq!(hundred.per_second_rate(), 100.0);
+/// # Ok::<(), otel_rate_sampler::LimitError>(())
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Limit {
+    permits: NonZeroU32,
+    window: NonZeroU64,
+}
+
+impl Limit {
+    /// At most `permits` admissions per `window`.
+    ///
+    /// # Errors
+    ///
+    /// [`LimitError::ZeroPermits`] if `permits` is 0, [`LimitError::WindowTooShort`] if
+    /// `window` is under [`MIN_WINDOW`], [`LimitError::WindowTooLong`] if it does not fit
+    /// in 64 bits of nanoseconds (584 years).
+    pub fn per_window(permits: u32, window: Duration) -> Result<Self, LimitError> {
+        let permits = NonZeroU32::new(permits).ok_or(LimitError::ZeroPermits)?;
+        if window < MIN_WINDOW {
+            return Err(LimitError::WindowTooShort { window });
+        }
+        let nanos = u64::try_from(window.as_nanos())
+            .ok()
+            .and_then(NonZeroU64::new)
+            .ok_or(LimitError::WindowTooLong { window })?;
+        Ok(Self {
+            permits,
+            window: nanos,
+        })
+    }
+
+    /// A fractional rate of `rate` admissions per second.
+    ///
+    /// A whole rate `r` becomes `r` per second; a rate below one becomes one per `1/r`
+    /// seconds (0.5 → 1 per 2 s); any other rate becomes `ceil(r)` per `ceil(r)/r`
+    /// seconds (2.5 → 3 per 1.2 s). The window is rounded up to the nanosecond, so the
+    /// enforced rate never exceeds `rate`.
+    ///
+    /// # Errors
+    ///
+    /// [`LimitError::RateNotFinite`] for NaN or infinity, [`LimitError::RateNotPositive`]
+    /// for zero or a negative rate, [`LimitError::RateOutOfRange`] for a rate whose
+    /// window would not fit in 64 bits of nanoseconds or whose permits not in 32 bits.
+    pub fn per_second(rate: f64) -> Result<Self, LimitError> {
+        if !rate.is_finite() {
+            return Err(LimitError::RateNotFinite { rate });
+        }
+        if rate <= 0.0 {
+            return Err(LimitError::RateNotPositive { rate });
+        }
+        let out_of_range = LimitError::RateOutOfRange { rate };
+        let permits = if rate < 1.0 { 1.0 } else { rate.ceil() };
+        if permits > f64::from(u32::MAX) {
+            return Err(out_of_range);
+        }
+        let window_nanos = (permits * 1e9 / rate).ceil();
+        // 2^64 as f64; anything at or above it does not fit.
+        if !(window_nanos < 18_446_744_073_709_551_616.0) {
+            return Err(out_of_range);
+        }
+        // Both casts are exact or in range by the checks above.
+        Self::per_window(permits as u32, Duration::from_nanos(window_nanos as u64))
+            .map_err(|_| out_of_range)
+    }
+
+    /// The admissions allowed per window (at least 1).
+    pub const fn permits(&self) -> u32 {
+        self.permits.get()
+    }
+
+    /// The window's length (at least [`MIN_WINDOW`]).
+    pub const fn window(&self) -> Duration {
+        Duration::from_nanos(self.window.get())
+    }
+
+    /// The window's length in nanoseconds.
+    pub const fn window_nanos(&self) -> u64 {
+        self.window.get()
+    }
+
+    /// The limit as a rate per second, `permits / window` (the `sampler.param` value).
+    pub fn per_second_rate(&self) -> f64 {
+        f64::from(self.permits.get()) * 1e9 / self.window.get() as f64
+    }
+}
+
+impl fmt::Debug for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Limit")
+            .field("permits", &self.permits.get())
+            .field("window", &self.window())
+            .finish()
+    }
+}
+
+impl fmt::Display for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} per {:?}", self.permits.get(), self.window())
+    }
+}
+
+/// Why a [`Limit`] or a limiter could not be built.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LimitError {
+    /// The permit count was 0; a limit admits at least one per window.
+    #[error("a limit needs at least 1 permit per window, got 0")]
+    ZeroPermits,
+    /// The window was shorter than [`MIN_WINDOW`].
+    #[error("window {window:?} is shorter than the minimum of 1ms")]
+    WindowTooShort {
+        /// The window given.
+        window: Duration,
+    },
+    /// The window does not fit in 64 bits of nanoseconds.
+    #[error("window {window:?} is longer than the maximum of 2^64-1 ns (584 years)")]
+    WindowTooLong {
+        /// The window given.
+        window: Duration,
+    },
+    /// The rate was NaN or infinite.
+    #[error("rate {rate} per second is not a finite number")]
+    RateNotFinite {
+        /// The rate given.
+        rate: f64,
+    },
+    /// The rate was zero or negative.
+    #[error("rate {rate} per second is not positive; use a positive rate such as 0.5")]
+    RateNotPositive {
+        /// The rate given.
+        rate: f64,
+    },
+    /// The rate is positive and finite but cannot be represented.
+    #[error("rate {rate} per second is out of range (from 5.5e-11 to 4294967295 per second)")]
+    RateOutOfRange {
+        /// The rate given.
+        rate: f64,
+    },
+    /// The permit count is more than the chosen algorithm can hold.
+    #[error("{permits} permits per window is more than the {algorithm} limiter holds (at most {max})")]
+    TooManyPermits {
+        /// The permits asked for.
+        permits: u32,
+        /// The most the algorithm accepts.
+        max: u32,
+        /// The algorithm's name.
+        algorithm: &'static str,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fractional_rates_become_whole_permits_over_longer_windows() {
+        let l = Limit::per_second(0.5).unwrap();
+        assert_eq!((l.permits(), l.window()), (1, Duration::from_secs(2)));
+        let l = Limit::per_second(2.5).unwrap();
+        assert_eq!((l.permits(), l.window()), (3, Duration::from_millis(1200)));
+        let l = Limit::per_second(100.0).unwrap();
+        assert_eq!((l.permits(), l.window()), (100, Duration::from_secs(1)));
+        // Rounding the window up keeps the enforced rate at or under the asked one.
+        for rate in [0.3, 1.7, 3.3, 1000.1, 0.001, 12345.678] {
+            let l = Limit::per_second(rate).unwrap();
+            assert!(l.per_second_rate() <= rate, "{rate} -> {l}");
+            assert!(l.per_second_rate() > rate * 0.999_999, "{rate} -> {l}");
+        }
+    }
+
+    #[test]
+    fn bad_rates_are_typed_errors() {
+        assert!(matches!(Limit::per_second(f64::NAN), Err(LimitError::RateNotFinite { .. })));
+        assert!(matches!(
+            Limit::per_second(f64::INFINITY),
+            Err(LimitError::RateNotFinite { .. })
+        ));
+        assert!(matches!(Limit::per_second(0.0), Err(LimitError::RateNotPositive { .. })));
+        assert!(matches!(Limit::per_second(-1.0), Err(LimitError::RateNotPositive { .. })));
+        assert!(matches!(Limit::per_second(1e-12), Err(LimitError::RateOutOfRange { .. })));
+        assert!(matches!(Limit::per_second(1e12), Err(LimitError::RateOutOfRange { .. })));
+        assert_eq!(Limit::per_window(0, Duration::from_secs(1)), Err(LimitError::ZeroPermits));
+        assert!(matches!(
+            Limit::per_window(1, Duration::from_micros(999)),
+            Err(LimitError::WindowTooShort { .. })
+        ));
+        assert!(matches!(
+            Limit::per_window(1, Duration::MAX),
+            Err(LimitError::WindowTooLong { .. })
+        ));
+    }
+
+    #[test]
+    fn errors_say_what_is_accepted() {
+        let msg = Limit::per_second(-2.0).unwrap_err().to_string();
+        assert!(msg.contains("-2") && msg.contains("positive"), "{msg}");
+    }
+}

@@ -1,0 +1,29 @@
+//! Helpers shared by the loom model tests of the limiters.
+
+use std::collections::BTreeMap;
+
+/// Runs `f` under loom: exhaustively for up to two workers, with at most two preemptions
+/// (or `LOOM_MAX_PREEMPTIONS`) for three or more.
+pub(crate) fn model<F: Fn() + Sync + Send + 'static>(workers: usize, f: F) {
+    let mut builder = loom::model::Builder::new();
+    if workers > 2 && builder.preemption_bound.is_none() {
+        builder.preemption_bound = Some(2);
+    }
+    builder.check(f);
+}
+
+/// Admissions per aligned window of `window` nanoseconds.
+pub(crate) fn stamps_in_windows(stamps: &[u64], window: u64) -> BTreeMap<u64, usize> {
+    let mut per_window = BTreeMap::new();
+    for s in stamps {
+        *per_window.entry(s / window).or_insert(0) += 1;
+    }
+    per_window
+}
+
+/// Asserts no window holds more than `permits`.
+pub(crate) fn check_per_window(per_window: &BTreeMap<u64, usize>, permits: usize) {
+    for (w, n) in per_window {
+        assert!(*n <= permits, "window {w} admitted {n} > {permits}");
+    }
+}

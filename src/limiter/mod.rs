@@ -1,0 +1,76 @@
+//! The limiters: one small trait, three lock-free algorithms.
+
+mod any;
+mod fixed_window;
+mod packed;
+mod sliding_log;
+mod sliding_window;
+
+#[cfg(all(test, loom))]
+mod loom_support;
+
+pub use any::{Algorithm, AnyLimiter, ParseAlgorithmError};
+pub use fixed_window::FixedWindow;
+pub use sliding_log::SlidingLog;
+pub use sliding_window::SlidingWindowCounter;
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::limit::Limit;
+
+/// A rate limiter: answers, for each event, whether it may pass.
+///
+/// The verdict is a plain value, not an error. Implementations are shared between
+/// threads (`&self`), never block, and never panic.
+pub trait RateLimiter: Send + Sync + fmt::Debug {
+    /// Admits one event now, or refuses it.
+    #[inline]
+    #[must_use]
+    fn try_acquire(&self) -> bool {
+        self.acquire_stamped().is_some()
+    }
+
+    /// Like [`try_acquire`](RateLimiter::try_acquire), but on admission returns the
+    /// clock time (nanoseconds since the clock's origin) the admission is accounted at:
+    /// the time the limiter read, or, for a call whose reading was older than a window
+    /// already started, the start of the window it was counted in. The guarantee of each
+    /// algorithm is stated over these stamps, so tests (and curious users) can check it.
+    #[must_use]
+    fn acquire_stamped(&self) -> Option<u64>;
+
+    /// The limit this limiter enforces.
+    fn limit(&self) -> Limit;
+}
+
+impl<L: RateLimiter + ?Sized> RateLimiter for Arc<L> {
+    #[inline]
+    fn try_acquire(&self) -> bool {
+        (**self).try_acquire()
+    }
+
+    #[inline]
+    fn acquire_stamped(&self) -> Option<u64> {
+        (**self).acquire_stamped()
+    }
+
+    fn limit(&self) -> Limit {
+        (**self).limit()
+    }
+}
+
+impl<L: RateLimiter + ?Sized> RateLimiter for Box<L> {
+    #[inline]
+    fn try_acquire(&self) -> bool {
+        (**self).try_acquire()
+    }
+
+    #[inline]
+    fn acquire_stamped(&self) -> Option<u64> {
+        (**self).acquire_stamped()
+    }
+
+    fn limit(&self) -> Limit {
+        (**self).limit()
+    }
+}

@@ -1,0 +1,63 @@
+//! The one-word layout shared by the window limiters.
+//!
+//! ```text
+//!  63                      22 21                 0
+//! +--------------------------+--------------------+
+//! |  window index (42 bits)  |  count (22 bits)   |
+//! +--------------------------+--------------------+
+//! ```
+//!
+//! The window index is `now / W` in the clock's nanoseconds. With the shortest window a
+//! [`Limit`](crate::Limit) accepts (1 ms), 42 bits last 2^42 ms = 139 years of uptime; at
+//! 1 s windows, 139 000 years. After that the index saturates (the limiter then keeps
+//! counting into its last window and admits nothing more), it never wraps. The count
+//! never exceeds the permits, because a call that would pass them writes nothing, so 22
+//! bits hold any permit count up to [`MAX_PERMITS`].
+
+/// Bits of the count field.
+const COUNT_BITS: u32 = 22;
+/// Mask of the count field.
+const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
+/// The largest window index the word holds.
+const MAX_WINDOW_INDEX: u64 = u64::MAX >> COUNT_BITS;
+
+/// The most permits per window the packed limiters accept: 4 194 303.
+pub(crate) const MAX_PERMITS: u32 = COUNT_MASK as u32;
+
+#[inline]
+pub(crate) const fn pack(window: u64, count: u64) -> u64 {
+    (window << COUNT_BITS) | count
+}
+
+#[inline]
+pub(crate) const fn unpack(word: u64) -> (u64, u64) {
+    (word >> COUNT_BITS, word & COUNT_MASK)
+}
+
+/// The index of the aligned window `[k·W, (k+1)·W)` that holds `now`.
+#[inline]
+pub(crate) fn window_index(now: u64, window_nanos: u64) -> u64 {
+    (now / window_nanos).min(MAX_WINDOW_INDEX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_round_trips_at_the_extremes() {
+        for (w, c) in [(0, 0), (MAX_WINDOW_INDEX, u64::from(MAX_PERMITS)), (12345, 1)] {
+            assert_eq!(unpack(pack(w, c)), (w, c));
+        }
+        // Adding one to a word below the count's limit touches only the count.
+        let word = pack(7, u64::from(MAX_PERMITS) - 1);
+        assert_eq!(unpack(word + 1), (7, u64::from(MAX_PERMITS)));
+    }
+
+    #[test]
+    fn window_index_does_not_wrap_for_139_years_of_1ms_windows() {
+        let years_139 = 139 * 365 * 24 * 3600 * 1_000_000_000u64;
+        assert!(window_index(years_139, 1_000_000) < MAX_WINDOW_INDEX);
+        assert_eq!(window_index(u64::MAX, 1_000_000), MAX_WINDOW_INDEX);
+    }
+}

@@ -1,0 +1,299 @@
+use std::fmt;
+
+use crossbeam_utils::CachePadded;
+
+use super::packed::MAX_PERMITS;
+use super::RateLimiter;
+use crate::clock::{Clock, MonotonicClock};
+use crate::limit::{Limit, LimitError};
+use crate::sync::{AtomicU64, Ordering};
+
+/// An exact sliding-window limiter: at most `N` admissions in **any** interval of length
+/// `W`, kept as a lock-free ring of the last `N` admission times.
+///
+/// This is the bounded channel of the seed article (a channel of capacity `N` holding
+/// admission timestamps) without the channel's trimming task: admission `k` writes its
+/// time into slot `k mod N`, and a call is admitted only if the slot it would overwrite
+/// (admission `k − N`, the oldest of the last `N`) has left the window. Nothing needs to
+/// run in the background, so it needs no runtime and holds no thread.
+///
+/// # Guarantee
+///
+/// * For every `t`, at most `N` admissions are stamped in `(t − W, t]`. Admissions that
+///   share a slot are at least `W` apart, and `N` slots can put at most `N` stamps in an
+///   interval of length `W`. This holds whatever the thread interleaving and whatever
+///   order the stamps land in.
+/// * It is exact (admits iff fewer than `N` admissions lie in `(now − W, now]`) when the
+///   calls' clock readings arrive in order. When they do not (a thread descheduled
+///   between reading the clock and admitting, or a clock stepped backwards), it can only
+///   refuse more, never admit more.
+///
+/// Memory: `16·N` bytes (a sequence number and a timestamp per permit) plus a cache line.
+/// Permits are limited to 4 194 303 (64 MiB).
+///
+/// # Memory ordering
+///
+/// `next` (the number of admissions so far) is claimed with a `Relaxed` compare-exchange:
+/// it only orders the admissions among themselves. The winner of admission `k` writes the
+/// slot's timestamp, then publishes it with a `Release` store of the slot's sequence
+/// number `k + 1`; a caller reads the sequence with `Acquire` before it reads the
+/// timestamp, so a timestamp is used only once it is whole and belongs to admission
+/// `k − N`. While it is not yet published, the call is refused (the stamp being written
+/// is "now", inside the window).
+pub struct SlidingLog<C = MonotonicClock> {
+    // Invariant: admission k (0-based) owns slot k % permits; the slot's seq is k + 1 once
+    // its timestamp is written, and admission k + permits may only claim `next` after it
+    // has read that seq and a timestamp at least one window old.
+    next: CachePadded<AtomicU64>,
+    slots: Box<[Slot]>,
+    permits: u64,
+    window: u64,
+    limit: Limit,
+    clock: C,
+}
+
+#[derive(Debug)]
+struct Slot {
+    seq: AtomicU64,
+    stamp: AtomicU64,
+}
+
+impl SlidingLog {
+    /// An exact sliding-window limiter on the default [`MonotonicClock`].
+    ///
+    /// # Errors
+    ///
+    /// [`LimitError::TooManyPermits`] above 4 194 303 permits.
+    pub fn new(limit: Limit) -> Result<Self, LimitError> {
+        Self::with_clock(limit, MonotonicClock::new())
+    }
+}
+
+impl<C: Clock> SlidingLog<C> {
+    /// An exact sliding-window limiter reading `clock`.
+    ///
+    /// # Errors
+    ///
+    /// [`LimitError::TooManyPermits`] above 4 194 303 permits.
+    pub fn with_clock(limit: Limit, clock: C) -> Result<Self, LimitError> {
+        if limit.permits() > MAX_PERMITS {
+            return Err(LimitError::TooManyPermits {
+                permits: limit.permits(),
+                max: MAX_PERMITS,
+                algorithm: "sliding-log",
+            });
+        }
+        let slots = (0..limit.permits())
+            .map(|_| Slot {
+                seq: AtomicU64::new(0),
+                stamp: AtomicU64::new(0),
+            })
+            .collect();
+        Ok(Self {
+            next: CachePadded::new(AtomicU64::new(0)),
+            slots,
+            permits: u64::from(limit.permits()),
+            window: limit.window_nanos(),
+            limit,
+            clock,
+        })
+    }
+
+    /// The clock this limiter reads.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    #[inline]
+    fn slot(&self, admission: u64) -> &Slot {
+        // In bounds: the remainder is below `permits`, the slice's length.
+        &self.slots[(admission % self.permits) as usize]
+    }
+
+    /// The decision for a call made at `now`: `Some(now)` or `None`.
+    #[inline]
+    pub(crate) fn acquire_at(&self, now: u64) -> Option<u64> {
+        // Relaxed on `next`: see "Memory ordering" on the type.
+        let mut k = self.next.load(Ordering::Relaxed);
+        loop {
+            if k >= self.permits {
+                let slot = self.slot(k);
+                // Acquire: pairs with the Release store of admission k - N's writer, so
+                // the stamp read below is the one it wrote.
+                if slot.seq.load(Ordering::Acquire) != k - self.permits + 1 {
+                    let latest = self.next.load(Ordering::Relaxed);
+                    if latest != k {
+                        k = latest; // our k was stale: look again
+                        continue;
+                    }
+                    return None; // admission k - N is still being written: it is "now"
+                }
+                let oldest = slot.stamp.load(Ordering::Relaxed);
+                // Inside (now - W, now], or in our future (a stale or backward `now`).
+                if now < oldest.saturating_add(self.window) {
+                    return None;
+                }
+            }
+            match self.next.compare_exchange_weak(
+                k,
+                k + 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    let slot = self.slot(k);
+                    // Relaxed: published by the Release store of `seq` just below.
+                    slot.stamp.store(now, Ordering::Relaxed);
+                    slot.seq.store(k + 1, Ordering::Release);
+                    return Some(now);
+                }
+                Err(actual) => k = actual,
+            }
+        }
+    }
+}
+
+impl<C: Clock> RateLimiter for SlidingLog<C> {
+    #[inline]
+    fn acquire_stamped(&self) -> Option<u64> {
+        self.acquire_at(self.clock.now_nanos())
+    }
+
+    fn limit(&self) -> Limit {
+        self.limit
+    }
+}
+
+impl<C: fmt::Debug> fmt::Debug for SlidingLog<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SlidingLog")
+            .field("limit", &self.limit)
+            .field("admissions", &self.next.load(Ordering::Relaxed))
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::collections::VecDeque;
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::ManualClock;
+
+    fn limiter(permits: u32, window_ms: u64) -> (SlidingLog<ManualClock>, ManualClock) {
+        let clock = ManualClock::new();
+        let limit = Limit::per_window(permits, Duration::from_millis(window_ms)).unwrap();
+        (SlidingLog::with_clock(limit, clock.clone()).unwrap(), clock)
+    }
+
+    #[test]
+    fn slides_instead_of_resetting() {
+        let (l, clock) = limiter(2, 1000);
+        clock.set(900_000_000);
+        assert!(l.try_acquire() && l.try_acquire());
+        // A fixed window would reset at 1 s; the sliding one waits until 1.9 s.
+        clock.set(1_100_000_000);
+        assert!(!l.try_acquire());
+        clock.set(1_899_999_999);
+        assert!(!l.try_acquire());
+        // Both admissions at 0.9 s leave (t − 1 s, t] at t = 1.9 s.
+        clock.set(1_900_000_000);
+        assert!(l.try_acquire() && l.try_acquire());
+        assert!(!l.try_acquire());
+    }
+
+    #[test]
+    fn clock_stepping_back_is_refused() {
+        let (l, clock) = limiter(1, 1000);
+        clock.set(5_000_000_000);
+        assert!(l.try_acquire());
+        clock.set(0);
+        assert!(!l.try_acquire());
+        clock.set(6_000_000_000);
+        assert!(l.try_acquire());
+    }
+
+    proptest! {
+        /// With readings in order it is exact: the same verdicts as a log of every
+        /// admission, and so never more than N in any interval of length W.
+        #[test]
+        fn matches_an_exact_log(
+            permits in 1u32..6,
+            deltas in proptest::collection::vec(0u64..400, 1..300),
+        ) {
+            let window = 1_000_000_000u64;
+            let (l, clock) = limiter(permits, 1000);
+            let mut log: VecDeque<u64> = VecDeque::new();
+            let mut now = 0u64;
+            for d in deltas {
+                now += d * 1_000_000;
+                clock.set(now);
+                while log.front().is_some_and(|&t| t + window <= now) {
+                    log.pop_front();
+                }
+                let expect = log.len() < permits as usize;
+                if expect { log.push_back(now); }
+                prop_assert_eq!(l.try_acquire(), expect);
+            }
+        }
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use loom::sync::Arc;
+    use loom::thread;
+
+    use super::*;
+    use crate::ManualClock;
+    use crate::limiter::loom_support::model;
+
+    const W: u64 = 1_000_000_000;
+
+    fn limiter(permits: u32) -> Arc<SlidingLog<ManualClock>> {
+        let limit = Limit::per_window(permits, std::time::Duration::from_nanos(W)).unwrap();
+        Arc::new(SlidingLog::with_clock(limit, ManualClock::new()).unwrap())
+    }
+
+    /// Asserts that no interval (t - W, t] holds more than `permits` stamps.
+    fn check_sliding(stamps: &[u64], permits: usize) {
+        for &t in stamps {
+            let inside = stamps.iter().filter(|&&s| s + W > t && s <= t).count();
+            assert!(inside <= permits, "{inside} stamps in ({}, {t}]: {stamps:?}", t.saturating_sub(W));
+        }
+    }
+
+    fn run(workers: u64, permits: u32, times: &'static [u64]) {
+        model(workers as usize, move || {
+            let l = limiter(permits);
+            let handles: Vec<_> = (0..workers)
+                .map(|i| {
+                    let l = l.clone();
+                    thread::spawn(move || {
+                        times
+                            .iter()
+                            .filter_map(|&t| l.acquire_at(t + i))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            let stamps: Vec<u64> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+            check_sliding(&stamps, permits as usize);
+            assert!(!stamps.is_empty());
+        });
+    }
+
+    #[test]
+    fn two_workers_exhaustive() {
+        run(2, 1, &[0, W + 1]);
+    }
+
+    #[test]
+    fn three_workers_bounded_preemption() {
+        run(3, 2, &[0, W + W / 2]);
+    }
+}

@@ -1,0 +1,326 @@
+use std::fmt;
+
+use crossbeam_utils::CachePadded;
+
+use super::packed::{pack, unpack, window_index, MAX_PERMITS};
+use super::RateLimiter;
+use crate::clock::{Clock, MonotonicClock};
+use crate::limit::{Limit, LimitError};
+use crate::sync::{AtomicU64, Ordering};
+
+/// A lock-free sliding-window counter: the previous and the current aligned window's
+/// counts, with the previous one weighted by how much of it the sliding window still
+/// covers. O(1) memory, approximate.
+///
+/// A call at offset `e` into window `k` is admitted iff
+/// `prev · (W − e) / W + curr + 1 ≤ N`, where `prev` is the count of window `k − 1` and
+/// `curr` the count of window `k` (integer arithmetic, no floats).
+///
+/// # Guarantee and approximation bound
+///
+/// * At most `N` admissions in every aligned window (`curr` alone never passes `N`).
+/// * In any interval `(t − W, t]` with `t` at offset `e` into window `k`, at most
+///   `N + ⌊P · e / W⌋ ≤ 2N − 1` admissions, where `P ≤ N` is the count of window `k − 1`.
+///   The estimate assumes window `k − 1`'s admissions were spread evenly; the bound is
+///   reached only when they all sat at its very end. With evenly spread traffic the
+///   sliding count stays within about one admission of `N`.
+/// * A call whose `now` is older than the newest window is counted in that newest window
+///   with the previous window's full weight, which can only refuse more.
+///
+/// Use [`SlidingLog`](crate::SlidingLog) for an exact sliding guarantee at `16·N` bytes, or
+/// [`FixedWindow`](crate::FixedWindow) for the cheapest aligned one. A ring of `B`
+/// sub-window buckets (seed article 4) sits between the two (accuracy `W/B`, `O(B)` memory,
+/// a sum of `B` counts per call) and is not provided: the log covers the need for
+/// exactness and this counter the need for O(1) state.
+///
+/// # Memory ordering
+///
+/// The window index and `curr` live in one `AtomicU64` (the layout of
+/// [`FixedWindow`](crate::FixedWindow)) changed only by compare-exchange from the word the
+/// new value was computed from. The final count of the previous window goes into a
+/// second word, tagged with the window it serves, by the call that rolls the window, with
+/// `fetch_max` so a late roller can never put back an older tag. A reader whose tag does
+/// not match (the roller has not written it yet) assumes `prev = N`, the largest it can
+/// be. Both words publish nothing but themselves, so every access is `Relaxed`.
+pub struct SlidingWindowCounter<C = MonotonicClock> {
+    // Invariant: `state` = (window k, curr ≤ N), the window never decreases.
+    state: CachePadded<AtomicU64>,
+    // Invariant: (window j, count of window j − 1) with j ≤ k; once j == k the count is
+    // final, because window k − 1 can no longer be counted into.
+    previous: AtomicU64,
+    permits: u64,
+    window: u64,
+    limit: Limit,
+    clock: C,
+}
+
+impl SlidingWindowCounter {
+    /// A sliding-window counter on the default [`MonotonicClock`].
+    ///
+    /// # Errors
+    ///
+    /// [`LimitError::TooManyPermits`] above 4 194 303 permits per window.
+    pub fn new(limit: Limit) -> Result<Self, LimitError> {
+        Self::with_clock(limit, MonotonicClock::new())
+    }
+}
+
+impl<C: Clock> SlidingWindowCounter<C> {
+    /// A sliding-window counter reading `clock`.
+    ///
+    /// # Errors
+    ///
+    /// [`LimitError::TooManyPermits`] above 4 194 303 permits per window.
+    pub fn with_clock(limit: Limit, clock: C) -> Result<Self, LimitError> {
+        if limit.permits() > MAX_PERMITS {
+            return Err(LimitError::TooManyPermits {
+                permits: limit.permits(),
+                max: MAX_PERMITS,
+                algorithm: "sliding-window",
+            });
+        }
+        Ok(Self {
+            state: CachePadded::new(AtomicU64::new(pack(0, 0))),
+            // Window 0's previous window (before the origin) saw nothing.
+            previous: AtomicU64::new(pack(0, 0)),
+            permits: u64::from(limit.permits()),
+            window: limit.window_nanos(),
+            limit,
+            clock,
+        })
+    }
+
+    /// The clock this limiter reads.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// Whether one more admission fits: `prev·(W − e) + (curr + 1)·W ≤ N·W`.
+    #[inline]
+    fn fits(&self, prev: u64, elapsed: u64, curr: u64) -> bool {
+        let w = u128::from(self.window);
+        u128::from(prev) * u128::from(self.window - elapsed) + u128::from(curr + 1) * w
+            <= u128::from(self.permits) * w
+    }
+
+    /// The decision for a call made at `now`: `Some(stamp)` or `None`.
+    #[inline]
+    pub(crate) fn acquire_at(&self, now: u64) -> Option<u64> {
+        let now_window = window_index(now, self.window);
+        // Relaxed throughout: see "Memory ordering" on the type.
+        let mut current = self.state.load(Ordering::Relaxed);
+        loop {
+            let (window, curr) = unpack(current);
+            if now_window > window {
+                // Roll: the word's window becomes the previous one (or nothing, if more
+                // than a window has passed). Only an admitted call rolls.
+                let prev = if now_window == window + 1 { curr } else { 0 };
+                let elapsed = now.saturating_sub(now_window * self.window);
+                if !self.fits(prev, elapsed.min(self.window), 0) {
+                    return None;
+                }
+                match self.state.compare_exchange_weak(
+                    current,
+                    pack(now_window, 1),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => {
+                        self.previous
+                            .fetch_max(pack(now_window, prev), Ordering::Relaxed);
+                        return Some(now);
+                    }
+                    Err(actual) => {
+                        current = actual;
+                        continue;
+                    }
+                }
+            }
+            if curr >= self.permits {
+                return None;
+            }
+            let (elapsed, stamp) = if now_window == window {
+                (now - window * self.window, now)
+            } else {
+                // A stale reading: count into the newer window at its start, where the
+                // previous window weighs the most.
+                (0, window * self.window)
+            };
+            let (tag, count) = unpack(self.previous.load(Ordering::Relaxed));
+            let prev = if tag == window { count } else { self.permits };
+            if !self.fits(prev, elapsed, curr) {
+                return None;
+            }
+            match self.state.compare_exchange_weak(
+                current,
+                current + 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Some(stamp),
+                Err(actual) => current = actual,
+            }
+        }
+    }
+}
+
+impl<C: Clock> RateLimiter for SlidingWindowCounter<C> {
+    #[inline]
+    fn acquire_stamped(&self) -> Option<u64> {
+        self.acquire_at(self.clock.now_nanos())
+    }
+
+    fn limit(&self) -> Limit {
+        self.limit
+    }
+}
+
+impl<C: fmt::Debug> fmt::Debug for SlidingWindowCounter<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (window, curr) = unpack(self.state.load(Ordering::Relaxed));
+        let (tag, prev) = unpack(self.previous.load(Ordering::Relaxed));
+        f.debug_struct("SlidingWindowCounter")
+            .field("limit", &self.limit)
+            .field("window_index", &window)
+            .field("current", &curr)
+            .field("previous", &if tag == window { Some(prev) } else { None })
+            .field("clock", &self.clock)
+            .finish()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::ManualClock;
+
+    const W: u64 = 1_000_000_000;
+
+    fn limiter(permits: u32) -> (SlidingWindowCounter<ManualClock>, ManualClock) {
+        let clock = ManualClock::new();
+        let limit = Limit::per_window(permits, Duration::from_nanos(W)).unwrap();
+        (SlidingWindowCounter::with_clock(limit, clock.clone()).unwrap(), clock)
+    }
+
+    #[test]
+    fn the_worked_example_of_the_survey() {
+        // 100 per minute, 86 in the previous window, 12 in this one, 15 s in: 76.5.
+        let clock = ManualClock::new();
+        let limit = Limit::per_window(100, Duration::from_secs(60)).unwrap();
+        let l = SlidingWindowCounter::with_clock(limit, clock.clone()).unwrap();
+        clock.set(30 * W);
+        assert_eq!((0..86).filter(|_| l.try_acquire()).count(), 86);
+        clock.set(75 * W);
+        assert_eq!((0..12).filter(|_| l.try_acquire()).count(), 12);
+        // 86·0.75 + 12 = 76.5: 23 more fit (99.5), the 24th would make 100.5.
+        assert_eq!((0..100).filter(|_| l.try_acquire()).count(), 23);
+    }
+
+    #[test]
+    fn evenly_spread_traffic_stays_within_one_of_n() {
+        let (l, clock) = limiter(100);
+        // Offer 10 calls every 10 ms for 20 windows; keep the admission stamps.
+        let mut stamps = Vec::new();
+        for step in 0..2000u64 {
+            clock.set(step * W / 100);
+            stamps.extend((0..10).filter_map(|_| l.acquire_stamped()));
+        }
+        for &t in &stamps {
+            let inside = stamps.iter().filter(|&&s| s + W > t && s <= t).count();
+            assert!(inside <= 101, "{inside} in the window ending at {t}");
+        }
+    }
+
+    #[test]
+    fn clock_stepping_back_counts_into_the_newer_window() {
+        let (l, clock) = limiter(2);
+        clock.set(5 * W);
+        assert!(l.try_acquire());
+        clock.set(W);
+        assert_eq!(l.acquire_stamped(), Some(5 * W));
+        assert_eq!(l.acquire_stamped(), None);
+    }
+
+    proptest! {
+        /// The documented bound, checked over arbitrary traffic: every aligned window
+        /// holds at most N, and every interval (t − W, t] at most N + ⌊P·e/W⌋ ≤ 2N − 1.
+        #[test]
+        fn approximation_bound_holds(
+            permits in 1u32..8,
+            steps in proptest::collection::vec((0u64..300, 0usize..6), 1..300),
+        ) {
+            let (l, clock) = limiter(permits);
+            let n = permits as usize;
+            let mut now = 0;
+            let mut stamps = Vec::new();
+            for (delta_ms, calls) in steps {
+                now += delta_ms * 1_000_000;
+                clock.set(now);
+                stamps.extend((0..calls).filter_map(|_| l.acquire_stamped()));
+            }
+            let in_window = |k: u64| stamps.iter().filter(|&&s| s / W == k).count();
+            for &t in &stamps {
+                let k = t / W;
+                prop_assert!(in_window(k) <= n);
+                let e = t % W;
+                let p = if k == 0 { 0 } else { in_window(k - 1) } as u64;
+                let bound = n + (p * e / W) as usize;
+                let inside = stamps.iter().filter(|&&s| s + W > t && s <= t).count();
+                prop_assert!(inside <= bound, "{} in (t-W, t], bound {}", inside, bound);
+                prop_assert!(inside < 2 * n);
+            }
+        }
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use loom::sync::Arc;
+    use loom::thread;
+
+    use super::*;
+    use crate::limiter::loom_support::{check_per_window, model, stamps_in_windows};
+    use crate::ManualClock;
+
+    const W: u64 = 1_000_000_000;
+
+    fn run(workers: u64, permits: u32, times: &'static [u64]) {
+        model(workers as usize, move || {
+            let limit = Limit::per_window(permits, std::time::Duration::from_nanos(W)).unwrap();
+            let l = Arc::new(SlidingWindowCounter::with_clock(limit, ManualClock::new()).unwrap());
+            let handles: Vec<_> = (0..workers)
+                .map(|i| {
+                    let l = l.clone();
+                    thread::spawn(move || {
+                        times
+                            .iter()
+                            .filter_map(|&t| l.acquire_at(t + i))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            let stamps: Vec<u64> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+            check_per_window(&stamps_in_windows(&stamps, W), permits as usize);
+            // Sliding bound: at most 2N - 1 in any interval of length W.
+            for &t in &stamps {
+                let inside = stamps.iter().filter(|&&s| s + W > t && s <= t).count();
+                assert!(inside < 2 * permits as usize, "{stamps:?}");
+            }
+            assert!(!stamps.is_empty());
+        });
+    }
+
+    #[test]
+    fn two_workers_exhaustive() {
+        run(2, 1, &[W / 2, 2 * W - 1, 3 * W + W / 2]);
+    }
+
+    #[test]
+    fn three_workers_bounded_preemption() {
+        run(3, 2, &[W - 10, W + W / 2]);
+    }
+}
