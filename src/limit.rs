@@ -81,7 +81,7 @@ impl Limit {
         }
         let window_nanos = (permits * 1e9 / rate).ceil();
         // 2^64 as f64; anything at or above it does not fit.
-        if !(window_nanos < 18_446_744_073_709_551_616.0) {
+        if window_nanos >= 18_446_744_073_709_551_616.0 {
             return Err(out_of_range);
         }
         // Both casts are exact or in range by the checks above.

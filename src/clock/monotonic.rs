@@ -13,7 +13,7 @@ use super::Clock;
 /// time. In real time, each window edge is seen up to one tick late, so a window's real
 /// span is still `W` on average but each edge jitters by up to a tick. For windows of a
 /// second or more that is below 1 %; for windows under about 50 ms use [`PreciseClock`]
-/// or a [`CachedClock`] with a short tick.
+/// or a [`CachedClock`](crate::CachedClock) with a short tick.
 #[derive(Clone, Copy, Debug)]
 pub struct MonotonicClock {
     origin: u64,
