@@ -87,22 +87,22 @@ impl<C: Clock> FixedWindow<C> {
     /// time inside the window the admission was counted in, or `None`.
     #[inline]
     pub(crate) fn acquire_at(&self, now: u64) -> Option<u64> {
-        let now_window = window_index(now, self.window);
         // Relaxed (here and below): see the type's "Memory ordering" section.
         let mut current = self.state.load(Ordering::Relaxed);
         loop {
             let (window, count) = unpack(current);
-            let (next, stamp) = if now_window > window {
+            // Compare with the word's window bounds first: a multiplication, where the
+            // index of `now` would take a division. Only a new window pays for that.
+            let start = window.saturating_mul(self.window);
+            let (next, stamp) = if now >= start.saturating_add(self.window)
+                && window_index(now, self.window) > window
+            {
                 // A newer window: start it with this admission.
-                (pack(now_window, 1), now)
+                (pack(window_index(now, self.window), 1), now)
             } else if count < self.permits {
-                // This window (or, for a stale `now`, the newer one the word holds).
-                let stamp = if now_window == window {
-                    now
-                } else {
-                    window * self.window
-                };
-                (current + 1, stamp)
+                // This window (or, for a stale `now`, the newer one the word holds,
+                // stamped at its start).
+                (current + 1, now.max(start))
             } else {
                 // Full: reject without writing.
                 return None;

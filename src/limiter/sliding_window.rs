@@ -106,46 +106,47 @@ impl<C: Clock> SlidingWindowCounter<C> {
     /// The decision for a call made at `now`: `Some(stamp)` or `None`.
     #[inline]
     pub(crate) fn acquire_at(&self, now: u64) -> Option<u64> {
-        let now_window = window_index(now, self.window);
         // Relaxed throughout: see "Memory ordering" on the type.
         let mut current = self.state.load(Ordering::Relaxed);
         loop {
             let (window, curr) = unpack(current);
-            if now_window > window {
-                // Roll: the word's window becomes the previous one (or nothing, if more
-                // than a window has passed). Only an admitted call rolls.
-                let prev = if now_window == window + 1 { curr } else { 0 };
-                let elapsed = now.saturating_sub(now_window * self.window);
-                if !self.fits(prev, elapsed.min(self.window), 0) {
-                    return None;
-                }
-                match self.state.compare_exchange_weak(
-                    current,
-                    pack(now_window, 1),
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => {
-                        self.previous
-                            .fetch_max(pack(now_window, prev), Ordering::Relaxed);
-                        return Some(now);
+            let start = window.saturating_mul(self.window);
+            // Bounds first (a multiplication); only a new window pays for the division.
+            if now >= start.saturating_add(self.window) {
+                let now_window = window_index(now, self.window);
+                if now_window > window {
+                    // Roll: the word's window becomes the previous one (or nothing, if
+                    // more than a window has passed). Only an admitted call rolls.
+                    let prev = if now_window == window + 1 { curr } else { 0 };
+                    let elapsed = now - now_window * self.window;
+                    if !self.fits(prev, elapsed, 0) {
+                        return None;
                     }
-                    Err(actual) => {
-                        current = actual;
-                        continue;
+                    match self.state.compare_exchange_weak(
+                        current,
+                        pack(now_window, 1),
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => {
+                            self.previous
+                                .fetch_max(pack(now_window, prev), Ordering::Relaxed);
+                            return Some(now);
+                        }
+                        Err(actual) => {
+                            current = actual;
+                            continue;
+                        }
                     }
                 }
             }
             if curr >= self.permits {
                 return None;
             }
-            let (elapsed, stamp) = if now_window == window {
-                (now - window * self.window, now)
-            } else {
-                // A stale reading: count into the newer window at its start, where the
-                // previous window weighs the most.
-                (0, window * self.window)
-            };
+            // A stale reading (before `start`) counts into the newer window at its start,
+            // where the previous window weighs the most.
+            let stamp = now.clamp(start, start.saturating_add(self.window - 1));
+            let elapsed = stamp - start;
             let (tag, count) = unpack(self.previous.load(Ordering::Relaxed));
             let prev = if tag == window { count } else { self.permits };
             if !self.fits(prev, elapsed, curr) {
