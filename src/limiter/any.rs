@@ -14,7 +14,7 @@ pub enum Algorithm {
     /// [`FixedWindow`]: at most N per aligned window; the cheapest.
     #[default]
     FixedWindow,
-    /// [`SlidingWindowCounter`]: at most N per aligned window and fewer than 2N in any
+    /// [`SlidingWindowCounter`]: at most N per aligned window and at most 2N in any
     /// sliding one; O(1) memory.
     SlidingWindow,
     /// [`SlidingLog`]: at most N in any sliding window, exactly; O(N) memory.

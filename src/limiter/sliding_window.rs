@@ -13,17 +13,20 @@ use crate::sync::{AtomicU64, Ordering};
 /// covers. O(1) memory, approximate.
 ///
 /// A call at offset `e` into window `k` is admitted iff
-/// `prev · (W − e) / W + curr + 1 ≤ N`, where `prev` is the count of window `k − 1` and
-/// `curr` the count of window `k` (integer arithmetic, no floats).
+/// `⌊prev · (W − e) / W⌋ + curr + 1 ≤ N`, where `prev` is the count of window `k − 1` and
+/// `curr` the count of window `k` (integer arithmetic, no floats, no division). The
+/// estimate's fraction is dropped so that a saturated limiter keeps `N` per window,
+/// spread over the window, rather than `N − 1` (or, for `N = 1`, one window in two).
 ///
 /// # Guarantee and approximation bound
 ///
 /// * At most `N` admissions in every aligned window (`curr` alone never passes `N`).
 /// * In any interval `(t − W, t]` with `t` at offset `e` into window `k`, at most
-///   `N + ⌊P · e / W⌋ ≤ 2N − 1` admissions, where `P ≤ N` is the count of window `k − 1`.
+///   `N + ⌈P · e / W⌉ ≤ 2N` admissions, where `P ≤ N` is the count of window `k − 1`.
 ///   The estimate assumes window `k − 1`'s admissions were spread evenly; the bound is
 ///   reached only when they all sat at its very end. With evenly spread traffic the
 ///   sliding count stays within about one admission of `N`.
+/// * Under saturation it keeps `N` per window, spread evenly across the window.
 /// * A call whose `now` is older than the newest window is counted in that newest window
 ///   with the previous window's full weight, which can only refuse more.
 ///
@@ -95,12 +98,13 @@ impl<C: Clock> SlidingWindowCounter<C> {
         &self.clock
     }
 
-    /// Whether one more admission fits: `prev·(W − e) + (curr + 1)·W ≤ N·W`.
+    /// Whether one more admission fits: `⌊prev·(W − e)/W⌋ + curr + 1 ≤ N`, which for
+    /// integers is `prev·(W − e) < (N − curr)·W` (and `curr < N`).
     #[inline]
     fn fits(&self, prev: u64, elapsed: u64, curr: u64) -> bool {
-        let w = u128::from(self.window);
-        u128::from(prev) * u128::from(self.window - elapsed) + u128::from(curr + 1) * w
-            <= u128::from(self.permits) * w
+        curr < self.permits
+            && u128::from(prev) * u128::from(self.window - elapsed)
+                < u128::from(self.permits - curr) * u128::from(self.window)
     }
 
     /// The decision for a call made at `now`: `Some(stamp)` or `None`.
@@ -220,8 +224,8 @@ mod tests {
         assert_eq!((0..86).filter(|_| l.try_acquire()).count(), 86);
         clock.set(75 * W);
         assert_eq!((0..12).filter(|_| l.try_acquire()).count(), 12);
-        // 86·0.75 + 12 = 76.5: 23 more fit (99.5), the 24th would make 100.5.
-        assert_eq!((0..100).filter(|_| l.try_acquire()).count(), 23);
+        // ⌊86·0.75⌋ + 12 = 76 (the survey's 76.5, floored): 24 more fit.
+        assert_eq!((0..100).filter(|_| l.try_acquire()).count(), 24);
     }
 
     #[test]
@@ -240,6 +244,24 @@ mod tests {
     }
 
     #[test]
+    fn saturated_keeps_n_per_window_even_for_n_1() {
+        for permits in [1u32, 5, 100] {
+            let (l, clock) = limiter(permits);
+            // Offer 50 calls every millisecond for 10 windows.
+            let mut per_window = [0u32; 10];
+            for ms in 0..10_000u64 {
+                clock.set(ms * 1_000_000);
+                for _ in 0..50 {
+                    if let Some(stamp) = l.acquire_stamped() {
+                        per_window[(stamp / W) as usize] += 1;
+                    }
+                }
+            }
+            assert_eq!(per_window, [permits; 10], "N = {permits}");
+        }
+    }
+
+    #[test]
     fn clock_stepping_back_counts_into_the_newer_window() {
         let (l, clock) = limiter(2);
         clock.set(5 * W);
@@ -251,7 +273,7 @@ mod tests {
 
     proptest! {
         /// The documented bound, checked over arbitrary traffic: every aligned window
-        /// holds at most N, and every interval (t − W, t] at most N + ⌊P·e/W⌋ ≤ 2N − 1.
+        /// holds at most N, and every interval (t − W, t] at most N + ⌈P·e/W⌉ ≤ 2N.
         #[test]
         fn approximation_bound_holds(
             permits in 1u32..8,
@@ -272,10 +294,10 @@ mod tests {
                 prop_assert!(in_window(k) <= n);
                 let e = t % W;
                 let p = if k == 0 { 0 } else { in_window(k - 1) } as u64;
-                let bound = n + (p * e / W) as usize;
+                let bound = n + (p * e).div_ceil(W) as usize;
                 let inside = stamps.iter().filter(|&&s| s + W > t && s <= t).count();
                 prop_assert!(inside <= bound, "{} in (t-W, t], bound {}", inside, bound);
-                prop_assert!(inside < 2 * n);
+                prop_assert!(inside <= 2 * n);
             }
         }
     }
@@ -312,10 +334,10 @@ mod loom_tests {
                 .flat_map(|h| h.join().unwrap())
                 .collect();
             check_per_window(&stamps_in_windows(&stamps, W), permits as usize);
-            // Sliding bound: at most 2N - 1 in any interval of length W.
+            // Sliding bound: at most 2N in any interval of length W.
             for &t in &stamps {
                 let inside = stamps.iter().filter(|&&s| s + W > t && s <= t).count();
-                assert!(inside < 2 * permits as usize, "{stamps:?}");
+                assert!(inside <= 2 * permits as usize, "{stamps:?}");
             }
             assert!(!stamps.is_empty());
         });
