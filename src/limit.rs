@@ -79,14 +79,10 @@ impl Limit {
         if permits > f64::from(u32::MAX) {
             return Err(out_of_range);
         }
-        let window_nanos = (permits * 1e9 / rate).ceil();
-        // 2^64 as f64; anything at or above it does not fit.
-        if window_nanos >= 18_446_744_073_709_551_616.0 {
-            return Err(out_of_range);
-        }
-        // Both casts are exact or in range by the checks above.
-        Self::per_window(permits as u32, Duration::from_nanos(window_nanos as u64))
-            .map_err(|_| out_of_range)
+        // Exact: `permits` is a whole number below 2^32.
+        let permits = permits as u32;
+        let window_nanos = ceil_window_nanos(permits, rate).ok_or(out_of_range.clone())?;
+        Self::per_window(permits, Duration::from_nanos(window_nanos)).map_err(|_| out_of_range)
     }
 
     /// The admissions allowed per window (at least 1).
@@ -125,6 +121,34 @@ impl fmt::Display for Limit {
     }
 }
 
+/// The smallest whole number of nanoseconds `w` with `permits / w ≤ rate` per nanosecond
+/// (that is, `permits · 10⁹ ≤ rate · w`), computed exactly on the binary value of `rate`;
+/// `None` if it does not fit in 64 bits. `rate` is positive, finite and at most 2^32.
+fn ceil_window_nanos(permits: u32, rate: f64) -> Option<u64> {
+    // rate = mantissa · 2^exponent exactly.
+    let bits = rate.to_bits();
+    let biased = ((bits >> 52) & 0x7ff) as i32;
+    let fraction = u128::from(bits & ((1 << 52) - 1));
+    let (mantissa, exponent) = if biased == 0 {
+        (fraction, -1074)
+    } else {
+        (fraction | 1 << 52, biased - 1075)
+    };
+    let need = u128::from(permits) * 1_000_000_000;
+    // w ≥ need / rate = need · 2^-exponent / mantissa.
+    let numerator = if exponent <= 0 {
+        let shift = u32::try_from(-exponent).ok()?;
+        if shift >= 128 || need.leading_zeros() < shift {
+            return None;
+        }
+        need << shift
+    } else {
+        // rate ≥ 2^52 here, far beyond the permits check: only reachable in theory.
+        return Some(1);
+    };
+    u64::try_from(numerator.div_ceil(mantissa)).ok()
+}
+
 /// Why a [`Limit`] or a limiter could not be built.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[non_exhaustive]
@@ -145,19 +169,19 @@ pub enum LimitError {
         window: Duration,
     },
     /// The rate was NaN or infinite.
-    #[error("rate {rate} per second is not a finite number")]
+    #[error("rate {rate:?} per second is not a finite number")]
     RateNotFinite {
         /// The rate given.
         rate: f64,
     },
     /// The rate was zero or negative.
-    #[error("rate {rate} per second is not positive; use a positive rate such as 0.5")]
+    #[error("rate {rate:?} per second is not positive; use a positive rate such as 0.5")]
     RateNotPositive {
         /// The rate given.
         rate: f64,
     },
     /// The rate is positive and finite but cannot be represented.
-    #[error("rate {rate} per second is out of range (from 5.5e-11 to 4294967295 per second)")]
+    #[error("rate {rate:?} per second is out of range (from 5.5e-11 to 4294967295 per second)")]
     RateOutOfRange {
         /// The rate given.
         rate: f64,
@@ -188,6 +212,9 @@ mod tests {
         assert_eq!((l.permits(), l.window()), (3, Duration::from_millis(1200)));
         let l = Limit::per_second(100.0).unwrap();
         assert_eq!((l.permits(), l.window()), (100, Duration::from_secs(1)));
+        let third = Limit::per_second(1.0 / 3.0).unwrap();
+        // 10^9 / 0.333…33 (the nearest f64 to 1/3) is 3 000 000 000.00000002 ns.
+        assert_eq!(third.window_nanos(), 3_000_000_001);
         // Rounding the window up keeps the enforced rate at or under the asked one.
         for rate in [0.3, 1.7, 3.3, 1000.1, 0.001, 12345.678] {
             let l = Limit::per_second(rate).unwrap();

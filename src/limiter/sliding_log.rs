@@ -39,7 +39,10 @@ use crate::sync::{AtomicU64, Ordering};
 /// number `k + 1`; a caller reads the sequence with `Acquire` before it reads the
 /// timestamp, so a timestamp is used only once it is whole and belongs to admission
 /// `k − N`. While it is not yet published, the call is refused (the stamp being written
-/// is "now", inside the window).
+/// is "now", inside the window). The stamp itself is stored with `Release` and loaded
+/// with `Acquire`: a caller that reads the stamp of an admission which claimed `k` after
+/// the caller checked the sequence then sees that claim in `next`, and looks again
+/// instead of refusing on someone else's stamp.
 pub struct SlidingLog<C = MonotonicClock> {
     // Invariant: admission k (0-based) owns slot k % permits; the slot's seq is k + 1 once
     // its timestamp is written, and admission k + permits may only claim `next` after it
@@ -128,9 +131,19 @@ impl<C: Clock> SlidingLog<C> {
                     }
                     return None; // admission k - N is still being written: it is "now"
                 }
-                let oldest = slot.stamp.load(Ordering::Relaxed);
+                // Acquire: pairs with the Release store of the stamp, so that if this is
+                // the stamp of a newer admission (one that claimed `k` since we read the
+                // sequence), its claim of `next` is visible to the load below.
+                let oldest = slot.stamp.load(Ordering::Acquire);
                 // Inside (now - W, now], or in our future (a stale or backward `now`).
                 if now < oldest.saturating_add(self.window) {
+                    let latest = self.next.load(Ordering::Relaxed);
+                    if latest != k {
+                        // Someone claimed `k` meanwhile: the stamp may be theirs, not
+                        // admission k - N's. Look again rather than refuse on it.
+                        k = latest;
+                        continue;
+                    }
                     return None;
                 }
             }
@@ -140,8 +153,9 @@ impl<C: Clock> SlidingLog<C> {
             {
                 Ok(_) => {
                     let slot = self.slot(k);
-                    // Relaxed: published by the Release store of `seq` just below.
-                    slot.stamp.store(now, Ordering::Relaxed);
+                    // Release: pairs with the Acquire load of the stamp above. (The
+                    // stamp reaches admission k + N through the Release store of `seq`.)
+                    slot.stamp.store(now, Ordering::Release);
                     slot.seq.store(k + 1, Ordering::Release);
                     return Some(now);
                 }

@@ -122,7 +122,9 @@ impl<C: Clock> SlidingWindowCounter<C> {
                     // Roll: the word's window becomes the previous one (or nothing, if
                     // more than a window has passed). Only an admitted call rolls.
                     let prev = if now_window == window + 1 { curr } else { 0 };
-                    let elapsed = now - now_window * self.window;
+                    // Below W except past the last window index (139 years at
+                    // 1 ms windows), where the clamp keeps the weight defined.
+                    let elapsed = (now - now_window * self.window).min(self.window - 1);
                     if !self.fits(prev, elapsed, 0) {
                         return None;
                     }
