@@ -1,4 +1,7 @@
 #![doc = include_str!("../README.md")]
+// The library has no unsafe code and never will; only a test (a counting allocator)
+// needs it, so the manifest denies it crate-wide and the library forbids it here.
+#![forbid(unsafe_code)]
 
 mod clock;
 mod limit;

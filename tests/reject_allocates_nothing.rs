@@ -1,0 +1,158 @@
+//! The sampler's reject path allocates nothing: a counting global allocator watches
+//! `should_sample` for a root on a saturated sampler, for every algorithm.
+//!
+//! The allocator counts only the allocations the current thread makes while it is
+//! armed, so other test threads (and the harness) cannot disturb the count. That it
+//! counts at all is shown on the same sampler: an admitted root allocates (the vector of
+//! the sampler's two attributes).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::time::Duration;
+
+use opentelemetry::trace::{SpanKind, TraceId};
+use opentelemetry::Context;
+use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult, ShouldSample};
+use otel_rate_sampler::{Algorithm, Limit, ManualClock, RateLimitingSampler};
+
+thread_local! {
+    // `const` thread-locals without a destructor: reading them never allocates.
+    static ARMED: Cell<bool> = const { Cell::new(false) };
+    static EVENTS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// [`System`], counting this thread's allocations, reallocations and frees while armed.
+struct Counting;
+
+fn note() {
+    // `try_with`: the allocator runs during thread teardown too, after the locals are gone.
+    let _ = ARMED.try_with(|armed| {
+        if armed.get() {
+            EVENTS.with(|n| n.set(n.get() + 1));
+        }
+    });
+}
+
+#[allow(unsafe_code)]
+// SAFETY: every method forwards its arguments unchanged to `System`, which upholds the
+// `GlobalAlloc` contract; the counting touches only const thread-locals and never
+// allocates.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note();
+        // SAFETY: the caller's contract for `alloc` is passed on unchanged.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note();
+        // SAFETY: as for `alloc`.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note();
+        // SAFETY: `ptr` and `layout` come from this allocator, that is from `System`.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        note();
+        // SAFETY: `ptr` and `layout` come from this allocator, that is from `System`.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Runs `f` with the counter armed; returns its result (dropped later, unwatched) and
+/// the heap events (allocations, reallocations, frees) it caused on this thread.
+fn heap_events<R>(f: impl FnOnce() -> R) -> (R, u64) {
+    EVENTS.with(|n| n.set(0));
+    ARMED.with(|armed| armed.set(true));
+    let result = f();
+    ARMED.with(|armed| armed.set(false));
+    (result, EVENTS.with(Cell::get))
+}
+
+fn sample_root(sampler: &impl ShouldSample, parent: Option<&Context>) -> SamplingResult {
+    sampler.should_sample(
+        parent,
+        TraceId::from(0x5eed_u128),
+        "root",
+        &SpanKind::Server,
+        &[],
+        &[],
+    )
+}
+
+#[test]
+fn the_counter_sees_an_allocation() {
+    let (v, events) = heap_events(|| vec![1u8; 3]);
+    assert_eq!(v.len(), 3);
+    assert!(
+        events >= 1,
+        "a Vec allocated and the counter saw {events} events"
+    );
+}
+
+#[test]
+fn a_refused_root_allocates_nothing_for_every_algorithm() {
+    for algorithm in Algorithm::ALL {
+        let sampler =
+            RateLimitingSampler::builder(Limit::per_window(2, Duration::from_secs(1)).unwrap())
+                .algorithm(algorithm)
+                .clock(ManualClock::new())
+                .build()
+                .unwrap();
+        // How the SDK asks about a root: a parent context without a span.
+        let root_parent = Context::new();
+
+        // An admitted root allocates (its attributes): the counter works here.
+        let (kept, events) = heap_events(|| sample_root(&sampler, Some(&root_parent)));
+        assert_eq!(
+            kept.decision,
+            SamplingDecision::RecordAndSample,
+            "{algorithm}"
+        );
+        assert!(
+            events >= 1,
+            "{algorithm}: an admitted root built its attributes with {events} heap events"
+        );
+        let kept = sample_root(&sampler, None);
+        assert_eq!(
+            kept.decision,
+            SamplingDecision::RecordAndSample,
+            "{algorithm}"
+        );
+
+        // Saturated: every further root is refused, without touching the heap.
+        let (refused, events) = heap_events(|| {
+            (0..1_000)
+                .map(|i| {
+                    let parent = if i % 2 == 0 { Some(&root_parent) } else { None };
+                    sample_root(&sampler, parent).decision
+                })
+                .filter(|d| *d != SamplingDecision::Drop)
+                .count()
+        });
+        assert_eq!(
+            refused, 0,
+            "{algorithm}: a saturated sampler admitted a root"
+        );
+        assert_eq!(
+            events, 0,
+            "{algorithm}: 1000 refused roots caused {events} heap events"
+        );
+
+        // The refusal itself, kept whole (its drop is outside the watch).
+        let (result, events) = heap_events(|| sample_root(&sampler, Some(&root_parent)));
+        assert_eq!(result.decision, SamplingDecision::Drop);
+        assert!(result.attributes.is_empty());
+        assert_eq!(
+            events, 0,
+            "{algorithm}: a refused root caused {events} heap events"
+        );
+    }
+}
