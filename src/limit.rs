@@ -163,7 +163,9 @@ pub enum LimitError {
         rate: f64,
     },
     /// The permit count is more than the chosen algorithm can hold.
-    #[error("{permits} permits per window is more than the {algorithm} limiter holds (at most {max})")]
+    #[error(
+        "{permits} permits per window is more than the {algorithm} limiter holds (at most {max})"
+    )]
     TooManyPermits {
         /// The permits asked for.
         permits: u32,
@@ -196,16 +198,34 @@ mod tests {
 
     #[test]
     fn bad_rates_are_typed_errors() {
-        assert!(matches!(Limit::per_second(f64::NAN), Err(LimitError::RateNotFinite { .. })));
+        assert!(matches!(
+            Limit::per_second(f64::NAN),
+            Err(LimitError::RateNotFinite { .. })
+        ));
         assert!(matches!(
             Limit::per_second(f64::INFINITY),
             Err(LimitError::RateNotFinite { .. })
         ));
-        assert!(matches!(Limit::per_second(0.0), Err(LimitError::RateNotPositive { .. })));
-        assert!(matches!(Limit::per_second(-1.0), Err(LimitError::RateNotPositive { .. })));
-        assert!(matches!(Limit::per_second(1e-12), Err(LimitError::RateOutOfRange { .. })));
-        assert!(matches!(Limit::per_second(1e12), Err(LimitError::RateOutOfRange { .. })));
-        assert_eq!(Limit::per_window(0, Duration::from_secs(1)), Err(LimitError::ZeroPermits));
+        assert!(matches!(
+            Limit::per_second(0.0),
+            Err(LimitError::RateNotPositive { .. })
+        ));
+        assert!(matches!(
+            Limit::per_second(-1.0),
+            Err(LimitError::RateNotPositive { .. })
+        ));
+        assert!(matches!(
+            Limit::per_second(1e-12),
+            Err(LimitError::RateOutOfRange { .. })
+        ));
+        assert!(matches!(
+            Limit::per_second(1e12),
+            Err(LimitError::RateOutOfRange { .. })
+        ));
+        assert_eq!(
+            Limit::per_window(0, Duration::from_secs(1)),
+            Err(LimitError::ZeroPermits)
+        );
         assert!(matches!(
             Limit::per_window(1, Duration::from_micros(999)),
             Err(LimitError::WindowTooShort { .. })

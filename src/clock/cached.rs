@@ -80,7 +80,10 @@ mod tests {
         let mut last = clock.now_nanos();
         let deadline = Instant::now() + Duration::from_secs(10);
         while clock.now_nanos() == last {
-            assert!(Instant::now() < deadline, "the refresher thread never ticked");
+            assert!(
+                Instant::now() < deadline,
+                "the refresher thread never ticked"
+            );
             thread::sleep(Duration::from_millis(1));
         }
         for _ in 0..1000 {

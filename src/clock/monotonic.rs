@@ -22,7 +22,9 @@ pub struct MonotonicClock {
 impl MonotonicClock {
     /// A clock whose origin is now.
     pub fn new() -> Self {
-        Self { origin: raw_nanos() }
+        Self {
+            origin: raw_nanos(),
+        }
     }
 }
 

@@ -159,6 +159,9 @@ mod tests {
             assert_eq!(a.name().parse::<Algorithm>(), Ok(a));
         }
         let err = "token-bucket".parse::<Algorithm>().unwrap_err().to_string();
-        assert!(err.contains("token-bucket") && err.contains("sliding-log"), "{err}");
+        assert!(
+            err.contains("token-bucket") && err.contains("sliding-log"),
+            "{err}"
+        );
     }
 }

@@ -155,7 +155,10 @@ mod tests {
     fn limiter(permits: u32, window_ms: u64) -> (FixedWindow<ManualClock>, ManualClock) {
         let clock = ManualClock::new();
         let limit = Limit::per_window(permits, Duration::from_millis(window_ms)).unwrap();
-        (FixedWindow::with_clock(limit, clock.clone()).unwrap(), clock)
+        (
+            FixedWindow::with_clock(limit, clock.clone()).unwrap(),
+            clock,
+        )
     }
 
     #[test]
@@ -178,7 +181,7 @@ mod tests {
         clock.set(5_000_000_000);
         assert_eq!(l.acquire_stamped(), Some(5_000_000_000));
         clock.set(1_000_000_000); // four windows back
-        // Counted in window 5, stamped at its start.
+                                  // Counted in window 5, stamped at its start.
         assert_eq!(l.acquire_stamped(), Some(5_000_000_000));
         assert_eq!(l.acquire_stamped(), None);
         clock.set(5_500_000_000);
@@ -211,7 +214,10 @@ mod tests {
         let too_many = Limit::per_window(MAX_PERMITS + 1, Duration::from_secs(1)).unwrap();
         assert!(matches!(
             FixedWindow::new(too_many),
-            Err(LimitError::TooManyPermits { max: MAX_PERMITS, .. })
+            Err(LimitError::TooManyPermits {
+                max: MAX_PERMITS,
+                ..
+            })
         ));
     }
 

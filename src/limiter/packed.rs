@@ -46,7 +46,11 @@ mod tests {
 
     #[test]
     fn layout_round_trips_at_the_extremes() {
-        for (w, c) in [(0, 0), (MAX_WINDOW_INDEX, u64::from(MAX_PERMITS)), (12345, 1)] {
+        for (w, c) in [
+            (0, 0),
+            (MAX_WINDOW_INDEX, u64::from(MAX_PERMITS)),
+            (12345, 1),
+        ] {
             assert_eq!(unpack(pack(w, c)), (w, c));
         }
         // Adding one to a word below the count's limit touches only the count.

@@ -134,12 +134,10 @@ impl<C: Clock> SlidingLog<C> {
                     return None;
                 }
             }
-            match self.next.compare_exchange_weak(
-                k,
-                k + 1,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
+            match self
+                .next
+                .compare_exchange_weak(k, k + 1, Ordering::Relaxed, Ordering::Relaxed)
+            {
                 Ok(_) => {
                     let slot = self.slot(k);
                     // Relaxed: published by the Release store of `seq` just below.
@@ -249,8 +247,8 @@ mod loom_tests {
     use loom::thread;
 
     use super::*;
-    use crate::ManualClock;
     use crate::limiter::loom_support::model;
+    use crate::ManualClock;
 
     const W: u64 = 1_000_000_000;
 
@@ -263,7 +261,11 @@ mod loom_tests {
     fn check_sliding(stamps: &[u64], permits: usize) {
         for &t in stamps {
             let inside = stamps.iter().filter(|&&s| s + W > t && s <= t).count();
-            assert!(inside <= permits, "{inside} stamps in ({}, {t}]: {stamps:?}", t.saturating_sub(W));
+            assert!(
+                inside <= permits,
+                "{inside} stamps in ({}, {t}]: {stamps:?}",
+                t.saturating_sub(W)
+            );
         }
     }
 
@@ -281,7 +283,10 @@ mod loom_tests {
                     })
                 })
                 .collect();
-            let stamps: Vec<u64> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+            let stamps: Vec<u64> = handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap())
+                .collect();
             check_sliding(&stamps, permits as usize);
             assert!(!stamps.is_empty());
         });

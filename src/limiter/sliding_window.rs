@@ -203,7 +203,10 @@ mod tests {
     fn limiter(permits: u32) -> (SlidingWindowCounter<ManualClock>, ManualClock) {
         let clock = ManualClock::new();
         let limit = Limit::per_window(permits, Duration::from_nanos(W)).unwrap();
-        (SlidingWindowCounter::with_clock(limit, clock.clone()).unwrap(), clock)
+        (
+            SlidingWindowCounter::with_clock(limit, clock.clone()).unwrap(),
+            clock,
+        )
     }
 
     #[test]
@@ -303,7 +306,10 @@ mod loom_tests {
                     })
                 })
                 .collect();
-            let stamps: Vec<u64> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+            let stamps: Vec<u64> = handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap())
+                .collect();
             check_per_window(&stamps_in_windows(&stamps, W), permits as usize);
             // Sliding bound: at most 2N - 1 in any interval of length W.
             for &t in &stamps {

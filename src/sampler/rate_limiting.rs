@@ -277,7 +277,10 @@ mod tests {
     use super::*;
     use crate::ManualClock;
 
-    fn sampler(permits: u32, remote: RemoteParents) -> RateLimitingSampler<AnyLimiter<ManualClock>> {
+    fn sampler(
+        permits: u32,
+        remote: RemoteParents,
+    ) -> RateLimitingSampler<AnyLimiter<ManualClock>> {
         RateLimitingSampler::builder(Limit::per_window(permits, Duration::from_secs(1)).unwrap())
             .remote_parents(remote)
             .clock(ManualClock::new())
@@ -286,11 +289,22 @@ mod tests {
     }
 
     fn sample(s: &impl ShouldSample, parent: Option<&Context>) -> SamplingResult {
-        s.should_sample(parent, TraceId::from(1u128), "op", &SpanKind::Internal, &[], &[])
+        s.should_sample(
+            parent,
+            TraceId::from(1u128),
+            "op",
+            &SpanKind::Internal,
+            &[],
+            &[],
+        )
     }
 
     fn parent(remote: bool, sampled: bool, state: &str) -> Context {
-        let flags = if sampled { TraceFlags::SAMPLED } else { TraceFlags::default() };
+        let flags = if sampled {
+            TraceFlags::SAMPLED
+        } else {
+            TraceFlags::default()
+        };
         let sc = SpanContext::new(
             TraceId::from(7u128),
             SpanId::from(9u64),
@@ -337,7 +351,10 @@ mod tests {
             let r = sample(&s, Some(&local_kept));
             assert_eq!(r.decision, SamplingDecision::RecordAndSample);
             assert_eq!(r.trace_state.header(), "a=1");
-            assert_eq!(sample(&s, Some(&local_dropped)).decision, SamplingDecision::Drop);
+            assert_eq!(
+                sample(&s, Some(&local_dropped)).decision,
+                SamplingDecision::Drop
+            );
         }
         // The permit is still there for a root.
         assert_eq!(sample(&s, None).decision, SamplingDecision::RecordAndSample);
@@ -359,10 +376,16 @@ mod tests {
         // Kept by our cap: the probability is unknown, `th` goes.
         assert_eq!(first.trace_state.header(), "ot=rv:01,b=2");
         assert_eq!(first.attributes.len(), 2);
-        assert_eq!(sample(&cap, Some(&remote_kept)).decision, SamplingDecision::Drop);
+        assert_eq!(
+            sample(&cap, Some(&remote_kept)).decision,
+            SamplingDecision::Drop
+        );
         let remote_dropped = parent(true, false, "");
         let cap2 = sampler(5, RemoteParents::Cap);
-        assert_eq!(sample(&cap2, Some(&remote_dropped)).decision, SamplingDecision::Drop);
+        assert_eq!(
+            sample(&cap2, Some(&remote_dropped)).decision,
+            SamplingDecision::Drop
+        );
     }
 
     #[test]

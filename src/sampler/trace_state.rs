@@ -47,9 +47,18 @@ mod tests {
 
     #[test]
     fn erases_th_and_keeps_the_rest() {
-        assert_eq!(erase_threshold(&ts("ot=th:c;rv:abcdef,vendor=x")).header(), "ot=rv:abcdef,vendor=x");
-        assert_eq!(erase_threshold(&ts("vendor=x,ot=th:8")).header(), "vendor=x");
+        assert_eq!(
+            erase_threshold(&ts("ot=th:c;rv:abcdef,vendor=x")).header(),
+            "ot=rv:abcdef,vendor=x"
+        );
+        assert_eq!(
+            erase_threshold(&ts("vendor=x,ot=th:8")).header(),
+            "vendor=x"
+        );
         assert_eq!(erase_threshold(&ts("ot=rv:01")).header(), "ot=rv:01");
-        assert_eq!(erase_threshold(&TraceState::default()), TraceState::default());
+        assert_eq!(
+            erase_threshold(&TraceState::default()),
+            TraceState::default()
+        );
     }
 }
