@@ -1,6 +1,7 @@
 //! The OpenTelemetry side: a [`ShouldSample`](opentelemetry_sdk::trace::ShouldSample)
 //! that asks a limiter once per trace.
 
+mod parent;
 mod rate_limiting;
 mod trace_state;
 
