@@ -1,12 +1,16 @@
 #![doc = include_str!("../README.md")]
 
 mod clock;
+#[cfg(feature = "config")]
+mod config;
 mod limit;
 mod limiter;
 mod sampler;
 mod sync;
 
 pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock, PreciseClock};
+#[cfg(feature = "config")]
+pub use config::{ConfigError, ConfigErrorKind, SamplingConfig};
 pub use limit::{Limit, LimitError, MIN_WINDOW};
 pub use limiter::{
     Algorithm, AnyLimiter, FixedWindow, ParseAlgorithmError, RateLimiter, SlidingLog,
@@ -16,3 +20,5 @@ pub use sampler::{
     RateLimitingSampler, RateLimitingSamplerBuilder, RemoteParents, SAMPLER_PARAM, SAMPLER_TYPE,
     SAMPLER_TYPE_VALUE,
 };
+#[cfg(feature = "config")]
+pub use sampler::{RuleBasedSampler, SAMPLER_RULE, SAMPLER_TYPE_PROBABILISTIC};

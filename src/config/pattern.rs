@@ -1,0 +1,201 @@
+//! Glob patterns on span names and attribute values, with fast paths for the common
+//! shapes (a literal, `prefix*`, `*suffix`, `*`) so most rules never run a regex.
+
+use std::fmt::{self, Write as _};
+
+use globset::{GlobBuilder, GlobMatcher};
+use opentelemetry::Value;
+
+/// A compiled glob (`*` any run of characters, `/` included; `?` one character;
+/// `[abc]`, `{a,b}` and `\` escapes as in `globset`).
+#[derive(Clone)]
+pub(crate) struct Pattern {
+    source: Box<str>,
+    shape: Shape,
+}
+
+#[derive(Clone)]
+enum Shape {
+    Any,
+    Exact(Box<str>),
+    Prefix(Box<str>),
+    Suffix(Box<str>),
+    Contains(Box<str>),
+    Glob(GlobMatcher),
+}
+
+const META: &[char] = &['*', '?', '[', ']', '{', '}', '\\'];
+
+impl Pattern {
+    /// Compiles `glob`; the error says why it does not parse.
+    pub(crate) fn glob(glob: &str) -> Result<Self, globset::Error> {
+        // Validate every pattern with globset, fast path or not, so the accepted
+        // syntax is exactly globset's.
+        let matcher = GlobBuilder::new(glob)
+            .literal_separator(false)
+            .build()?
+            .compile_matcher();
+        let inner = glob.trim_start_matches('*').trim_end_matches('*');
+        let shape = if glob.chars().all(|c| c == '*') && !glob.is_empty() {
+            Shape::Any
+        } else if inner.contains(META) {
+            Shape::Glob(matcher)
+        } else {
+            match (glob.starts_with('*'), glob.ends_with('*')) {
+                (false, false) => Shape::Exact(glob.into()),
+                (false, true) => Shape::Prefix(inner.into()),
+                (true, false) => Shape::Suffix(inner.into()),
+                (true, true) => Shape::Contains(inner.into()),
+            }
+        };
+        Ok(Self {
+            source: glob.into(),
+            shape,
+        })
+    }
+
+    /// A pattern matching `literal` only (a Jaeger operation name).
+    pub(crate) fn literal(literal: &str) -> Self {
+        Self {
+            source: literal.into(),
+            shape: Shape::Exact(literal.into()),
+        }
+    }
+
+    /// The pattern as written.
+    pub(crate) fn as_str(&self) -> &str {
+        &self.source
+    }
+
+    #[inline]
+    pub(crate) fn is_match(&self, s: &str) -> bool {
+        match &self.shape {
+            Shape::Any => true,
+            Shape::Exact(e) => s == &**e,
+            Shape::Prefix(p) => s.starts_with(&**p),
+            Shape::Suffix(p) => s.ends_with(&**p),
+            Shape::Contains(p) => s.contains(&**p),
+            Shape::Glob(m) => m.is_match(s),
+        }
+    }
+
+    /// Whether an attribute value, as text, matches. Strings, booleans, integers and
+    /// floats are matched without allocating; arrays (rare at sampling time) are
+    /// rendered first.
+    #[inline]
+    pub(crate) fn matches_value(&self, value: &Value) -> bool {
+        match value {
+            Value::String(s) => self.is_match(s.as_str()),
+            Value::Bool(b) => self.is_match(if *b { "true" } else { "false" }),
+            Value::I64(i) => self.matches_display(i),
+            Value::F64(f) => self.matches_display(f),
+            other => self.is_match(&other.to_string()),
+        }
+    }
+
+    fn matches_display(&self, value: &dyn fmt::Display) -> bool {
+        let mut buf = StackBuf::default();
+        if write!(buf, "{value}").is_ok() {
+            self.is_match(buf.as_str())
+        } else {
+            self.is_match(&value.to_string())
+        }
+    }
+}
+
+impl fmt::Debug for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.source, f)
+    }
+}
+
+impl PartialEq for Pattern {
+    fn eq(&self, other: &Self) -> bool {
+        self.source == other.source
+    }
+}
+
+/// A small stack buffer a number is written into, to match it without allocating.
+struct StackBuf {
+    bytes: [u8; 40],
+    len: usize,
+}
+
+impl Default for StackBuf {
+    fn default() -> Self {
+        Self {
+            bytes: [0; 40],
+            len: 0,
+        }
+    }
+}
+
+impl StackBuf {
+    fn as_str(&self) -> &str {
+        // Only whole `str`s are ever copied in, so the prefix is valid UTF-8.
+        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
+    }
+}
+
+impl fmt::Write for StackBuf {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let end = self.len + s.len();
+        let dst = self.bytes.get_mut(self.len..end).ok_or(fmt::Error)?;
+        dst.copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fast_shapes_agree_with_globset() {
+        let names = [
+            "GET /api/users",
+            "/health",
+            "healthz",
+            "",
+            "a*b",
+            "GET /api",
+        ];
+        for glob in [
+            "*",
+            "GET /api*",
+            "*health",
+            "/health",
+            "*api*",
+            "GET /{api,web}/*",
+            "?ealthz",
+        ] {
+            let p = Pattern::glob(glob).unwrap();
+            let g = GlobBuilder::new(glob).build().unwrap().compile_matcher();
+            for n in names {
+                assert_eq!(p.is_match(n), g.is_match(n), "{glob} on {n}");
+            }
+        }
+    }
+
+    #[test]
+    fn values_match_as_text() {
+        let p = Pattern::glob("5*").unwrap();
+        assert!(p.matches_value(&Value::I64(503)));
+        assert!(!p.matches_value(&Value::I64(200)));
+        assert!(Pattern::glob("true")
+            .unwrap()
+            .matches_value(&Value::Bool(true)));
+        assert!(Pattern::glob("0.5")
+            .unwrap()
+            .matches_value(&Value::F64(0.5)));
+        let long = Value::F64(1e300);
+        assert!(Pattern::glob("1000*").unwrap().matches_value(&long));
+    }
+
+    #[test]
+    fn bad_globs_are_errors() {
+        assert!(Pattern::glob("GET /[api").is_err());
+        assert!(Pattern::glob("{a,b").is_err());
+    }
+}
