@@ -10,7 +10,11 @@ mod sync;
 
 pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock, PreciseClock};
 #[cfg(feature = "config")]
-pub use config::{ConfigError, ConfigErrorKind, SamplingConfig};
+pub use config::{
+    ConfigError, ConfigErrorKind, SamplingConfig, DEFAULT_TRACES_PER_SECOND,
+    OTEL_RATE_SAMPLER_CONFIG, OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG,
+    PARENTBASED_RATELIMITING, RATELIMITING,
+};
 pub use limit::{Limit, LimitError, MIN_WINDOW};
 pub use limiter::{
     Algorithm, AnyLimiter, FixedWindow, ParseAlgorithmError, RateLimiter, SlidingLog,

@@ -1,6 +1,7 @@
 //! Sampling rules by service, operation and attribute, from TOML or Jaeger strategy
 //! files and the environment.
 
+mod env;
 mod error;
 mod from_jaeger;
 mod from_toml;
@@ -8,6 +9,10 @@ mod model;
 mod pattern;
 mod validate;
 
+pub use env::{
+    DEFAULT_TRACES_PER_SECOND, OTEL_RATE_SAMPLER_CONFIG, OTEL_TRACES_SAMPLER,
+    OTEL_TRACES_SAMPLER_ARG, PARENTBASED_RATELIMITING, RATELIMITING,
+};
 pub use error::{ConfigError, ConfigErrorKind};
 pub use model::SamplingConfig;
 
