@@ -114,13 +114,38 @@ impl Rule {
         if self.span_name.as_ref().is_some_and(|p| !p.is_match(name)) {
             return false;
         }
-        self.attributes.iter().all(|(key, pattern)| {
-            attributes
-                .iter()
-                .find(|kv| kv.key.as_str() == key)
-                .is_some_and(|kv| pattern.matches_value(&kv.value))
-        })
+        // Every key must be present before any value is matched: a missing attribute is
+        // the common way a rule fails, and costs no glob.
+        let mut found: [Option<&opentelemetry::Value>; MAX_FAST_ATTRIBUTES] =
+            [None; MAX_FAST_ATTRIBUTES];
+        if self.attributes.len() > MAX_FAST_ATTRIBUTES {
+            return self.attributes.iter().all(|(key, pattern)| {
+                find(attributes, key).is_some_and(|v| pattern.matches_value(v))
+            });
+        }
+        for ((key, _), slot) in self.attributes.iter().zip(found.iter_mut()) {
+            match find(attributes, key) {
+                Some(v) => *slot = Some(v),
+                None => return false,
+            }
+        }
+        self.attributes
+            .iter()
+            .zip(found)
+            .all(|((_, pattern), v)| v.is_some_and(|v| pattern.matches_value(v)))
     }
+}
+
+/// Rules with up to this many attribute conditions check them all for presence first,
+/// without allocating.
+const MAX_FAST_ATTRIBUTES: usize = 8;
+
+#[inline]
+fn find<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a opentelemetry::Value> {
+    attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == key)
+        .map(|kv| &kv.value)
 }
 
 impl SamplingConfig {

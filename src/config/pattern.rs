@@ -20,8 +20,11 @@ enum Shape {
     Exact(Box<str>),
     Prefix(Box<str>),
     Suffix(Box<str>),
-    Contains(Box<str>),
-    Glob(GlobMatcher),
+    /// A substring, with its searcher built once.
+    Contains(memchr::memmem::Finder<'static>),
+    /// A general glob, and the literal text it must start with (checked first: most
+    /// names are rejected without running the matcher).
+    Glob(Box<str>, GlobMatcher),
 }
 
 const META: &[char] = &['*', '?', '[', ']', '{', '}', '\\'];
@@ -39,13 +42,14 @@ impl Pattern {
         let shape = if glob.chars().all(|c| c == '*') && !glob.is_empty() {
             Shape::Any
         } else if inner.contains(META) {
-            Shape::Glob(matcher)
+            let literal = glob.split(META).next().unwrap_or_default();
+            Shape::Glob(literal.into(), matcher)
         } else {
             match (glob.starts_with('*'), glob.ends_with('*')) {
                 (false, false) => Shape::Exact(glob.into()),
                 (false, true) => Shape::Prefix(inner.into()),
                 (true, false) => Shape::Suffix(inner.into()),
-                (true, true) => Shape::Contains(inner.into()),
+                (true, true) => Shape::Contains(memchr::memmem::Finder::new(inner).into_owned()),
             }
         };
         Ok(Self {
@@ -74,8 +78,8 @@ impl Pattern {
             Shape::Exact(e) => s == &**e,
             Shape::Prefix(p) => s.starts_with(&**p),
             Shape::Suffix(p) => s.ends_with(&**p),
-            Shape::Contains(p) => s.contains(&**p),
-            Shape::Glob(m) => m.is_match(s),
+            Shape::Contains(finder) => finder.find(s.as_bytes()).is_some(),
+            Shape::Glob(prefix, m) => s.starts_with(&**prefix) && m.is_match(s),
         }
     }
 
@@ -87,7 +91,7 @@ impl Pattern {
         match value {
             Value::String(s) => self.is_match(s.as_str()),
             Value::Bool(b) => self.is_match(if *b { "true" } else { "false" }),
-            Value::I64(i) => self.matches_display(i),
+            Value::I64(i) => self.is_match(format_i64(*i, &mut [0; 20])),
             Value::F64(f) => self.matches_display(f),
             other => self.is_match(&other.to_string()),
         }
@@ -101,6 +105,26 @@ impl Pattern {
             self.is_match(&value.to_string())
         }
     }
+}
+
+/// `value` in decimal, written into `buf` (no formatting machinery, no allocation).
+fn format_i64(value: i64, buf: &mut [u8; 20]) -> &str {
+    let mut n = value.unsigned_abs();
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    if value < 0 {
+        at -= 1;
+        buf[at] = b'-';
+    }
+    // Only ASCII digits and '-' were written.
+    std::str::from_utf8(&buf[at..]).unwrap_or_default()
 }
 
 impl fmt::Debug for Pattern {
@@ -191,6 +215,13 @@ mod tests {
             .matches_value(&Value::F64(0.5)));
         let long = Value::F64(1e300);
         assert!(Pattern::glob("1000*").unwrap().matches_value(&long));
+    }
+
+    #[test]
+    fn integers_format_like_display() {
+        for i in [0, 7, -7, 503, i64::MAX, i64::MIN] {
+            assert_eq!(format_i64(i, &mut [0; 20]), i.to_string());
+        }
     }
 
     #[test]

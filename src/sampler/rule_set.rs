@@ -106,7 +106,8 @@ impl<C: Clock + Clone> RuleSet<C> {
                     attributes: vec![
                         KeyValue::new(SAMPLER_TYPE, kind),
                         KeyValue::new(SAMPLER_PARAM, param),
-                        KeyValue::new(SAMPLER_RULE, Value::String(name.to_owned().into())),
+                        // Shared, so that a kept span clones a reference count, not the name.
+                        KeyValue::new(SAMPLER_RULE, Value::String(Arc::<str>::from(name).into())),
                     ],
                 })
             };
