@@ -9,6 +9,8 @@ mod sampler;
 mod sync;
 
 pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock, PreciseClock};
+#[cfg(feature = "reload")]
+pub use config::ConfigWatcher;
 #[cfg(feature = "config")]
 pub use config::{
     ConfigError, ConfigErrorKind, SamplingConfig, DEFAULT_TRACES_PER_SECOND,

@@ -8,6 +8,8 @@ mod from_toml;
 mod model;
 mod pattern;
 mod validate;
+#[cfg(feature = "reload")]
+mod watch;
 
 pub use env::{
     DEFAULT_TRACES_PER_SECOND, OTEL_RATE_SAMPLER_CONFIG, OTEL_TRACES_SAMPLER,
@@ -15,5 +17,7 @@ pub use env::{
 };
 pub use error::{ConfigError, ConfigErrorKind};
 pub use model::SamplingConfig;
+#[cfg(feature = "reload")]
+pub use watch::ConfigWatcher;
 
 pub(crate) use model::{LimitSpec, Policy, Rule, ServiceConfig};
