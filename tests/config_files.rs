@@ -26,6 +26,16 @@ fn every_example_file_parses() {
     assert!(seen >= 2, "examples/ should hold a TOML and a Jaeger file");
 }
 
+#[test]
+fn the_readme_configuration_parses() {
+    let readme = include_str!("../README.md");
+    let start = readme.find("```toml\n").expect("a TOML block") + "```toml\n".len();
+    let end = start + readme[start..].find("```").unwrap();
+    let config = SamplingConfig::from_toml_str(&readme[start..end], "README.md")
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.services().collect::<Vec<_>>(), ["checkout"]);
+}
+
 /// The example in Jaeger's documentation, with fractional and per-operation rate limits.
 const JAEGER: &str = r#"{
   "service_strategies": [
