@@ -105,14 +105,9 @@ impl Ctx<'_> {
     }
 
     /// The policy a block sets, if any; `None` when it sets none of the keys.
-    fn policy(
-        &self,
-        raw: &RawPolicy<'_>,
-        path: &str,
-        block: Range<usize>,
-    ) -> Result<Option<Policy>, ConfigError> {
+    fn policy(&self, raw: &RawPolicy<'_>, path: &str) -> Result<Option<Policy>, ConfigError> {
         let key = |k: &str| format!("{path}.{k}");
-        let limit = self.limit(raw, path, block)?;
+        let limit = self.limit(raw, path)?;
         match (limit, raw.probability) {
             (Some(_), Some(p)) => Err(self.new_error(
                 ConfigErrorKind::ConflictingKeys,
@@ -138,12 +133,7 @@ impl Ctx<'_> {
     }
 
     /// The limit a block sets (`rate`, or `limit` with an optional `window`).
-    fn limit(
-        &self,
-        raw: &RawPolicy<'_>,
-        path: &str,
-        _block: Range<usize>,
-    ) -> Result<Option<LimitSpec>, ConfigError> {
+    fn limit(&self, raw: &RawPolicy<'_>, path: &str) -> Result<Option<LimitSpec>, ConfigError> {
         let key = |k: &str| format!("{path}.{k}");
         let limit = match (raw.rate, raw.limit) {
             (Some(_), Some(l)) => {
@@ -174,15 +164,13 @@ impl Ctx<'_> {
                 self.check(l, &key("limit"), |l| validate::per_window(*l, window))?
             }
             (None, None) => {
-                for (k, span) in [("window", raw.window.as_ref().map(|w| w.span()))] {
-                    if let Some(span) = span {
-                        return Err(self.new_error(
-                            ConfigErrorKind::MissingKey,
-                            span,
-                            &key(k),
-                            "`window` needs a `limit` beside it".into(),
-                        ));
-                    }
+                if let Some(w) = raw.window {
+                    return Err(self.new_error(
+                        ConfigErrorKind::MissingKey,
+                        w.span(),
+                        &key("window"),
+                        "`window` needs a `limit` beside it".into(),
+                    ));
                 }
                 if raw.probability.is_none() {
                     if let Some(a) = raw.algorithm {
@@ -245,7 +233,6 @@ impl Ctx<'_> {
                 probability: raw.probability.as_ref(),
             },
             path,
-            span.clone(),
         )?;
         if is_default && policy.is_none() {
             return Err(self.new_error(
@@ -268,7 +255,6 @@ impl Ctx<'_> {
                         probability: None,
                     },
                     &cap_path,
-                    c.span(),
                 )?;
                 Some(spec.ok_or_else(|| {
                     self.new_error(
@@ -396,7 +382,6 @@ impl Ctx<'_> {
                     probability: raw.probability.as_ref(),
                 },
                 path,
-                span.clone(),
             )?
             .ok_or_else(|| {
                 self.new_error(

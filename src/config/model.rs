@@ -8,7 +8,7 @@ use opentelemetry::trace::SpanKind;
 use opentelemetry::KeyValue;
 
 use super::error::{ConfigError, ConfigErrorKind, Pos};
-use super::pattern::Pattern;
+use super::pattern::{bytes_eq, Pattern};
 use crate::limit::Limit;
 use crate::limiter::Algorithm;
 use crate::sampler::{Origin, RemoteParents};
@@ -144,7 +144,7 @@ const MAX_FAST_ATTRIBUTES: usize = 8;
 fn find<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a opentelemetry::Value> {
     attributes
         .iter()
-        .find(|kv| kv.key.as_str() == key)
+        .find(|kv| bytes_eq(kv.key.as_str().as_bytes(), key.as_bytes()))
         .map(|kv| &kv.value)
 }
 
