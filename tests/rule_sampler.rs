@@ -424,3 +424,36 @@ fn sampler_is_clone_and_debug() {
         "{debug}"
     );
 }
+
+#[test]
+fn reloads_under_concurrent_load_cause_no_burst() {
+    let version = |order: bool| {
+        let (first, second) = if order { ("a", "b") } else { ("b", "a") };
+        format!(
+            "[default]\nlimit = 1\n[[default.rule]]\nname = \"{first}\"\nspan_name = \"{first}\"\nlimit = 5\n[[default.rule]]\nname = \"{second}\"\nspan_name = \"{second}*\"\nlimit = 5\n"
+        )
+    };
+    let configs = [config(&version(true)), config(&version(false))];
+    let (s, clock) = sampler(&version(true), "svc");
+    for _window in 0..3 {
+        let kept = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..3)
+                .map(|_| {
+                    let s = s.clone();
+                    scope.spawn(move || count_kept(&s, "a", 3000))
+                })
+                .collect();
+            // Rules reordered and re-matched, limits unchanged: each reload keeps "a"'s
+            // limiter, whatever the workers are doing.
+            for i in 0..50 {
+                s.reload(&configs[i % 2]).unwrap();
+            }
+            workers
+                .into_iter()
+                .map(|w| w.join().unwrap())
+                .sum::<usize>()
+        });
+        assert_eq!(kept, 5);
+        clock.advance(Duration::from_secs(1));
+    }
+}

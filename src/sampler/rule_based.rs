@@ -93,6 +93,11 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     /// being decided during the swap use the old rules or the new ones, never a mix,
     /// and never wait.
     ///
+    /// For a changed rule the carry-over is a snapshot: admissions the old limiter makes
+    /// between the snapshot and the swap (by decisions already holding the old rules)
+    /// are not carried, so in the window of the reload that rule keeps at most its new
+    /// N plus those few. An unchanged rule's bound is exact: it is the same limiter.
+    ///
     /// # Errors
     ///
     /// As [`new`](RuleBasedSampler::new); the old rules then stay in force.
