@@ -457,3 +457,13 @@ fn reloads_under_concurrent_load_cause_no_burst() {
         clock.advance(Duration::from_secs(1));
     }
 }
+
+#[test]
+fn a_rule_named_default_never_shares_the_defaults_limiter_across_reloads() {
+    let text = "[default]\nlimit = 2\n[[default.rule]]\nname = \"default\"\nspan_name = \"x\"\nlimit = 2\n";
+    let (s, _clock) = sampler(text, "svc");
+    assert_eq!(count_kept(&s, "x", 5), 2);
+    s.reload(&config(text)).unwrap();
+    assert_eq!(count_kept(&s, "x", 5), 0);
+    assert_eq!(count_kept(&s, "y", 5), 2);
+}

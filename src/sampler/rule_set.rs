@@ -60,18 +60,18 @@ impl<C: Clock + Clone> RuleSet<C> {
         clock: &C,
         previous: Option<&RuleSet<C>>,
     ) -> Result<Self, LimitError> {
-        let find = |name: &str| {
-            previous.and_then(|p| {
-                p.rules
-                    .iter()
-                    .chain(p.default.as_ref())
-                    .find(|c| c.name == name)
+        // A rule's predecessor is the previous rule of the same name; the default's is
+        // the previous default (a rule may be named "default" too).
+        let find = |rule: Option<&Rule>, name: &str| {
+            previous.and_then(|p| match rule {
+                Some(_) => p.rules.iter().find(|c| c.name == name),
+                None => p.default.as_ref(),
             })
         };
         let cap_window = service.cap.map(|c| c.limit.window());
         let compile =
             |rule: Option<&Rule>, name: &str, policy: Policy| -> Result<Compiled<C>, LimitError> {
-                let old = find(name);
+                let old = find(rule, name);
                 let action = match policy {
                     Policy::Probability(p) => Action::Probability((p * 2f64.powi(63)) as u64),
                     Policy::Limit(spec) => {
