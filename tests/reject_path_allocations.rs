@@ -10,7 +10,7 @@ use opentelemetry_sdk::trace::{SamplingDecision, ShouldSample};
 use otel_rate_sampler::{ManualClock, RuleBasedSampler, SamplingConfig};
 use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 
-// The only test in this binary, so no other thread allocates while it measures.
+// The only test in this binary.
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
@@ -58,16 +58,22 @@ limit = 1
         decide("POST /x").decision,
         SamplingDecision::RecordAndSample
     );
-    let region = Region::new(GLOBAL);
-    for _ in 0..1000 {
-        let a = decide("GET /orders/1");
-        let b = decide("POST /x");
-        assert!(a.decision == SamplingDecision::Drop && b.decision == SamplingDecision::Drop);
+    // The counter is global, and the test harness's own thread may allocate now and
+    // then while this runs. A refusal that allocated would do so in every one of the
+    // 2000 refusals of every attempt, so one clean attempt out of five proves the point.
+    let mut changes = Vec::new();
+    for _attempt in 0..5 {
+        let region = Region::new(GLOBAL);
+        for _ in 0..1000 {
+            let a = decide("GET /orders/1");
+            let b = decide("POST /x");
+            assert!(a.decision == SamplingDecision::Drop && b.decision == SamplingDecision::Drop);
+        }
+        let change = region.change();
+        if change.allocations == 0 && change.reallocations == 0 {
+            return;
+        }
+        changes.push(change);
     }
-    let change = region.change();
-    assert_eq!(
-        (change.allocations, change.reallocations),
-        (0, 0),
-        "{change:?}"
-    );
+    panic!("every attempt allocated: {changes:?}");
 }
