@@ -4,12 +4,22 @@
 #![forbid(unsafe_code)]
 
 mod clock;
+#[cfg(feature = "config")]
+mod config;
 mod limit;
 mod limiter;
 mod sampler;
 mod sync;
 
 pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock, PreciseClock};
+#[cfg(feature = "reload")]
+pub use config::ConfigWatcher;
+#[cfg(feature = "config")]
+pub use config::{
+    ConfigError, ConfigErrorKind, SamplingConfig, DEFAULT_TRACES_PER_SECOND,
+    OTEL_RATE_SAMPLER_CONFIG, OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG,
+    PARENTBASED_RATELIMITING, RATELIMITING,
+};
 pub use limit::{Limit, LimitError, MIN_WINDOW};
 pub use limiter::{
     Algorithm, AnyLimiter, FixedWindow, ParseAlgorithmError, RateLimiter, SlidingLog,
@@ -19,3 +29,5 @@ pub use sampler::{
     RateLimitingSampler, RateLimitingSamplerBuilder, RemoteParents, SAMPLER_PARAM, SAMPLER_TYPE,
     SAMPLER_TYPE_VALUE,
 };
+#[cfg(feature = "config")]
+pub use sampler::{RuleBasedSampler, SAMPLER_RULE, SAMPLER_TYPE_PROBABILISTIC};

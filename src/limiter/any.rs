@@ -110,6 +110,29 @@ impl<C: Clock> AnyLimiter<C> {
         }
     }
 
+    /// The admissions counted in the current window at the clock's now (for the
+    /// sliding log, in the last window): what a reload carries over.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
+    pub(crate) fn current_count(&self) -> u64 {
+        let now = self.clock().now_nanos();
+        match &self.inner {
+            Inner::Fixed(l) => l.count_at(now),
+            Inner::Sliding(l) => l.count_at(now),
+            Inner::Log(l) => l.count_at(now),
+        }
+    }
+
+    /// Spends, now, as many permits as `old` has counted in its current window (at most
+    /// this limiter's permits): a replacement limiter starts where the old one was, so
+    /// a reload that changes a limit causes no burst.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
+    pub(crate) fn carry_over_from(&self, old: &AnyLimiter<C>) {
+        let count = old.current_count().min(u64::from(self.limit().permits()));
+        for _ in 0..count {
+            let _ = self.try_acquire();
+        }
+    }
+
     /// The clock the limiter reads.
     pub fn clock(&self) -> &C {
         match &self.inner {
@@ -149,9 +172,40 @@ impl<C: fmt::Debug> fmt::Debug for AnyLimiter<C> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::ManualClock;
+
+    #[test]
+    fn carry_over_starts_a_new_limiter_where_the_old_one_was() {
+        for from in Algorithm::ALL {
+            for to in Algorithm::ALL {
+                let clock = ManualClock::new();
+                clock.set(1_500_000_000);
+                let limit = |n| Limit::per_window(n, Duration::from_secs(1)).unwrap();
+                let old = AnyLimiter::with_clock(from, limit(5), clock.clone()).unwrap();
+                assert_eq!((0..3).filter(|_| old.try_acquire()).count(), 3);
+                assert_eq!(old.current_count(), 3, "{from}");
+                let new = AnyLimiter::with_clock(to, limit(4), clock.clone()).unwrap();
+                new.carry_over_from(&old);
+                assert_eq!(
+                    (0..10).filter(|_| new.try_acquire()).count(),
+                    1,
+                    "{from} -> {to}"
+                );
+                // A smaller new limit is simply full.
+                let small = AnyLimiter::with_clock(to, limit(2), clock.clone()).unwrap();
+                small.carry_over_from(&old);
+                assert!(!small.try_acquire(), "{from} -> {to}");
+                // The count belongs to the current window only.
+                clock.advance(Duration::from_secs(2));
+                assert_eq!(old.current_count(), 0, "{from}");
+            }
+        }
+    }
 
     #[test]
     fn algorithm_names_round_trip_and_unknown_names_say_what_is_accepted() {

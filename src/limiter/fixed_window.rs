@@ -2,7 +2,7 @@ use std::fmt;
 
 use crossbeam_utils::CachePadded;
 
-use super::packed::{pack, unpack, window_index, MAX_PERMITS};
+use super::packed::{count_for, pack, unpack, window_index, MAX_PERMITS};
 use super::RateLimiter;
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::{Limit, LimitError};
@@ -76,6 +76,14 @@ impl<C: Clock> FixedWindow<C> {
             limit,
             clock,
         })
+    }
+
+    /// The admissions counted in the window that holds `now` (for a `now` older than
+    /// the newest window, the newest window's count, as `acquire_at` would see it).
+    #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
+    pub(crate) fn count_at(&self, now: u64) -> u64 {
+        // Relaxed: a snapshot for a reload, see "Memory ordering" on the type.
+        count_for(self.state.load(Ordering::Relaxed), now, self.window)
     }
 
     /// The clock this limiter reads.

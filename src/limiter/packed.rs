@@ -40,6 +40,19 @@ pub(crate) fn window_index(now: u64, window_nanos: u64) -> u64 {
     (now / window_nanos).min(MAX_WINDOW_INDEX)
 }
 
+/// The count a packed word holds for the window of `now`: its count if its window is
+/// that one or newer (a stale `now` is counted in the newest window), else 0.
+#[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
+#[inline]
+pub(crate) fn count_for(word: u64, now: u64, window_nanos: u64) -> u64 {
+    let (window, count) = unpack(word);
+    if window >= window_index(now, window_nanos) {
+        count
+    } else {
+        0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -102,6 +102,23 @@ impl<C: Clock> SlidingLog<C> {
         })
     }
 
+    /// The admissions stamped after `now − W` (a snapshot for a reload; one still being
+    /// written is not seen).
+    #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
+    pub(crate) fn count_at(&self, now: u64) -> u64 {
+        self.slots
+            .iter()
+            // Acquire: pairs with the writer's Release store of `seq`, as in `acquire_at`.
+            .filter(|slot| slot.seq.load(Ordering::Acquire) != 0)
+            .filter(|slot| {
+                slot.stamp
+                    .load(Ordering::Relaxed)
+                    .saturating_add(self.window)
+                    > now
+            })
+            .count() as u64
+    }
+
     /// The clock this limiter reads.
     pub fn clock(&self) -> &C {
         &self.clock

@@ -1,10 +1,11 @@
 use std::fmt;
 use std::sync::Arc;
 
-use opentelemetry::trace::{Link, SpanContext, SpanKind, TraceContextExt, TraceId, TraceState};
+use opentelemetry::trace::{Link, SpanKind, TraceId, TraceState};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult, ShouldSample};
 
+use super::parent::{self, drop_span};
 use super::trace_state::erase_threshold;
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::{Limit, LimitError};
@@ -142,29 +143,6 @@ impl<L: RateLimiter> RateLimitingSampler<L> {
     }
 }
 
-#[inline]
-fn drop_span(parent_state: &TraceState) -> SamplingResult {
-    SamplingResult {
-        decision: SamplingDecision::Drop,
-        attributes: Vec::new(),
-        // A clone of an empty trace state (every root's) does not allocate.
-        trace_state: parent_state.clone(),
-    }
-}
-
-#[inline]
-fn follow(parent: &SpanContext) -> SamplingResult {
-    if parent.is_sampled() {
-        SamplingResult {
-            decision: SamplingDecision::RecordAndSample,
-            attributes: Vec::new(),
-            trace_state: parent.trace_state().clone(),
-        }
-    } else {
-        drop_span(parent.trace_state())
-    }
-}
-
 impl<L: RateLimiter + 'static> ShouldSample for RateLimitingSampler<L> {
     fn should_sample(
         &self,
@@ -175,19 +153,9 @@ impl<L: RateLimiter + 'static> ShouldSample for RateLimitingSampler<L> {
         _attributes: &[KeyValue],
         _links: &[Link],
     ) -> SamplingResult {
-        let span = parent_context.map(|cx| cx.span());
-        let Some(parent) = span.as_ref().map(|s| s.span_context()) else {
-            return self.decide(&TraceState::NONE);
-        };
-        if !parent.is_valid() {
-            // A root: the SDK passes a context whose span context is invalid.
-            return self.decide(parent.trace_state());
-        }
-        match (parent.is_remote(), self.inner.remote_parents) {
-            (false, _) | (true, RemoteParents::Follow) => follow(parent),
-            (true, RemoteParents::Cap) if parent.is_sampled() => self.decide(parent.trace_state()),
-            (true, RemoteParents::Cap) => drop_span(parent.trace_state()),
-        }
+        parent::apply(parent_context, self.inner.remote_parents, |_, state| {
+            self.decide(state)
+        })
     }
 }
 
@@ -271,7 +239,7 @@ impl<C: Clock> RateLimitingSamplerBuilder<C> {
 mod tests {
     use std::time::Duration;
 
-    use opentelemetry::trace::{SpanId, TraceFlags};
+    use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags};
     use opentelemetry::Value;
 
     use super::*;

@@ -1,0 +1,168 @@
+//! [`ConfigError`]: what was wrong with a sampling configuration, and where.
+
+use std::error::Error;
+use std::fmt;
+
+/// What kind of mistake a [`ConfigError`] reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ConfigErrorKind {
+    /// The file could not be read.
+    Io,
+    /// The text is not valid TOML or JSON, or a value has the wrong type.
+    Syntax,
+    /// A key the format does not know (a typo is never silently ignored).
+    UnknownKey,
+    /// A required key is missing.
+    MissingKey,
+    /// Two keys that exclude each other (say `rate` and `probability`) are both set.
+    ConflictingKeys,
+    /// A limit or rate that is zero, negative, NaN, infinite or out of range, a bad
+    /// window, or rule floors that do not fit in the service cap.
+    InvalidLimit,
+    /// A probability outside `[0, 1]` or not a number.
+    InvalidProbability,
+    /// A glob that does not parse.
+    BadGlob,
+    /// An algorithm name other than `fixed`, `sliding` or `sliding-log`.
+    UnknownAlgorithm,
+    /// A strategy type other than `probabilistic` or `ratelimiting` (Jaeger files).
+    UnknownType,
+    /// Any other value outside its accepted set (span kind, parent origin, remote-parent
+    /// policy, the `OTEL_TRACES_SAMPLER` value).
+    UnknownValue,
+    /// A service listed twice.
+    DuplicateService,
+    /// A rule name used twice in one service (rules are named so a reload can keep
+    /// their state).
+    DuplicateRule,
+    /// A service, rule, operation or attribute name that is empty.
+    EmptyName,
+}
+
+/// A sampling configuration that could not be loaded: the file, the line and column,
+/// the key, what was wrong and what is accepted.
+///
+/// Its `Display` reads `FILE:LINE:COLUMN: KEY: MESSAGE`, the form editors and terminals
+/// turn into a link. Line and column count from 1; they are 0 where there is no file
+/// position (an environment variable, an unreadable file).
+///
+/// ```
+/// use otel_rate_sampler::{ConfigErrorKind, SamplingConfig};
+///
+/// let err = SamplingConfig::from_toml_str("[default]\nrate = -1\n", "sampling.toml").unwrap_err();
+/// assert_eq!(err.kind(), ConfigErrorKind::InvalidLimit);
+/// assert_eq!((err.file(), err.line(), err.column(), err.key()), ("sampling.toml", 2, 8, "default.rate"));
+/// assert!(err.to_string().starts_with("sampling.toml:2:8: default.rate: "));
+/// ```
+#[derive(Debug)]
+pub struct ConfigError {
+    kind: ConfigErrorKind,
+    file: String,
+    line: usize,
+    column: usize,
+    key: String,
+    message: String,
+    source: Option<Box<dyn Error + Send + Sync + 'static>>,
+}
+
+/// A position in a file, counted from 1 (0 where there is none).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Pos {
+    pub(crate) line: usize,
+    pub(crate) column: usize,
+}
+
+impl Pos {
+    /// The line and column (in characters) of byte `offset` in `text`.
+    pub(crate) fn of_offset(text: &str, offset: usize) -> Pos {
+        let offset = offset.min(text.len());
+        let before = text.get(..offset).unwrap_or(text);
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        Pos {
+            line: before.matches('\n').count() + 1,
+            column: before[line_start..].chars().count() + 1,
+        }
+    }
+}
+
+impl ConfigError {
+    pub(crate) fn new(
+        kind: ConfigErrorKind,
+        file: &str,
+        pos: Pos,
+        key: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            kind,
+            file: file.to_owned(),
+            line: pos.line,
+            column: pos.column,
+            key: key.into(),
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    pub(crate) fn with_source(mut self, source: impl Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Box::new(source));
+        self
+    }
+
+    /// What kind of mistake this is.
+    pub fn kind(&self) -> ConfigErrorKind {
+        self.kind
+    }
+
+    /// The file (or environment variable) the configuration came from.
+    pub fn file(&self) -> &str {
+        &self.file
+    }
+
+    /// The line, from 1 (0 if there is no position).
+    pub fn line(&self) -> usize {
+        self.line
+    }
+
+    /// The column in characters, from 1 (0 if there is no position).
+    pub fn column(&self) -> usize {
+        self.column
+    }
+
+    /// The key, as a path such as `service[1].rule[0].rate` (empty if unknown).
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}: ", self.file, self.line, self.column)?;
+        if !self.key.is_empty() {
+            write!(f, "{}: ", self.key)?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+impl Error for ConfigError {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        self.source.as_deref().map(|e| e as &(dyn Error + 'static))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_become_lines_and_character_columns() {
+        let text = "a\nbé = 1\n";
+        assert_eq!(Pos::of_offset(text, 0), Pos { line: 1, column: 1 });
+        assert_eq!(Pos::of_offset(text, 2), Pos { line: 2, column: 1 });
+        // "é" is two bytes, one column.
+        assert_eq!(Pos::of_offset(text, 6), Pos { line: 2, column: 4 });
+        assert_eq!(Pos::of_offset(text, 999), Pos { line: 3, column: 1 });
+    }
+}

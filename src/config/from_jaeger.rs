@@ -1,0 +1,407 @@
+//! The Jaeger sampling strategies file (`default_strategy`, `service_strategies`,
+//! `operation_strategies`; types `probabilistic` and `ratelimiting`), loaded into the
+//! same model as the TOML format.
+//!
+//! Two departures from the Jaeger backend, both in the user's favour: fractional rate
+//! limits are honoured (0.5 is one trace per two seconds, not zero), and operation
+//! strategies may be `ratelimiting` too. As in Jaeger, a listed service's operations
+//! come first, then the default strategy's operations it does not name itself.
+
+use serde::Deserialize;
+
+use super::error::{ConfigError, ConfigErrorKind, Pos};
+use super::model::{LimitSpec, Policy, Rule, SamplingConfig, ServiceConfig};
+use super::pattern::Pattern;
+use super::validate::{self, Invalid};
+use crate::limiter::Algorithm;
+use crate::sampler::RemoteParents;
+
+/// Jaeger's default when a file has no `default_strategy`.
+const JAEGER_DEFAULT_PROBABILITY: f64 = 0.001;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    default_strategy: Option<RawStrategy>,
+    #[serde(default)]
+    service_strategies: Vec<RawStrategy>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStrategy {
+    service: Option<String>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    param: Option<f64>,
+    #[serde(default)]
+    operation_strategies: Vec<RawOperation>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOperation {
+    operation: String,
+    #[serde(rename = "type")]
+    kind: String,
+    param: f64,
+}
+
+/// One step of a path into a JSON document.
+#[derive(Clone, Copy)]
+enum Step<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+struct Ctx<'a> {
+    text: &'a str,
+    file: &'a str,
+}
+
+impl Ctx<'_> {
+    fn err(&self, invalid: Invalid, path: &[Step<'_>]) -> ConfigError {
+        let pos =
+            locate(self.text, path).map_or_else(Pos::default, |o| Pos::of_offset(self.text, o));
+        invalid.at(self.file, pos, &path_string(path))
+    }
+
+    fn policy(&self, kind: &str, param: f64, at: &[Step<'_>]) -> Result<Policy, ConfigError> {
+        let with = |last: &'static str| [at, &[Step::Key(last)]].concat();
+        match kind {
+            "probabilistic" => validate::probability(param)
+                .map(Policy::Probability)
+                .map_err(|e| self.err(e, &with("param"))),
+            "ratelimiting" => validate::rate(param)
+                .map(|limit| {
+                    Policy::Limit(LimitSpec {
+                        limit,
+                        algorithm: Algorithm::FixedWindow,
+                    })
+                })
+                .map_err(|e| self.err(e, &with("param"))),
+            other => Err(self.err(
+                Invalid::new(
+                    ConfigErrorKind::UnknownType,
+                    format!("unknown strategy type {other:?}; expected \"probabilistic\" or \"ratelimiting\""),
+                ),
+                &with("type"),
+            )),
+        }
+    }
+
+    /// A strategy's own policy (`None` if it sets neither `type` nor `param`).
+    fn strategy_policy(
+        &self,
+        raw: &RawStrategy,
+        at: &[Step<'_>],
+    ) -> Result<Option<Policy>, ConfigError> {
+        match (&raw.kind, raw.param) {
+            (Some(kind), Some(param)) => self.policy(kind, param, at).map(Some),
+            (None, None) => Ok(None),
+            (Some(_), None) | (None, Some(_)) => {
+                let missing = if raw.kind.is_none() { "type" } else { "param" };
+                Err(self.err(
+                    Invalid::new(
+                        ConfigErrorKind::MissingKey,
+                        format!("`type` and `param` go together; add `{missing}`"),
+                    ),
+                    at,
+                ))
+            }
+        }
+    }
+
+    fn operations(&self, raw: &RawStrategy, at: &[Step<'_>]) -> Result<Vec<Rule>, ConfigError> {
+        let mut rules: Vec<Rule> = Vec::with_capacity(raw.operation_strategies.len());
+        for (i, op) in raw.operation_strategies.iter().enumerate() {
+            let here = [at, &[Step::Key("operation_strategies"), Step::Index(i)]].concat();
+            let key = [here.as_slice(), &[Step::Key("operation")]].concat();
+            validate::name("operation", &op.operation).map_err(|e| self.err(e, &key))?;
+            if rules.iter().any(|r| r.name == op.operation) {
+                return Err(self.err(
+                    Invalid::new(
+                        ConfigErrorKind::DuplicateRule,
+                        format!(
+                            "operation {:?} is listed twice in this strategy; list it once",
+                            op.operation
+                        ),
+                    ),
+                    &key,
+                ));
+            }
+            rules.push(Rule {
+                name: op.operation.clone(),
+                span_name: Some(Pattern::literal(&op.operation)),
+                kind: None,
+                parent: None,
+                attributes: Vec::new(),
+                policy: self.policy(&op.kind, op.param, &here)?,
+                floor: 0,
+            });
+        }
+        Ok(rules)
+    }
+}
+
+impl SamplingConfig {
+    /// Parses a Jaeger sampling strategies file; `file` names it in errors.
+    ///
+    /// ```
+    /// use otel_rate_sampler::SamplingConfig;
+    ///
+    /// let config = SamplingConfig::from_jaeger_json_str(r#"{
+    ///   "default_strategy": {"type": "probabilistic", "param": 0.5},
+    ///   "service_strategies": [
+    ///     {"service": "bar", "type": "ratelimiting", "param": 0.5,
+    ///      "operation_strategies": [{"operation": "GET /", "type": "ratelimiting", "param": 2.5}]}
+    ///   ]
+    /// }"#, "strategies.json")?;
+    /// assert_eq!(config.services().collect::<Vec<_>>(), ["bar"]);
+    /// # Ok::<(), otel_rate_sampler::ConfigError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming `file`, the line, column and key of the first mistake.
+    pub fn from_jaeger_json_str(text: &str, file: &str) -> Result<Self, ConfigError> {
+        let ctx = Ctx { text, file };
+        let raw: RawFile = serde_json::from_str(text).map_err(|e| json_error(file, &e))?;
+        let default = match &raw.default_strategy {
+            Some(d) => {
+                let at = [Step::Key("default_strategy")];
+                if d.service.is_some() {
+                    return Err(ctx.err(
+                        Invalid::new(
+                            ConfigErrorKind::UnknownKey,
+                            "the default strategy takes no `service`",
+                        ),
+                        &[at[0], Step::Key("service")],
+                    ));
+                }
+                ServiceConfig {
+                    name: String::new(),
+                    policy: Some(
+                        ctx.strategy_policy(d, &at)?
+                            .unwrap_or(Policy::Probability(JAEGER_DEFAULT_PROBABILITY)),
+                    ),
+                    cap: None,
+                    remote_parents: RemoteParents::default(),
+                    rules: ctx.operations(d, &at)?,
+                }
+            }
+            None => ServiceConfig {
+                name: String::new(),
+                policy: Some(Policy::Probability(JAEGER_DEFAULT_PROBABILITY)),
+                cap: None,
+                remote_parents: RemoteParents::default(),
+                rules: Vec::new(),
+            },
+        };
+        let mut services: Vec<ServiceConfig> = Vec::with_capacity(raw.service_strategies.len());
+        for (i, s) in raw.service_strategies.iter().enumerate() {
+            let at = [Step::Key("service_strategies"), Step::Index(i)];
+            let name_key = [at[0], at[1], Step::Key("service")];
+            let name = s.service.clone().ok_or_else(|| {
+                ctx.err(
+                    Invalid::new(
+                        ConfigErrorKind::MissingKey,
+                        "a service strategy needs a `service` name",
+                    ),
+                    &at,
+                )
+            })?;
+            validate::name("service name", &name).map_err(|e| ctx.err(e, &name_key))?;
+            if services.iter().any(|o| o.name == name) {
+                return Err(ctx.err(
+                    Invalid::new(
+                        ConfigErrorKind::DuplicateService,
+                        format!("service {name:?} is listed twice; list each service once"),
+                    ),
+                    &name_key,
+                ));
+            }
+            let mut rules = ctx.operations(s, &at)?;
+            let inherited: Vec<Rule> = default
+                .rules
+                .iter()
+                .filter(|d| rules.iter().all(|r| r.name != d.name))
+                .cloned()
+                .collect();
+            rules.extend(inherited);
+            services.push(ServiceConfig {
+                name,
+                policy: ctx.strategy_policy(s, &at)?,
+                cap: None,
+                remote_parents: RemoteParents::default(),
+                rules,
+            });
+        }
+        Ok(Self {
+            source: file.to_owned(),
+            default,
+            services,
+        })
+    }
+}
+
+fn json_error(file: &str, e: &serde_json::Error) -> ConfigError {
+    let message = e.to_string();
+    // serde_json appends " at line L column C"; the position is reported separately.
+    let message = message
+        .split(" at line ")
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    let (kind, key) = if let Some(rest) = message.strip_prefix("unknown field `") {
+        (
+            ConfigErrorKind::UnknownKey,
+            rest.split('`').next().unwrap_or_default().to_owned(),
+        )
+    } else if let Some(rest) = message.strip_prefix("missing field `") {
+        (
+            ConfigErrorKind::MissingKey,
+            rest.split('`').next().unwrap_or_default().to_owned(),
+        )
+    } else {
+        (ConfigErrorKind::Syntax, String::new())
+    };
+    let pos = Pos {
+        line: e.line(),
+        column: e.column(),
+    };
+    let source = serde_json::Error::io(std::io::Error::other(e.to_string()));
+    ConfigError::new(kind, file, pos, key, message).with_source(source)
+}
+
+fn path_string(path: &[Step<'_>]) -> String {
+    let mut out = String::new();
+    for step in path {
+        match step {
+            Step::Key(k) if out.is_empty() => out.push_str(k),
+            Step::Key(k) => {
+                out.push('.');
+                out.push_str(k);
+            }
+            Step::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    out
+}
+
+/// The byte offset of the value at `path` in a JSON document already known to parse
+/// (the start of the value, or of the object holding a missing key).
+fn locate(text: &str, path: &[Step<'_>]) -> Option<usize> {
+    let bytes = text.as_bytes();
+    let mut at = skip_ws(bytes, 0);
+    for step in path {
+        match (step, bytes.get(at)?) {
+            (Step::Key(key), b'{') => {
+                let mut i = skip_ws(bytes, at + 1);
+                let mut found = None;
+                while bytes.get(i) == Some(&b'"') {
+                    let end = skip_string(bytes, i)?;
+                    let name: String = serde_json::from_str(text.get(i..end)?).ok()?;
+                    let value = skip_ws(bytes, skip_ws(bytes, end) + 1);
+                    if name == *key {
+                        found = Some(value);
+                        break;
+                    }
+                    i = skip_ws(bytes, skip_value(bytes, value)?);
+                    if bytes.get(i) == Some(&b',') {
+                        i = skip_ws(bytes, i + 1);
+                    }
+                }
+                match found {
+                    Some(v) => at = v,
+                    None => return Some(at),
+                }
+            }
+            (Step::Index(n), b'[') => {
+                let mut i = skip_ws(bytes, at + 1);
+                for _ in 0..*n {
+                    i = skip_ws(bytes, skip_value(bytes, i)?);
+                    if bytes.get(i) == Some(&b',') {
+                        i = skip_ws(bytes, i + 1);
+                    }
+                }
+                at = i;
+            }
+            _ => return Some(at),
+        }
+    }
+    Some(at)
+}
+
+fn skip_ws(bytes: &[u8], mut i: usize) -> usize {
+    while bytes.get(i).is_some_and(|b| b.is_ascii_whitespace()) {
+        i += 1;
+    }
+    i
+}
+
+/// The offset just past the string starting at `i`.
+fn skip_string(bytes: &[u8], i: usize) -> Option<usize> {
+    let mut j = i + 1;
+    loop {
+        match bytes.get(j)? {
+            b'\\' => j += 2,
+            b'"' => return Some(j + 1),
+            _ => j += 1,
+        }
+    }
+}
+
+/// The offset just past the value starting at `i`.
+fn skip_value(bytes: &[u8], i: usize) -> Option<usize> {
+    match bytes.get(i)? {
+        b'"' => skip_string(bytes, i),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut j = i;
+            loop {
+                match bytes.get(j)? {
+                    b'"' => {
+                        j = skip_string(bytes, j)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(j + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+        }
+        _ => {
+            let mut j = i;
+            while bytes
+                .get(j)
+                .is_some_and(|b| !matches!(b, b',' | b'}' | b']') && !b.is_ascii_whitespace())
+            {
+                j += 1;
+            }
+            Some(j)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locate_finds_nested_values() {
+        let text = "{\"a\": [1, {\"b\": \"x\\\"}\", \"c\": 2}]}";
+        let at = locate(text, &[Step::Key("a"), Step::Index(1), Step::Key("c")]).unwrap();
+        assert_eq!(&text[at..at + 1], "2");
+        assert_eq!(
+            path_string(&[Step::Key("a"), Step::Index(1), Step::Key("c")]),
+            "a[1].c"
+        );
+    }
+}

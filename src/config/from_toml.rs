@@ -1,0 +1,513 @@
+//! The TOML format (primary): `[default]`, `[[service]]`, `[[service.rule]]`.
+//! See `examples/sampling.toml` for a complete commented file.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::error::{ConfigError, ConfigErrorKind, Pos};
+use super::model::{LimitSpec, Policy, Rule, SamplingConfig, ServiceConfig};
+use super::validate::{self, Invalid};
+use crate::limiter::Algorithm;
+use crate::sampler::RemoteParents;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    default: Option<Spanned<RawBlock>>,
+    #[serde(default)]
+    service: Vec<Spanned<RawBlock>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBlock {
+    name: Option<Spanned<String>>,
+    rate: Option<Spanned<f64>>,
+    limit: Option<Spanned<i64>>,
+    window: Option<Spanned<String>>,
+    algorithm: Option<Spanned<String>>,
+    probability: Option<Spanned<f64>>,
+    cap: Option<Spanned<RawCap>>,
+    remote_parents: Option<Spanned<String>>,
+    #[serde(default)]
+    rule: Vec<Spanned<RawRule>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCap {
+    rate: Option<Spanned<f64>>,
+    limit: Option<Spanned<i64>>,
+    window: Option<Spanned<String>>,
+    algorithm: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    name: Option<Spanned<String>>,
+    span_name: Option<Spanned<String>>,
+    kind: Option<Spanned<String>>,
+    parent: Option<Spanned<String>>,
+    #[serde(default)]
+    attributes: BTreeMap<Spanned<String>, Spanned<String>>,
+    rate: Option<Spanned<f64>>,
+    limit: Option<Spanned<i64>>,
+    window: Option<Spanned<String>>,
+    algorithm: Option<Spanned<String>>,
+    probability: Option<Spanned<f64>>,
+    floor: Option<Spanned<i64>>,
+}
+
+/// The policy keys every block shares.
+struct RawPolicy<'a> {
+    rate: &'a Option<Spanned<f64>>,
+    limit: &'a Option<Spanned<i64>>,
+    window: &'a Option<Spanned<String>>,
+    algorithm: &'a Option<Spanned<String>>,
+    probability: Option<&'a Spanned<f64>>,
+}
+
+struct Ctx<'a> {
+    text: &'a str,
+    file: &'a str,
+}
+
+impl Ctx<'_> {
+    fn pos(&self, span: Range<usize>) -> Pos {
+        Pos::of_offset(self.text, span.start)
+    }
+
+    fn err(&self, invalid: Invalid, span: Range<usize>, key: &str) -> ConfigError {
+        invalid.at(self.file, self.pos(span), key)
+    }
+
+    fn check<T, U>(
+        &self,
+        value: &Spanned<T>,
+        key: &str,
+        f: impl FnOnce(&T) -> Result<U, Invalid>,
+    ) -> Result<U, ConfigError> {
+        f(value.get_ref()).map_err(|e| self.err(e, value.span(), key))
+    }
+
+    fn new_error(
+        &self,
+        kind: ConfigErrorKind,
+        span: Range<usize>,
+        key: &str,
+        message: String,
+    ) -> ConfigError {
+        Invalid::new(kind, message).at(self.file, self.pos(span), key)
+    }
+
+    /// The policy a block sets, if any; `None` when it sets none of the keys.
+    fn policy(&self, raw: &RawPolicy<'_>, path: &str) -> Result<Option<Policy>, ConfigError> {
+        let key = |k: &str| format!("{path}.{k}");
+        let limit = self.limit(raw, path)?;
+        match (limit, raw.probability) {
+            (Some(_), Some(p)) => Err(self.new_error(
+                ConfigErrorKind::ConflictingKeys,
+                p.span(),
+                &key("probability"),
+                "a block sets a limit (`rate` or `limit`) or a `probability`, not both".into(),
+            )),
+            (Some(spec), None) => Ok(Some(Policy::Limit(spec))),
+            (None, Some(p)) => {
+                if let Some(a) = raw.algorithm {
+                    return Err(self.new_error(
+                        ConfigErrorKind::ConflictingKeys,
+                        a.span(),
+                        &key("algorithm"),
+                        "`algorithm` applies to a limit; a `probability` has none".into(),
+                    ));
+                }
+                let p = self.check(p, &key("probability"), |p| validate::probability(*p))?;
+                Ok(Some(Policy::Probability(p)))
+            }
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// The limit a block sets (`rate`, or `limit` with an optional `window`).
+    fn limit(&self, raw: &RawPolicy<'_>, path: &str) -> Result<Option<LimitSpec>, ConfigError> {
+        let key = |k: &str| format!("{path}.{k}");
+        let limit = match (raw.rate, raw.limit) {
+            (Some(_), Some(l)) => {
+                return Err(self.new_error(
+                    ConfigErrorKind::ConflictingKeys,
+                    l.span(),
+                    &key("limit"),
+                    "set `rate` (per second, fractional) or `limit` (per `window`), not both"
+                        .into(),
+                ))
+            }
+            (Some(r), None) => {
+                if let Some(w) = raw.window {
+                    return Err(self.new_error(
+                        ConfigErrorKind::ConflictingKeys,
+                        w.span(),
+                        &key("window"),
+                        "`window` goes with `limit`; a `rate` is per second".into(),
+                    ));
+                }
+                self.check(r, &key("rate"), |r| validate::rate(*r))?
+            }
+            (None, Some(l)) => {
+                let window = match raw.window {
+                    Some(w) => self.check(w, &key("window"), |w| validate::window(w))?,
+                    None => std::time::Duration::from_secs(1),
+                };
+                self.check(l, &key("limit"), |l| validate::per_window(*l, window))?
+            }
+            (None, None) => {
+                if let Some(w) = raw.window {
+                    return Err(self.new_error(
+                        ConfigErrorKind::MissingKey,
+                        w.span(),
+                        &key("window"),
+                        "`window` needs a `limit` beside it".into(),
+                    ));
+                }
+                if raw.probability.is_none() {
+                    if let Some(a) = raw.algorithm {
+                        return Err(self.new_error(
+                            ConfigErrorKind::MissingKey,
+                            a.span(),
+                            &key("algorithm"),
+                            "`algorithm` needs a `rate` or a `limit` beside it".into(),
+                        ));
+                    }
+                }
+                return Ok(None);
+            }
+        };
+        let algorithm = match raw.algorithm {
+            Some(a) => self.check(a, &key("algorithm"), |a| validate::algorithm(a))?,
+            None => Algorithm::default(),
+        };
+        Ok(Some(LimitSpec { limit, algorithm }))
+    }
+
+    fn block(
+        &self,
+        raw: &Spanned<RawBlock>,
+        path: &str,
+        is_default: bool,
+    ) -> Result<ServiceConfig, ConfigError> {
+        let span = raw.span();
+        let raw = raw.get_ref();
+        let key = |k: &str| format!("{path}.{k}");
+        let name = match (&raw.name, is_default) {
+            (Some(n), true) => {
+                return Err(self.new_error(
+                    ConfigErrorKind::UnknownKey,
+                    n.span(),
+                    &key("name"),
+                    "[default] applies to every service not listed and takes no `name`; list a service with [[service]]".into(),
+                ))
+            }
+            (None, true) => String::new(),
+            (Some(n), false) => {
+                self.check(n, &key("name"), |n| validate::name("service name", n))?;
+                n.get_ref().clone()
+            }
+            (None, false) => {
+                return Err(self.new_error(
+                    ConfigErrorKind::MissingKey,
+                    span,
+                    &key("name"),
+                    "a [[service]] needs a `name`: the service.name it applies to".into(),
+                ))
+            }
+        };
+        let policy = self.policy(
+            &RawPolicy {
+                rate: &raw.rate,
+                limit: &raw.limit,
+                window: &raw.window,
+                algorithm: &raw.algorithm,
+                probability: raw.probability.as_ref(),
+            },
+            path,
+        )?;
+        if is_default && policy.is_none() {
+            return Err(self.new_error(
+                ConfigErrorKind::MissingKey,
+                span,
+                "default",
+                "[default] needs a policy for the spans no rule matches: `rate`, `limit` (with `window`) or `probability`".into(),
+            ));
+        }
+        let cap = match &raw.cap {
+            Some(c) => {
+                let cap_path = key("cap");
+                let cr = c.get_ref();
+                let spec = self.limit(
+                    &RawPolicy {
+                        rate: &cr.rate,
+                        limit: &cr.limit,
+                        window: &cr.window,
+                        algorithm: &cr.algorithm,
+                        probability: None,
+                    },
+                    &cap_path,
+                )?;
+                Some(spec.ok_or_else(|| {
+                    self.new_error(
+                        ConfigErrorKind::MissingKey,
+                        c.span(),
+                        &cap_path,
+                        "a cap needs a `rate` or a `limit` (with `window`)".into(),
+                    )
+                })?)
+            }
+            None => None,
+        };
+        let remote_parents = match &raw.remote_parents {
+            Some(r) => self.check(r, &key("remote_parents"), |r| validate::remote_parents(r))?,
+            None => RemoteParents::default(),
+        };
+        let mut rules: Vec<Rule> = Vec::with_capacity(raw.rule.len());
+        let mut floors = 0u64;
+        for (i, r) in raw.rule.iter().enumerate() {
+            let rule_path = format!("{path}.rule[{i}]");
+            let rule = self.rule(r, &rule_path, i, remote_parents)?;
+            if rules.iter().any(|other| other.name == rule.name) {
+                let span = r.get_ref().name.as_ref().map_or(r.span(), |n| n.span());
+                return Err(self.new_error(
+                    ConfigErrorKind::DuplicateRule,
+                    span,
+                    &format!("{rule_path}.name"),
+                    format!(
+                        "rule name {:?} is used twice in this service; rule names must be unique",
+                        rule.name
+                    ),
+                ));
+            }
+            if rule.floor > 0 {
+                let floor = r.get_ref().floor.as_ref().map_or(r.span(), |f| f.span());
+                let Some(cap) = &cap else {
+                    return Err(self.new_error(
+                        ConfigErrorKind::MissingKey,
+                        floor,
+                        &format!("{rule_path}.floor"),
+                        format!("a `floor` reserves permits in the service cap; add `{path}.cap`"),
+                    ));
+                };
+                floors += u64::from(rule.floor);
+                if floors > u64::from(cap.limit.permits()) {
+                    return Err(self.new_error(
+                        ConfigErrorKind::InvalidLimit,
+                        floor,
+                        &format!("{rule_path}.floor"),
+                        format!(
+                            "the rules' floors add up to {floors}, more than the cap's {} permits per window; floors must fit in the cap",
+                            cap.limit.permits()
+                        ),
+                    ));
+                }
+            }
+            rules.push(rule);
+        }
+        Ok(ServiceConfig {
+            name,
+            policy,
+            cap,
+            remote_parents,
+            rules,
+        })
+    }
+
+    fn rule(
+        &self,
+        raw: &Spanned<RawRule>,
+        path: &str,
+        index: usize,
+        remote_parents: RemoteParents,
+    ) -> Result<Rule, ConfigError> {
+        let span = raw.span();
+        let raw = raw.get_ref();
+        let key = |k: &str| format!("{path}.{k}");
+        let name = match &raw.name {
+            Some(n) => {
+                self.check(n, &key("name"), |n| validate::name("rule name", n))?;
+                n.get_ref().clone()
+            }
+            None => format!("rule-{}", index + 1),
+        };
+        let span_name = match &raw.span_name {
+            Some(g) => Some(self.check(g, &key("span_name"), |g| validate::glob(g))?),
+            None => None,
+        };
+        let kind = match &raw.kind {
+            Some(k) => Some(self.check(k, &key("kind"), |k| validate::span_kind(k))?),
+            None => None,
+        };
+        let parent = match &raw.parent {
+            Some(p) => {
+                let origin = self.check(p, &key("parent"), |p| validate::parent(p))?;
+                if origin == crate::sampler::Origin::Remote && remote_parents != RemoteParents::Cap
+                {
+                    return Err(self.new_error(
+                        ConfigErrorKind::ConflictingKeys,
+                        p.span(),
+                        &key("parent"),
+                        "parent = \"remote\" never matches while remote parents are followed; set remote_parents = \"cap\" on the service".into(),
+                    ));
+                }
+                Some(origin)
+            }
+            None => None,
+        };
+        let mut attributes = Vec::with_capacity(raw.attributes.len());
+        for (k, v) in &raw.attributes {
+            let attr_key = format!("{}.{:?}", key("attributes"), k.get_ref());
+            self.check(k, &attr_key, |k| validate::name("attribute key", k))?;
+            attributes.push((
+                k.get_ref().clone(),
+                self.check(v, &attr_key, |v| validate::glob(v))?,
+            ));
+        }
+        let policy = self
+            .policy(
+                &RawPolicy {
+                    rate: &raw.rate,
+                    limit: &raw.limit,
+                    window: &raw.window,
+                    algorithm: &raw.algorithm,
+                    probability: raw.probability.as_ref(),
+                },
+                path,
+            )?
+            .ok_or_else(|| {
+                self.new_error(
+                    ConfigErrorKind::MissingKey,
+                    span.clone(),
+                    path,
+                    "a rule needs a `rate`, a `limit` (with `window`) or a `probability`".into(),
+                )
+            })?;
+        let floor = match &raw.floor {
+            Some(f) => self.check(f, &key("floor"), |f| {
+                u32::try_from(*f).map_err(|_| {
+                    Invalid::new(
+                        ConfigErrorKind::InvalidLimit,
+                        format!("floor {f} is not a permit count; use a whole number from 0 up to the cap's permits"),
+                    )
+                })
+            })?,
+            None => 0,
+        };
+        Ok(Rule {
+            name,
+            span_name,
+            kind,
+            parent,
+            attributes,
+            policy,
+            floor,
+        })
+    }
+}
+
+impl SamplingConfig {
+    /// Parses a TOML configuration; `file` names it in errors.
+    ///
+    /// ```
+    /// use otel_rate_sampler::SamplingConfig;
+    ///
+    /// let config = SamplingConfig::from_toml_str(r#"
+    ///     [default]
+    ///     rate = 10.0
+    ///
+    ///     [[service]]
+    ///     name = "checkout"
+    ///     cap = { rate = 50.0 }
+    ///
+    ///     [[service.rule]]
+    ///     name = "health"
+    ///     span_name = "GET /health*"
+    ///     probability = 0.0
+    /// "#, "sampling.toml")?;
+    /// assert_eq!(config.services().collect::<Vec<_>>(), ["checkout"]);
+    /// # Ok::<(), otel_rate_sampler::ConfigError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming `file`, the line, column and key of the first mistake.
+    pub fn from_toml_str(text: &str, file: &str) -> Result<Self, ConfigError> {
+        let ctx = Ctx { text, file };
+        let raw: RawFile = toml::from_str(text).map_err(|e| toml_error(&ctx, &e))?;
+        let default = match &raw.default {
+            Some(d) => ctx.block(d, "default", true)?,
+            None => {
+                return Err(ctx.new_error(
+                    ConfigErrorKind::MissingKey,
+                    0..0,
+                    "default",
+                    "the file needs a [default] block with a policy (`rate`, `limit` or `probability`) for services and spans no rule covers".into(),
+                ))
+            }
+        };
+        let mut services: Vec<ServiceConfig> = Vec::with_capacity(raw.service.len());
+        for (i, s) in raw.service.iter().enumerate() {
+            let path = format!("service[{i}]");
+            let service = ctx.block(s, &path, false)?;
+            if services.iter().any(|other| other.name == service.name) {
+                let span = s.get_ref().name.as_ref().map_or(s.span(), |n| n.span());
+                return Err(ctx.new_error(
+                    ConfigErrorKind::DuplicateService,
+                    span,
+                    &format!("{path}.name"),
+                    format!(
+                        "service {:?} is listed twice; list each service once",
+                        service.name
+                    ),
+                ));
+            }
+            services.push(service);
+        }
+        Ok(Self {
+            source: file.to_owned(),
+            default,
+            services,
+        })
+    }
+}
+
+/// A TOML syntax or shape error, with its kind worked out from serde's message.
+fn toml_error(ctx: &Ctx<'_>, e: &toml::de::Error) -> ConfigError {
+    let span = e.span().unwrap_or(0..0);
+    let message = e.message().trim().to_owned();
+    let (kind, key) = if let Some(rest) = message.strip_prefix("unknown field `") {
+        let key = rest.split('`').next().unwrap_or_default().to_owned();
+        (ConfigErrorKind::UnknownKey, key)
+    } else if let Some(rest) = message.strip_prefix("missing field `") {
+        let key = rest.split('`').next().unwrap_or_default().to_owned();
+        (ConfigErrorKind::MissingKey, key)
+    } else {
+        (ConfigErrorKind::Syntax, key_before(ctx.text, span.start))
+    };
+    ConfigError::new(kind, ctx.file, ctx.pos(span), key, message).with_source(e.clone())
+}
+
+/// The `key` of a `key = value` line that holds byte `offset` (best effort).
+fn key_before(text: &str, offset: usize) -> String {
+    let before = text.get(..offset).unwrap_or_default();
+    let line = before.rsplit('\n').next().unwrap_or_default();
+    match line.rsplit_once('=') {
+        Some((k, _)) => k
+            .rsplit([',', '{'])
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .trim_matches('"')
+            .to_owned(),
+        None => String::new(),
+    }
+}

@@ -1,0 +1,67 @@
+//! The parent policy both samplers share: roots (and, under [`RemoteParents::Cap`],
+//! sampled remote parents) are decided by the sampler; every other span follows its
+//! parent's sampled flag. Refusals are always `Drop`.
+
+use opentelemetry::trace::{SpanContext, TraceContextExt, TraceState};
+use opentelemetry::Context;
+use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult};
+
+use super::rate_limiting::RemoteParents;
+
+/// Where the span being sampled comes from, for a span the sampler decides itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// No valid parent: a root.
+    Root,
+    /// A sampled parent from another process, capped by [`RemoteParents::Cap`].
+    Remote,
+}
+
+/// Applies the parent policy: `decide(origin, parent_trace_state)` runs only for a span
+/// this process decides; the others follow their parent or are dropped.
+#[inline]
+pub(crate) fn apply(
+    parent_context: Option<&Context>,
+    remote_parents: RemoteParents,
+    decide: impl FnOnce(Origin, &TraceState) -> SamplingResult,
+) -> SamplingResult {
+    let span = parent_context.map(|cx| cx.span());
+    let Some(parent) = span.as_ref().map(|s| s.span_context()) else {
+        return decide(Origin::Root, &TraceState::NONE);
+    };
+    if !parent.is_valid() {
+        // A root: the SDK passes a context whose span context is invalid.
+        return decide(Origin::Root, parent.trace_state());
+    }
+    match (parent.is_remote(), remote_parents) {
+        (false, _) | (true, RemoteParents::Follow) => follow(parent),
+        (true, RemoteParents::Cap) if parent.is_sampled() => {
+            decide(Origin::Remote, parent.trace_state())
+        }
+        (true, RemoteParents::Cap) => drop_span(parent.trace_state()),
+    }
+}
+
+/// A refusal: `Drop` (never `RecordOnly`), no attributes, the parent's trace state.
+#[inline]
+pub(crate) fn drop_span(parent_state: &TraceState) -> SamplingResult {
+    SamplingResult {
+        decision: SamplingDecision::Drop,
+        attributes: Vec::new(),
+        // A clone of an empty trace state (every root's) does not allocate.
+        trace_state: parent_state.clone(),
+    }
+}
+
+#[inline]
+fn follow(parent: &SpanContext) -> SamplingResult {
+    if parent.is_sampled() {
+        SamplingResult {
+            decision: SamplingDecision::RecordAndSample,
+            attributes: Vec::new(),
+            trace_state: parent.trace_state().clone(),
+        }
+    } else {
+        drop_span(parent.trace_state())
+    }
+}

@@ -1,0 +1,183 @@
+use std::fmt;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use opentelemetry::trace::{Link, SpanKind, TraceId};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_sdk::trace::{SamplingResult, ShouldSample};
+
+use super::parent;
+use super::rule_set::RuleSet;
+use crate::clock::{Clock, MonotonicClock};
+use crate::config::{ConfigError, ConfigErrorKind, SamplingConfig};
+
+/// An OpenTelemetry sampler that applies a [`SamplingConfig`]'s rules for one service:
+/// the first matching rule's limit or probability, under the service's cap.
+///
+/// * The parent policy is [`RateLimitingSampler`](crate::RateLimitingSampler)'s: roots
+///   (and, with `remote_parents = "cap"`, sampled remote parents) are decided by the
+///   rules; spans with a local parent follow it and spend nothing.
+/// * Kept roots are `RecordAndSample` and carry `sampler.type` (`ratelimiting` or
+///   `probabilistic`), `sampler.param` (traces per second, or the probability) and
+///   [`sampler.rule`](crate::SAMPLER_RULE) (the rule's name, `default` for the
+///   default). Refusals are `Drop`, and allocate nothing.
+/// * The rules can be replaced while the sampler runs ([`reload`](Self::reload)):
+///   decisions read the current rule set through an atomic pointer and never wait.
+///
+/// Clones share the rules and the limiters.
+///
+/// ```
+/// use opentelemetry_sdk::trace::SdkTracerProvider;
+/// use otel_rate_sampler::{RuleBasedSampler, SamplingConfig};
+///
+/// let config = SamplingConfig::from_toml_str(r#"
+///     [default]
+///     rate = 10.0
+///     [[service]]
+///     name = "checkout"
+///     rate = 5.0
+/// "#, "inline")?;
+/// let sampler = RuleBasedSampler::new(&config, "checkout")?;
+/// let provider = SdkTracerProvider::builder().with_sampler(sampler).build();
+/// # Ok::<(), otel_rate_sampler::ConfigError>(())
+/// ```
+pub struct RuleBasedSampler<C = MonotonicClock> {
+    inner: Arc<Inner<C>>,
+}
+
+struct Inner<C> {
+    rules: ArcSwap<RuleSet<C>>,
+    service: String,
+    clock: C,
+}
+
+impl RuleBasedSampler {
+    /// The sampler applying `config`'s rules for `service` (the `service.name` of the
+    /// application's resource; a service the file does not list gets the file default).
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] if a limiter cannot be built (the loaders have checked every
+    /// limit, so only a hand-made configuration can fail here).
+    pub fn new(config: &SamplingConfig, service: &str) -> Result<Self, ConfigError> {
+        Self::with_clock(config, service, MonotonicClock::new())
+    }
+}
+
+impl<C: Clock + Clone> RuleBasedSampler<C> {
+    /// Like [`new`](RuleBasedSampler::new), with the limiters reading `clock`.
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](RuleBasedSampler::new).
+    pub fn with_clock(
+        config: &SamplingConfig,
+        service: &str,
+        clock: C,
+    ) -> Result<Self, ConfigError> {
+        let rules = compile(config, service, &clock, None)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                rules: ArcSwap::from_pointee(rules),
+                service: service.to_owned(),
+                clock,
+            }),
+        })
+    }
+
+    /// Replaces the rules with `config`'s, atomically.
+    ///
+    /// A rule (by name; unnamed rules are named by position) whose limit and algorithm
+    /// did not change keeps its limiter, so a reload causes no burst; a changed one gets
+    /// a new limiter that starts with the old one's count in its current window. Spans
+    /// being decided during the swap use the old rules or the new ones, never a mix,
+    /// and never wait.
+    ///
+    /// For a changed rule the carry-over is a snapshot: admissions the old limiter makes
+    /// between the snapshot and the swap (by decisions already holding the old rules)
+    /// are not carried, so in the window of the reload that rule keeps at most its new
+    /// N plus those few. An unchanged rule's bound is exact: it is the same limiter.
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](RuleBasedSampler::new); the old rules then stay in force.
+    pub fn reload(&self, config: &SamplingConfig) -> Result<(), ConfigError> {
+        let current = self.inner.rules.load();
+        let next = compile(
+            config,
+            &self.inner.service,
+            &self.inner.clock,
+            Some(&current),
+        )?;
+        self.inner.rules.store(Arc::new(next));
+        Ok(())
+    }
+
+    /// Loads `path` ([`SamplingConfig::from_path`]) and [`reload`](Self::reload)s it.
+    ///
+    /// # Errors
+    ///
+    /// The file's [`ConfigError`]; the old rules then stay in force.
+    pub fn reload_from_path(&self, path: impl AsRef<std::path::Path>) -> Result<(), ConfigError> {
+        self.reload(&SamplingConfig::from_path(path)?)
+    }
+
+    /// The service whose rules this sampler applies.
+    pub fn service(&self) -> &str {
+        &self.inner.service
+    }
+}
+
+fn compile<C: Clock + Clone>(
+    config: &SamplingConfig,
+    service: &str,
+    clock: &C,
+    previous: Option<&RuleSet<C>>,
+) -> Result<RuleSet<C>, ConfigError> {
+    RuleSet::compile(&config.service(service), clock, previous).map_err(|e| {
+        ConfigError::new(
+            ConfigErrorKind::InvalidLimit,
+            &config.source,
+            Default::default(),
+            "",
+            format!("service {service:?}: {e}"),
+        )
+        .with_source(e)
+    })
+}
+
+impl<C: Clock> ShouldSample for RuleBasedSampler<C> {
+    fn should_sample(
+        &self,
+        parent_context: Option<&Context>,
+        trace_id: TraceId,
+        name: &str,
+        span_kind: &SpanKind,
+        attributes: &[KeyValue],
+        _links: &[Link],
+    ) -> SamplingResult {
+        // A lock-free read of the current rules (no reference count touched).
+        let rules = self.inner.rules.load();
+        parent::apply(parent_context, rules.remote_parents, |origin, state| {
+            rules.decide(origin, trace_id, name, span_kind, attributes, state)
+        })
+    }
+}
+
+impl<C> Clone for RuleBasedSampler<C> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<C: Clock> fmt::Debug for RuleBasedSampler<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rules = self.inner.rules.load();
+        f.debug_struct("RuleBasedSampler")
+            .field("service", &self.inner.service)
+            .field("rules", &rules.names().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}

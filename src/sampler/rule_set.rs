@@ -1,0 +1,229 @@
+//! A service's rules compiled for sampling: a limiter per rule (never per attribute
+//! value), the cap split into per-rule floors and a shared pool, and the attributes
+//! recorded on kept spans built once.
+
+use std::sync::Arc;
+
+use opentelemetry::trace::{SpanKind, TraceId, TraceState};
+use opentelemetry::{KeyValue, Value};
+use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult};
+
+use super::parent::{drop_span, Origin};
+use super::rate_limiting::{RemoteParents, SAMPLER_PARAM, SAMPLER_TYPE, SAMPLER_TYPE_VALUE};
+use super::trace_state::erase_threshold;
+use crate::clock::Clock;
+use crate::config::{LimitSpec, Policy, Rule, ServiceConfig};
+use crate::limit::{Limit, LimitError};
+use crate::limiter::{Algorithm, AnyLimiter, RateLimiter};
+
+/// The span attribute naming the rule that kept a root (`default` for the default).
+pub const SAMPLER_RULE: &str = "sampler.rule";
+/// The value of [`SAMPLER_TYPE`] for spans kept by a probability.
+pub const SAMPLER_TYPE_PROBABILISTIC: &str = "probabilistic";
+
+/// The rule name reported for spans no rule matched.
+const DEFAULT_RULE: &str = "default";
+
+pub(crate) struct RuleSet<C> {
+    pub(crate) remote_parents: RemoteParents,
+    rules: Vec<Compiled<C>>,
+    /// For spans no rule matches (`None`: drop them).
+    default: Option<Compiled<C>>,
+    /// The cap's shared pool (`None` without a cap, or when floors reserve all of it).
+    shared: Option<Arc<AnyLimiter<C>>>,
+    cap: Option<LimitSpec>,
+}
+
+struct Compiled<C> {
+    rule: Option<Rule>,
+    name: String,
+    policy: Policy,
+    action: Action<C>,
+    /// Permits reserved for this rule in the cap.
+    floor: Option<Arc<AnyLimiter<C>>>,
+    /// What a kept span records.
+    attributes: Vec<KeyValue>,
+}
+
+enum Action<C> {
+    Limit(Arc<AnyLimiter<C>>),
+    /// Keep iff the trace id's low 63 bits are below this.
+    Probability(u64),
+}
+
+impl<C: Clock + Clone> RuleSet<C> {
+    /// Compiles `service`'s settings, reusing `previous`'s limiters where a rule (by
+    /// name) kept its limit, and carrying the current window's count over where it
+    /// changed.
+    pub(crate) fn compile(
+        service: &ServiceConfig,
+        clock: &C,
+        previous: Option<&RuleSet<C>>,
+    ) -> Result<Self, LimitError> {
+        // A rule's predecessor is the previous rule of the same name; the default's is
+        // the previous default (a rule may be named "default" too).
+        let find = |rule: Option<&Rule>, name: &str| {
+            previous.and_then(|p| match rule {
+                Some(_) => p.rules.iter().find(|c| c.name == name),
+                None => p.default.as_ref(),
+            })
+        };
+        let cap_window = service.cap.map(|c| c.limit.window());
+        let compile =
+            |rule: Option<&Rule>, name: &str, policy: Policy| -> Result<Compiled<C>, LimitError> {
+                let old = find(rule, name);
+                let action = match policy {
+                    Policy::Probability(p) => Action::Probability((p * 2f64.powi(63)) as u64),
+                    Policy::Limit(spec) => {
+                        let old_limiter = old.and_then(|o| match (&o.action, o.policy) {
+                            (Action::Limit(l), Policy::Limit(_)) => Some(l),
+                            _ => None,
+                        });
+                        Action::Limit(limiter(spec, clock, old_limiter)?)
+                    }
+                };
+                let floor_permits = rule.map_or(0, |r| r.floor);
+                let floor = match (cap_window, floor_permits) {
+                    (Some(window), permits @ 1..) => {
+                        let spec = LimitSpec {
+                            limit: Limit::per_window(permits, window)?,
+                            algorithm: Algorithm::FixedWindow,
+                        };
+                        Some(limiter(spec, clock, old.and_then(|o| o.floor.as_ref()))?)
+                    }
+                    _ => None,
+                };
+                let (kind, param) = match policy {
+                    Policy::Limit(spec) => (SAMPLER_TYPE_VALUE, spec.limit.per_second_rate()),
+                    Policy::Probability(p) => (SAMPLER_TYPE_PROBABILISTIC, p),
+                };
+                Ok(Compiled {
+                    rule: rule.cloned(),
+                    name: name.to_owned(),
+                    policy,
+                    action,
+                    floor,
+                    attributes: vec![
+                        KeyValue::new(SAMPLER_TYPE, kind),
+                        KeyValue::new(SAMPLER_PARAM, param),
+                        // Shared, so that a kept span clones a reference count, not the name.
+                        KeyValue::new(SAMPLER_RULE, Value::String(Arc::<str>::from(name).into())),
+                    ],
+                })
+            };
+        let rules = service
+            .rules
+            .iter()
+            .map(|r| compile(Some(r), &r.name, r.policy))
+            .collect::<Result<Vec<_>, _>>()?;
+        let default = service
+            .policy
+            .map(|p| compile(None, DEFAULT_RULE, p))
+            .transpose()?;
+        let shared = match service.cap {
+            Some(cap) => {
+                let floors: u32 = service.rules.iter().map(|r| r.floor).sum();
+                match cap.limit.permits().checked_sub(floors) {
+                    Some(0) => None,
+                    Some(permits) => {
+                        let spec = LimitSpec {
+                            limit: Limit::per_window(permits, cap.limit.window())?,
+                            algorithm: cap.algorithm,
+                        };
+                        Some(limiter(
+                            spec,
+                            clock,
+                            previous.and_then(|p| p.shared.as_ref()),
+                        )?)
+                    }
+                    None => return Err(LimitError::ZeroPermits),
+                }
+            }
+            None => None,
+        };
+        Ok(Self {
+            remote_parents: service.remote_parents,
+            rules,
+            default,
+            shared,
+            cap: service.cap,
+        })
+    }
+}
+
+/// The limiter for `spec`: `old` itself if it enforces the same limit with the same
+/// algorithm (no reset, no burst), else a new one holding `old`'s current count.
+fn limiter<C: Clock + Clone>(
+    spec: LimitSpec,
+    clock: &C,
+    old: Option<&Arc<AnyLimiter<C>>>,
+) -> Result<Arc<AnyLimiter<C>>, LimitError> {
+    if let Some(old) = old {
+        if old.limit() == spec.limit && old.algorithm() == spec.algorithm {
+            return Ok(Arc::clone(old));
+        }
+    }
+    let new = AnyLimiter::with_clock(spec.algorithm, spec.limit, clock.clone())?;
+    if let Some(old) = old {
+        new.carry_over_from(old);
+    }
+    Ok(Arc::new(new))
+}
+
+impl<C: Clock> RuleSet<C> {
+    /// The decision for a span this process decides (a root, or a capped remote
+    /// parent). The reject path allocates nothing.
+    #[inline]
+    pub(crate) fn decide(
+        &self,
+        origin: Origin,
+        trace_id: TraceId,
+        name: &str,
+        kind: &SpanKind,
+        attributes: &[KeyValue],
+        parent_state: &TraceState,
+    ) -> SamplingResult {
+        let chosen = self
+            .rules
+            .iter()
+            .find(|c| {
+                c.rule
+                    .as_ref()
+                    .is_some_and(|r| r.matches(origin, name, kind, attributes))
+            })
+            .or(self.default.as_ref());
+        let Some(chosen) = chosen else {
+            return drop_span(parent_state);
+        };
+        let admitted = match &chosen.action {
+            Action::Limit(l) => l.try_acquire(),
+            Action::Probability(threshold) => {
+                let low = u128::from_be_bytes(trace_id.to_bytes()) as u64;
+                (low >> 1) < *threshold
+            }
+        };
+        if !admitted {
+            return drop_span(parent_state);
+        }
+        // The cap: the rule's reserved floor first, then the shared pool.
+        if self.cap.is_some()
+            && !(chosen.floor.as_ref().is_some_and(|f| f.try_acquire())
+                || self.shared.as_ref().is_some_and(|s| s.try_acquire()))
+        {
+            return drop_span(parent_state);
+        }
+        SamplingResult {
+            decision: SamplingDecision::RecordAndSample,
+            attributes: chosen.attributes.clone(),
+            trace_state: erase_threshold(parent_state),
+        }
+    }
+
+    /// The rule names, for `Debug`.
+    pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
+        self.rules
+            .iter()
+            .chain(self.default.as_ref())
+            .map(|c| c.name.as_str())
+    }
+}

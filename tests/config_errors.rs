@@ -1,0 +1,380 @@
+//! Every kind of configuration error: its kind, file, line, column, key and message.
+#![cfg(feature = "config")]
+
+use otel_rate_sampler::{ConfigErrorKind as K, SamplingConfig};
+
+const HEAD: &str = "[default]\nrate = 1.0\n";
+
+/// Loads `body` (after a valid `[default]` block when `with_head`) and checks the error.
+#[track_caller]
+fn check(with_head: bool, body: &str, kind: K, line: usize, column: usize, key: &str, says: &str) {
+    let text = if with_head {
+        format!("{HEAD}{body}")
+    } else {
+        body.to_owned()
+    };
+    let err = SamplingConfig::from_toml_str(&text, "s.toml").expect_err("must fail");
+    let msg = err.to_string();
+    assert_eq!(err.kind(), kind, "{msg}");
+    assert_eq!(
+        (err.file(), err.line(), err.column()),
+        ("s.toml", line, column),
+        "{msg}"
+    );
+    assert_eq!(err.key(), key, "{msg}");
+    assert!(
+        msg.starts_with(&format!("s.toml:{line}:{column}: ")),
+        "{msg}"
+    );
+    assert!(msg.contains(says), "{msg:?} should say {says:?}");
+}
+
+#[test]
+fn unknown_keys_name_the_key_and_the_accepted_ones() {
+    check(
+        false,
+        "[default]\nrate = 1.0\nrat = 2\n",
+        K::UnknownKey,
+        3,
+        1,
+        "rat",
+        "expected one of",
+    );
+    check(
+        true,
+        "[[service]]\nname = \"a\"\n[[service.rule]]\nrate = 1.0\nspan = \"x\"\n",
+        K::UnknownKey,
+        7,
+        1,
+        "span",
+        "span_name",
+    );
+    check(
+        true,
+        "[[services]]\nname = \"a\"\n",
+        K::UnknownKey,
+        3,
+        3,
+        "services",
+        "service",
+    );
+}
+
+#[test]
+fn bad_limits_are_refused_with_what_is_accepted() {
+    check(
+        false,
+        "[default]\nrate = 0\n",
+        K::InvalidLimit,
+        2,
+        8,
+        "default.rate",
+        "positive",
+    );
+    check(
+        false,
+        "[default]\nrate = -2.5\n",
+        K::InvalidLimit,
+        2,
+        8,
+        "default.rate",
+        "positive",
+    );
+    check(
+        false,
+        "[default]\nrate = nan\n",
+        K::InvalidLimit,
+        2,
+        8,
+        "default.rate",
+        "finite",
+    );
+    check(
+        false,
+        "[default]\nrate = inf\n",
+        K::InvalidLimit,
+        2,
+        8,
+        "default.rate",
+        "finite",
+    );
+    check(
+        false,
+        "[default]\nlimit = 0\n",
+        K::InvalidLimit,
+        2,
+        9,
+        "default.limit",
+        "at least 1",
+    );
+    check(
+        false,
+        "[default]\nlimit = -3\n",
+        K::InvalidLimit,
+        2,
+        9,
+        "default.limit",
+        "whole number",
+    );
+    check(
+        false,
+        "[default]\nlimit = 5\nwindow = \"1 fortnight\"\n",
+        K::InvalidLimit,
+        3,
+        10,
+        "default.window",
+        "\"500ms\"",
+    );
+    check(
+        false,
+        "[default]\nlimit = 9999999\n",
+        K::InvalidLimit,
+        2,
+        9,
+        "default.limit",
+        "4194303",
+    );
+    check(
+        true,
+        "[[service]]\nname = \"a\"\ncap = { rate = -1.0 }\n",
+        K::InvalidLimit,
+        5,
+        16,
+        "service[0].cap.rate",
+        "positive",
+    );
+    check(true, "[[service]]\nname = \"a\"\ncap = { limit = 3 }\n[[service.rule]]\nrate = 1.0\nfloor = 2\n[[service.rule]]\nrate = 1.0\nfloor = 2\n", K::InvalidLimit, 11, 9, "service[0].rule[1].floor", "floors add up to 4");
+}
+
+#[test]
+fn bad_probabilities_are_refused() {
+    check(
+        false,
+        "[default]\nprobability = 1.5\n",
+        K::InvalidProbability,
+        2,
+        15,
+        "default.probability",
+        "[0, 1]",
+    );
+    check(
+        false,
+        "[default]\nprobability = nan\n",
+        K::InvalidProbability,
+        2,
+        15,
+        "default.probability",
+        "[0, 1]",
+    );
+}
+
+#[test]
+fn bad_globs_say_why() {
+    check(
+        true,
+        "[[service]]\nname = \"a\"\n[[service.rule]]\nspan_name = \"GET /[api\"\nrate = 1.0\n",
+        K::BadGlob,
+        6,
+        13,
+        "service[0].rule[0].span_name",
+        "not a valid glob",
+    );
+    check(
+        true,
+        "[[default.rule]]\nattributes = { \"http.route\" = \"{a,b\" }\nrate = 1.0\n",
+        K::BadGlob,
+        4,
+        31,
+        "default.rule[0].attributes.\"http.route\"",
+        "not a valid glob",
+    );
+}
+
+#[test]
+fn unknown_algorithms_list_the_accepted_ones() {
+    check(
+        false,
+        "[default]\nrate = 1.0\nalgorithm = \"token-bucket\"\n",
+        K::UnknownAlgorithm,
+        3,
+        13,
+        "default.algorithm",
+        "\"sliding-log\"",
+    );
+}
+
+#[test]
+fn unknown_values_list_the_accepted_ones() {
+    check(
+        true,
+        "[[default.rule]]\nkind = \"serverr\"\nrate = 1.0\n",
+        K::UnknownValue,
+        4,
+        8,
+        "default.rule[0].kind",
+        "\"server\"",
+    );
+    check(
+        true,
+        "[[default.rule]]\nparent = \"local\"\nrate = 1.0\n",
+        K::UnknownValue,
+        4,
+        10,
+        "default.rule[0].parent",
+        "follow their parent",
+    );
+    check(
+        true,
+        "[[service]]\nname = \"a\"\nremote_parents = \"always\"\n",
+        K::UnknownValue,
+        5,
+        18,
+        "service[0].remote_parents",
+        "\"cap\"",
+    );
+}
+
+#[test]
+fn duplicates_are_refused() {
+    check(
+        true,
+        "[[service]]\nname = \"a\"\n[[service]]\nname = \"a\"\n",
+        K::DuplicateService,
+        6,
+        8,
+        "service[1].name",
+        "listed twice",
+    );
+    check(
+        true,
+        "[[default.rule]]\nname = \"x\"\nrate = 1.0\n[[default.rule]]\nname = \"x\"\nrate = 2.0\n",
+        K::DuplicateRule,
+        7,
+        8,
+        "default.rule[1].name",
+        "used twice",
+    );
+}
+
+#[test]
+fn empty_names_are_refused() {
+    check(
+        true,
+        "[[service]]\nname = \"\"\n",
+        K::EmptyName,
+        4,
+        8,
+        "service[0].name",
+        "empty",
+    );
+    check(
+        true,
+        "[[default.rule]]\nname = \" \"\nrate = 1.0\n",
+        K::EmptyName,
+        4,
+        8,
+        "default.rule[0].name",
+        "empty",
+    );
+    check(
+        true,
+        "[[default.rule]]\nattributes = { \"\" = \"x\" }\nrate = 1.0\n",
+        K::EmptyName,
+        4,
+        16,
+        "default.rule[0].attributes.\"\"",
+        "empty",
+    );
+}
+
+#[test]
+fn missing_and_conflicting_keys_are_refused() {
+    check(false, "", K::MissingKey, 1, 1, "default", "[default]");
+    check(
+        false,
+        "[default]\nalgorithm = \"fixed\"\n",
+        K::MissingKey,
+        2,
+        13,
+        "default.algorithm",
+        "needs a `rate`",
+    );
+    check(
+        true,
+        "[[service]]\nrate = 1.0\n",
+        K::MissingKey,
+        3,
+        1,
+        "service[0].name",
+        "needs a `name`",
+    );
+    check(
+        true,
+        "[[default.rule]]\nname = \"x\"\n",
+        K::MissingKey,
+        3,
+        1,
+        "default.rule[0]",
+        "needs a `rate`",
+    );
+    check(
+        false,
+        "[default]\nrate = 1.0\nprobability = 0.5\n",
+        K::ConflictingKeys,
+        3,
+        15,
+        "default.probability",
+        "not both",
+    );
+    check(
+        false,
+        "[default]\nrate = 1.0\nlimit = 5\n",
+        K::ConflictingKeys,
+        3,
+        9,
+        "default.limit",
+        "not both",
+    );
+    check(
+        true,
+        "[[default.rule]]\nrate = 1.0\nfloor = 1\n",
+        K::MissingKey,
+        5,
+        9,
+        "default.rule[0].floor",
+        "add `default.cap`",
+    );
+    check(
+        true,
+        "[[default.rule]]\nparent = \"remote\"\nrate = 1.0\n",
+        K::ConflictingKeys,
+        4,
+        10,
+        "default.rule[0].parent",
+        "remote_parents = \"cap\"",
+    );
+}
+
+#[test]
+fn syntax_and_type_errors_carry_a_position() {
+    check(
+        false,
+        "[default]\nrate = \"fast\"\n",
+        K::Syntax,
+        2,
+        8,
+        "rate",
+        "invalid type",
+    );
+    check(false, "[default\n", K::Syntax, 1, 9, "", "");
+}
+
+#[test]
+fn errors_have_a_source_where_one_exists() {
+    use std::error::Error;
+    let err = SamplingConfig::from_toml_str("[default]\nrate = -1\n", "s.toml").unwrap_err();
+    assert!(err.source().unwrap().to_string().contains("positive"));
+    let err = SamplingConfig::from_path("/nonexistent/s.toml").unwrap_err();
+    assert_eq!(err.kind(), K::Io);
+    assert!(err.source().is_some());
+}

@@ -1,0 +1,171 @@
+//! The file formats: every example file parses, and Jaeger strategy files written from
+//! the documented format load into the same model (fractional rates honoured).
+#![cfg(feature = "config")]
+
+use opentelemetry::trace::{SpanKind, TraceId};
+use opentelemetry_sdk::trace::{SamplingDecision, ShouldSample};
+use otel_rate_sampler::{ConfigErrorKind, ManualClock, RuleBasedSampler, SamplingConfig};
+
+#[test]
+fn every_example_file_parses() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("toml" | "json")
+        ) {
+            let config = SamplingConfig::from_path(&path).unwrap_or_else(|e| panic!("{e}"));
+            for service in config.services() {
+                RuleBasedSampler::new(&config, service).unwrap();
+            }
+            seen += 1;
+        }
+    }
+    assert!(seen >= 2, "examples/ should hold a TOML and a Jaeger file");
+}
+
+#[test]
+fn the_readme_configuration_parses() {
+    let readme = include_str!("../README.md");
+    let start = readme.find("```toml\n").expect("a TOML block") + "```toml\n".len();
+    let end = start + readme[start..].find("```").unwrap();
+    let config = SamplingConfig::from_toml_str(&readme[start..end], "README.md")
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.services().collect::<Vec<_>>(), ["checkout"]);
+}
+
+/// The example in Jaeger's documentation, with fractional and per-operation rate limits.
+const JAEGER: &str = r#"{
+  "service_strategies": [
+    {
+      "service": "foo",
+      "type": "probabilistic",
+      "param": 0.8,
+      "operation_strategies": [
+        {"operation": "op1", "type": "probabilistic", "param": 0.2},
+        {"operation": "op2", "type": "ratelimiting", "param": 0.5}
+      ]
+    },
+    {"service": "bar", "type": "ratelimiting", "param": 5}
+  ],
+  "default_strategy": {
+    "type": "probabilistic",
+    "param": 0.5,
+    "operation_strategies": [
+      {"operation": "/health", "type": "probabilistic", "param": 0.0},
+      {"operation": "/metrics", "type": "ratelimiting", "param": 2.5}
+    ]
+  }
+}"#;
+
+fn kept(s: &impl ShouldSample, op: &str, n: u128) -> usize {
+    (0..n)
+        .filter(|i| {
+            let id = TraceId::from(i.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835));
+            s.should_sample(None, id, op, &SpanKind::Server, &[], &[])
+                .decision
+                == SamplingDecision::RecordAndSample
+        })
+        .count()
+}
+
+#[test]
+fn jaeger_strategies_load_with_fractional_and_per_operation_rate_limits() {
+    let config = SamplingConfig::from_jaeger_json_str(JAEGER, "strategies.json").unwrap();
+    assert_eq!(config.services().collect::<Vec<_>>(), ["foo", "bar"]);
+    let clock = ManualClock::new();
+    let foo = RuleBasedSampler::with_clock(&config, "foo", clock.clone()).unwrap();
+    // op2: 0.5 per second is one per two seconds, not zero (Jaeger truncates it).
+    assert_eq!(kept(&foo, "op2", 100), 1);
+    clock.advance(std::time::Duration::from_secs(2));
+    assert_eq!(kept(&foo, "op2", 100), 1);
+    // op1: probability 0.2; the service's 0.8 for others; the default's operations
+    // are inherited where the service does not name them.
+    let op1 = kept(&foo, "op1", 10_000);
+    assert!((1_840..=2_160).contains(&op1), "{op1}"); // 4 sigma
+    let other = kept(&foo, "other", 10_000);
+    assert!((7_840..=8_160).contains(&other), "{other}");
+    assert_eq!(kept(&foo, "/health", 1_000), 0);
+    // The default's fractional rate limit per operation: 2.5/s = 3 per 1.2 s.
+    assert_eq!(kept(&foo, "/metrics", 100), 3);
+    // bar: 5 per second.
+    let bar = RuleBasedSampler::with_clock(&config, "bar", clock.clone()).unwrap();
+    assert_eq!(kept(&bar, "anything", 100), 5);
+    // Unlisted: the default strategy.
+    let baz = RuleBasedSampler::with_clock(&config, "baz", clock).unwrap();
+    assert_eq!(kept(&baz, "/health", 100), 0);
+    let half = kept(&baz, "x", 10_000);
+    assert!((4_800..=5_200).contains(&half), "{half}");
+    let text = config.describe("foo").to_string();
+    assert!(text.contains("op2") && text.contains("0.5/s"), "{text}");
+}
+
+#[test]
+fn jaeger_errors_name_the_key_and_position() {
+    let check = |text: &str, kind, line, column, key: &str, says: &str| {
+        let err = SamplingConfig::from_jaeger_json_str(text, "s.json").unwrap_err();
+        let msg = err.to_string();
+        assert_eq!(err.kind(), kind, "{msg}");
+        assert_eq!(
+            (err.line(), err.column(), err.key()),
+            (line, column, key),
+            "{msg}"
+        );
+        assert!(
+            msg.starts_with(&format!("s.json:{line}:{column}: ")) && msg.contains(says),
+            "{msg}"
+        );
+    };
+    check(
+        "{\"default_strategy\": {\"type\": \"adaptive\", \"param\": 1}}",
+        ConfigErrorKind::UnknownType,
+        1,
+        31,
+        "default_strategy.type",
+        "\"ratelimiting\"",
+    );
+    check(
+        "{\"default_strategy\": {\"type\": \"probabilistic\",\n \"param\": 2}}",
+        ConfigErrorKind::InvalidProbability,
+        2,
+        11,
+        "default_strategy.param",
+        "[0, 1]",
+    );
+    check("{\"service_strategies\": [\n {\"service\": \"a\", \"type\": \"ratelimiting\", \"param\": 0}]}", ConfigErrorKind::InvalidLimit, 2, 52, "service_strategies[0].param", "positive");
+    check(
+        "{\"service_strategies\": [{\"service\": \"a\"},\n {\"service\": \"a\"}]}",
+        ConfigErrorKind::DuplicateService,
+        2,
+        14,
+        "service_strategies[1].service",
+        "twice",
+    );
+    check(
+        "{\"service_strategies\": [{\"service\": \"\"}]}",
+        ConfigErrorKind::EmptyName,
+        1,
+        37,
+        "service_strategies[0].service",
+        "empty",
+    );
+    check("{\"service_strategies\": [{\"service\": \"a\", \"operation_strategies\": [{\"operation\": \"\", \"type\": \"probabilistic\", \"param\": 1}]}]}", ConfigErrorKind::EmptyName, 1, 81, "service_strategies[0].operation_strategies[0].operation", "empty");
+    check(
+        "{\"default_strategy\": {\"typo\": 1}}",
+        ConfigErrorKind::UnknownKey,
+        1,
+        28,
+        "typo",
+        "expected one of",
+    );
+    check(
+        "{\"default_strategy\": ",
+        ConfigErrorKind::Syntax,
+        1,
+        21,
+        "",
+        "EOF",
+    );
+}
