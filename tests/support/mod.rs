@@ -228,6 +228,7 @@ impl Receiver {
 
 /// Serves OTLP/HTTP protobuf requests on one keep-alive connection until it closes.
 fn serve_http_connection(stream: TcpStream, sink: &Sink) -> io::Result<()> {
+    stream.set_nodelay(true)?;
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut writer = stream;
     loop {
@@ -272,13 +273,15 @@ fn serve_http_connection(stream: TcpStream, sink: &Sink) -> io::Result<()> {
             }
             None => ("400 Bad Request", Vec::new()),
         };
-        write!(
-            writer,
+        // One write: a header and a body in two small segments would wait on Nagle
+        // and the client's delayed ACK.
+        let mut response = format!(
             "HTTP/1.1 {status}\r\nContent-Type: application/x-protobuf\r\nContent-Length: {}\r\n\r\n",
             payload.len()
-        )?;
-        writer.write_all(&payload)?;
-        writer.flush()?;
+        )
+        .into_bytes();
+        response.extend_from_slice(&payload);
+        writer.write_all(&response)?;
     }
 }
 
