@@ -6,7 +6,14 @@
 //! cargo run --release --example demo -- --algorithm sliding-log --limit 5 --window 200ms
 //! ```
 //!
-//! Each trace is a root span and [`CHILDREN`] children started under it through the SDK.
+//! Each trace is a root span and [`CHILDREN`] children started under it through the SDK
+//! API, or with `--via tracing` through `tracing` spans (a few fields each) that
+//! `tracing-opentelemetry` turns into OpenTelemetry spans.
+//!
+//! With `--otlp URL` (or `OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT` set) kept spans are also
+//! exported over OTLP, gRPC by default or HTTP/protobuf with `--otlp-protocol http`, and
+//! `exported` then counts the traces the OTLP exporter reported as sent. With no
+//! collector listening the demo says so in one line and counts locally.
 //! One line per window goes to stderr as the window closes; at the end exactly one JSON
 //! line goes to stdout:
 //!
@@ -34,6 +41,8 @@
 //! the traces still being exported, per window for the windows not yet reported), and a
 //! window's counters are dropped once its line is printed.
 
+mod support;
+
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -53,6 +62,9 @@ use otel_rate_sampler::{
     Algorithm, AnyLimiter, Clock, Limit, LimitError, MonotonicClock, RateLimiter,
     RateLimitingSampler,
 };
+use support::{Otlp, OtlpProtocol, ReportingExporter, Target};
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+use tracing_subscriber::layer::SubscriberExt as _;
 
 /// Children started under each root span.
 const CHILDREN: u32 = 3;
@@ -79,6 +91,11 @@ Options:
   --threads T     generating threads                   [default: 4]
   --duration D    length of the run, e.g. 5s, 1m       [default: 5s]
   --rate R        traces offered per second, in total  [default: as fast as possible]
+  --via V         sdk | tracing: make spans with the SDK API, or with tracing spans
+                  through tracing-opentelemetry            [default: sdk]
+  --otlp URL      also export over OTLP to URL (default: OTEL_EXPORTER_OTLP_ENDPOINT or
+                  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT when set; no export otherwise)
+  --otlp-protocol P  grpc | http (HTTP/protobuf)  [default: OTEL_EXPORTER_OTLP_PROTOCOL, else grpc]
   -h, --help      print this help";
 
 // ---------------------------------------------------------------------------------------
@@ -94,6 +111,19 @@ struct Config {
     duration: Duration,
     /// Offered traces per second in total; `None` for as fast as possible.
     rate: Option<f64>,
+    /// How spans are made.
+    via: Via,
+    /// Where to export over OTLP, if anywhere.
+    otlp: Option<Target>,
+}
+
+/// How the demo makes its spans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Via {
+    /// The OpenTelemetry SDK API.
+    Sdk,
+    /// `tracing` spans with a few fields, through `tracing-opentelemetry`.
+    Tracing,
 }
 
 /// What the command line asked for.
@@ -110,6 +140,9 @@ fn parse_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comm
     let mut threads: usize = 4;
     let mut duration = Duration::from_secs(5);
     let mut rate: Option<f64> = None;
+    let mut via = Via::Sdk;
+    let mut otlp_url: Option<String> = None;
+    let mut otlp_protocol: Option<OtlpProtocol> = None;
 
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
@@ -132,6 +165,9 @@ fn parse_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comm
             "--threads",
             "--duration",
             "--rate",
+            "--via",
+            "--otlp",
+            "--otlp-protocol",
         ];
         if !known.contains(&flag.as_str()) {
             return Err(format!("unknown argument {flag:?}"));
@@ -181,6 +217,18 @@ fn parse_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comm
                 }
                 rate = Some(r);
             }
+            "--via" => {
+                via = match value.as_str() {
+                    "sdk" => Via::Sdk,
+                    "tracing" => Via::Tracing,
+                    _ => return Err(format!("--via: {value:?} is not sdk or tracing")),
+                };
+            }
+            "--otlp" => otlp_url = Some(value),
+            "--otlp-protocol" => {
+                otlp_protocol =
+                    Some(OtlpProtocol::parse(&value).map_err(|e| format!("--otlp-protocol: {e}"))?);
+            }
             _ => unreachable!("checked against the known flags above"),
         }
     }
@@ -192,12 +240,30 @@ fn parse_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comm
     // are started.
     AnyLimiter::with_clock(algorithm, limit, MonotonicClock::new())
         .map_err(|e| format!("--limit: {e}"))?;
+    let wants_otlp = otlp_url.is_some()
+        || [
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        ]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some_and(|v| !v.is_empty()));
+    let otlp = if wants_otlp {
+        let protocol = match otlp_protocol {
+            Some(p) => p,
+            None => OtlpProtocol::from_env()?,
+        };
+        Some(Target::new(otlp_url, protocol))
+    } else {
+        None
+    };
     Ok(Command::Run(Config {
         algorithm,
         limit,
         threads,
         duration,
         rate,
+        via,
+        otlp,
     }))
 }
 
@@ -219,8 +285,16 @@ impl fmt::Display for Config {
             humantime::format_duration(self.duration),
         )?;
         match self.rate {
-            Some(r) => write!(f, "{r}/s"),
-            None => f.write_str("as fast as possible"),
+            Some(r) => write!(f, "{r}/s")?,
+            None => f.write_str("as fast as possible")?,
+        }
+        match self.via {
+            Via::Sdk => f.write_str(", spans via the SDK API")?,
+            Via::Tracing => f.write_str(", spans via tracing")?,
+        }
+        match &self.otlp {
+            Some(t) => write!(f, ", OTLP to {} over {}", t.url, t.protocol),
+            None => f.write_str(", no OTLP export"),
         }
     }
 }
@@ -330,19 +404,47 @@ impl ExportTally {
     }
 }
 
-/// A span exporter that counts whole traces instead of storing spans.
-#[derive(Debug, Clone)]
+/// A span exporter that counts whole traces instead of storing spans. With an OTLP
+/// exporter inside, it counts only what that exporter reported as sent.
+#[derive(Debug)]
 struct CountingExporter {
     tally: Arc<Mutex<ExportTally>>,
+    otlp: Option<ReportingExporter<opentelemetry_otlp::SpanExporter>>,
 }
 
 impl SpanExporter for CountingExporter {
     fn export(&self, batch: Vec<SpanData>) -> impl Future<Output = OTelSdkResult> + Send {
-        let mut tally = lock(&self.tally);
-        for span in &batch {
-            tally.record(span);
+        let (record, forwarded) = match &self.otlp {
+            None => (batch, None),
+            // The OTLP exporter takes the batch; count from a copy once it has said yes.
+            Some(otlp) => (batch.clone(), Some(otlp.export(batch))),
+        };
+        async move {
+            if let Some(forwarded) = forwarded {
+                forwarded.await?;
+            }
+            let mut tally = lock(&self.tally);
+            for span in &record {
+                tally.record(span);
+            }
+            Ok::<(), OTelSdkError>(())
         }
-        std::future::ready(Ok::<(), OTelSdkError>(()))
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.otlp
+            .as_ref()
+            .map_or(Ok(()), |e| e.shutdown_with_timeout(timeout))
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.otlp.as_ref().map_or(Ok(()), SpanExporter::force_flush)
+    }
+
+    fn set_resource(&mut self, resource: &opentelemetry_sdk::Resource) {
+        if let Some(e) = &mut self.otlp {
+            e.set_resource(resource);
+        }
     }
 }
 
@@ -375,6 +477,8 @@ struct WorkerTotals {
 #[derive(Debug)]
 struct Run {
     tracer: SdkTracer,
+    /// The subscriber (registry + tracing-opentelemetry layer) for `--via tracing`.
+    dispatch: Option<tracing::Dispatch>,
     clock: MonotonicClock,
     window_nanos: u64,
     /// Clock time the load starts at and stops at.
@@ -388,8 +492,72 @@ struct Run {
     ticket: AtomicU64,
 }
 
+/// The `demo.window` attribute value of window `window`.
+fn window_value(window: u64) -> i64 {
+    i64::try_from(window).unwrap_or(i64::MAX)
+}
+
+/// Offers one trace through the SDK API: starts a new root (whatever the thread's
+/// current context), reads the limiter's stamp, records the window on a kept root, adds
+/// the children and ends the trace. Says whether the root was sampled, and the stamp.
+fn offer_sdk(run: &Run) -> (bool, Option<u64>) {
+    let mut root = run.tracer.start_with_context("demo.root", &Context::new());
+    let stamp = STAMP.with(Cell::take);
+    let sampled = root.span_context().is_sampled();
+    if let (true, Some(stamp)) = (sampled, stamp) {
+        root.set_attribute(KeyValue::new(
+            WINDOW_KEY,
+            window_value(stamp / run.window_nanos),
+        ));
+    }
+    let cx = Context::new().with_span(root);
+    for _ in 0..CHILDREN {
+        run.tracer.start_with_context("demo.child", &cx).end();
+    }
+    // The SimpleSpanProcessor exports synchronously: once the root has ended, the whole
+    // trace has reached the exporter.
+    cx.span().end();
+    (sampled, stamp)
+}
+
+/// Offers the same trace through `tracing` spans with a few fields each, which
+/// `tracing-opentelemetry` turns into OpenTelemetry spans.
+fn offer_tracing(run: &Run, seq: u64) -> (bool, Option<u64>) {
+    let root = tracing::info_span!(
+        parent: None,
+        "demo.root",
+        otel.kind = "server",
+        http.request.method = "GET",
+        http.route = "/demo/{seq}",
+        demo.seq = window_value(seq),
+    );
+    // tracing-opentelemetry starts the OpenTelemetry span (and so asks the sampler)
+    // lazily; asking for its context starts it now, on this thread.
+    let sc = root.context().span().span_context().clone();
+    let stamp = STAMP.with(Cell::take);
+    let sampled = sc.is_sampled();
+    if let (true, Some(stamp)) = (sampled, stamp) {
+        root.set_attribute(WINDOW_KEY, window_value(stamp / run.window_nanos));
+    }
+    root.in_scope(|| {
+        for step in 0..CHILDREN {
+            tracing::info_span!(
+                "demo.child",
+                demo.step = i64::from(step),
+                demo.work = "none"
+            )
+            .in_scope(|| {});
+        }
+    });
+    // Closing the root ends its OpenTelemetry span, exported synchronously.
+    drop(root);
+    (sampled, stamp)
+}
+
 /// Offers traces until the run ends.
 fn generate(run: &Run, slot: &WorkerSlot) -> WorkerTotals {
+    // `--via tracing`: this thread's spans go to the demo's subscriber.
+    let _dispatch = run.dispatch.as_ref().map(tracing::dispatcher::set_default);
     let mut totals = WorkerTotals::default();
     let w = run.window_nanos;
     loop {
@@ -419,20 +587,13 @@ fn generate(run: &Run, slot: &WorkerSlot) -> WorkerTotals {
             break;
         }
         STAMP.with(|cell| cell.set(None));
-        // A new root: an empty parent context, whatever the thread's current one is.
-        let mut root = run.tracer.start_with_context("demo.root", &Context::new());
-        let stamp = STAMP.with(Cell::take);
-        let sampled = root.span_context().is_sampled();
+        let (sampled, stamp) = match run.dispatch {
+            None => offer_sdk(run),
+            Some(_) => offer_tracing(run, totals.offered),
+        };
         totals.offered += 1;
         let kept_window = match (sampled, stamp) {
-            (true, Some(stamp)) => {
-                let window = stamp / w;
-                root.set_attribute(KeyValue::new(
-                    WINDOW_KEY,
-                    i64::try_from(window).unwrap_or(i64::MAX),
-                ));
-                Some(window)
-            }
+            (true, Some(stamp)) => Some(stamp / w),
             (true, None) => {
                 totals.unstamped += 1;
                 None
@@ -443,15 +604,6 @@ fn generate(run: &Run, slot: &WorkerSlot) -> WorkerTotals {
             }
         };
         totals.sampled += u64::from(sampled);
-
-        let cx = Context::new().with_span(root);
-        for _ in 0..CHILDREN {
-            let mut child = run.tracer.start_with_context("demo.child", &cx);
-            child.end();
-        }
-        // The SimpleSpanProcessor exports synchronously: once the root has ended, the
-        // whole trace has reached the exporter.
-        cx.span().end();
 
         {
             let mut counts = lock(&slot.counts);
@@ -604,6 +756,10 @@ fn run(config: &Config) -> Result<(), String> {
     let shared: OnceLock<Run> = OnceLock::new();
     // The workers and the main thread; the main thread builds the run in between.
     let barrier = Barrier::new(config.threads + 1);
+    // Connected before the load; kept until the provider has shut down (a gRPC exporter
+    // runs its connection on this runtime).
+    let mut otlp = config.otlp.clone().map(Otlp::connect).transpose()?;
+    let otlp_exporter = otlp.as_mut().and_then(|o| o.exporter.take());
 
     let (provider, totals, report) = thread::scope(|scope| {
         let mut handles = Vec::with_capacity(config.threads);
@@ -641,16 +797,34 @@ fn run(config: &Config) -> Result<(), String> {
             }
         };
         let sampler = RateLimitingSampler::new(limiter);
+        // A simple (synchronous) processor even with OTLP: a window's line then counts
+        // what the exporter has sent by the time the window closes. Only kept spans
+        // reach it, a few hundred a second at the default limit.
         let provider = SdkTracerProvider::builder()
             .with_sampler(sampler)
+            .with_resource(
+                opentelemetry_sdk::Resource::builder()
+                    .with_service_name("otel-rate-sampler-demo")
+                    .build(),
+            )
             .with_simple_exporter(CountingExporter {
                 tally: Arc::clone(&tally),
+                otlp: otlp_exporter,
             })
             .build();
+        let dispatch = (config.via == Via::Tracing).then(|| {
+            tracing::Dispatch::new(
+                tracing_subscriber::registry().with(
+                    tracing_opentelemetry::layer()
+                        .with_tracer(provider.tracer("otel-rate-sampler-demo")),
+                ),
+            )
+        });
         let start = clock.now_nanos();
         let start_instant = Instant::now();
         let run = Run {
             tracer: provider.tracer("otel-rate-sampler-demo"),
+            dispatch,
             clock,
             window_nanos,
             start,
@@ -712,6 +886,15 @@ fn run(config: &Config) -> Result<(), String> {
         .shutdown()
         .map_err(|e| format!("tracer provider shutdown failed: {e}"))?;
     drop(provider);
+    if let Some(otlp) = otlp.filter(|o| o.connected) {
+        eprintln!(
+            "demo: OTLP: the exporter reported {} spans sent to {} over {} ({} failed)",
+            otlp.counts.sent(),
+            otlp.target.url,
+            otlp.target.protocol,
+            otlp.counts.failed()
+        );
+    }
 
     // Everything has reached the exporter: report the remaining windows of the run (and
     // any a kept trace was stamped into past its end).
