@@ -1,2 +1,347 @@
-//! Placeholder: the real harness lives on the main branch.
-fn main() {}
+//! The bare limiters and the clocks they read, beside `governor`.
+//!
+//! Groups (see `BENCHMARKS.md` for the figures and how to reproduce them):
+//!
+//! * `clock`: one reading of each clock, beside `Instant::now()` and governor's clock.
+//! * `limiter_admit`: an admitted call, per algorithm and clock, beside governor `check()`.
+//! * `limiter_reject`: a refused call on a saturated limiter (1 per hour, spent).
+//! * `limiter_no_clock`: the same on a `ManualClock`, i.e. the algorithm without the
+//!   cost of reading a real clock.
+//! * `limiter_threads_reject`: one vs two threads refused by one shared saturated
+//!   limiter; throughput in elements (calls) per second.
+//!
+//! **How "admit" stays an admit.** A limiter admits only so many calls per window, and
+//! criterion asks for millions. Every case of `limiter_admit` therefore runs in chunks
+//! of [`CHUNK`] calls, each on a limiter that has room for exactly [`CHUNK`] more (a
+//! fresh one built outside the timer; for `SlidingLog`, the same one with its clock
+//! moved a window on, see [`Skewed`]), and asserts that every timed call was admitted.
+//! The baselines run through the same harness.
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Barrier;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, Throughput};
+use governor::clock::{Clock as _, DefaultClock as GovernorClock};
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter as Governor};
+use otel_rate_sampler::{
+    CachedClock, Clock, FixedWindow, Limit, ManualClock, MonotonicClock, PreciseClock, RateLimiter,
+    SlidingLog, SlidingWindowCounter,
+};
+
+/// Calls per chunk in the admit harness, and the permits per window of its limiters.
+const CHUNK: u32 = 1024;
+/// The window of the limiters here: long enough never to roll during a run.
+const HOUR: Duration = Duration::from_secs(3600);
+/// The window of the admitting `SlidingLog`, which [`Skewed`] jumps before each chunk
+/// (short, so that a long run's jumps stay far from overflowing 64 bits).
+const LOG_WINDOW: Duration = Duration::from_secs(1);
+
+/// Times `iters` calls of `call`, [`CHUNK`] at a time, each chunk on the state `make`
+/// returns (called outside the timer), and asserts that every call answered `expect`.
+fn chunked<S>(
+    iters: u64,
+    mut make: impl FnMut() -> S,
+    mut call: impl FnMut(&S) -> bool,
+    expect: bool,
+) -> Duration {
+    let mut total = Duration::ZERO;
+    let mut left = iters;
+    while left > 0 {
+        let n = left.min(u64::from(CHUNK));
+        let state = make();
+        let mut hits = 0u64;
+        let start = Instant::now();
+        for _ in 0..n {
+            hits += u64::from(call(black_box(&state)));
+        }
+        total += start.elapsed();
+        let expected = if expect { n } else { 0 };
+        assert_eq!(hits, expected, "a call that should be {expect} was not");
+        left -= n;
+    }
+    total
+}
+
+/// Runs `threads` threads that each make `iters` calls of `call` on one shared `state`,
+/// started together; returns the wall time from the first start to the last end and
+/// asserts that no call was admitted (the state is a saturated limiter).
+fn concurrent<S: Sync + ?Sized>(
+    iters: u64,
+    threads: usize,
+    state: &S,
+    call: impl Fn(&S) -> bool + Sync,
+) -> Duration {
+    let barrier = Barrier::new(threads);
+    let spans: Vec<(Instant, Instant)> = thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    barrier.wait();
+                    let start = Instant::now();
+                    let mut hits = 0u64;
+                    for _ in 0..iters {
+                        hits += u64::from(call(black_box(state)));
+                    }
+                    let end = Instant::now();
+                    assert_eq!(hits, 0, "a saturated limiter admitted a call");
+                    (start, end)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let first = spans.iter().map(|s| s.0).min().unwrap();
+    let last = spans.iter().map(|s| s.1).max().unwrap();
+    last - first
+}
+
+/// A clock that reads `C` and adds a skew the bench moves between chunks (outside the
+/// timer), so a `SlidingLog` whose ring is full finds every slot a window old and admits
+/// through its steady-state path (read the oldest stamp, then claim) rather than the
+/// cheaper ring-filling one. It costs one relaxed load and an add over `C`.
+#[derive(Debug)]
+struct Skewed<C> {
+    inner: C,
+    skew: AtomicU64,
+}
+
+impl<C> Skewed<C> {
+    fn new(inner: C) -> Self {
+        Self {
+            inner,
+            skew: AtomicU64::new(0),
+        }
+    }
+
+    fn jump_a_window(&self) {
+        let by = u64::try_from(LOG_WINDOW.as_nanos()).unwrap();
+        self.skew.fetch_add(by, Ordering::Relaxed);
+    }
+}
+
+impl<C: Clock> Clock for Skewed<C> {
+    #[inline]
+    fn now_nanos(&self) -> u64 {
+        self.inner.now_nanos() + self.skew.load(Ordering::Relaxed)
+    }
+}
+
+fn room_for_a_chunk() -> Limit {
+    Limit::per_window(CHUNK, HOUR).unwrap()
+}
+
+fn one_per_hour() -> Limit {
+    Limit::per_window(1, HOUR).unwrap()
+}
+
+fn governor_room_for_a_chunk() -> DefaultDirectRateLimiter {
+    Governor::direct(Quota::per_hour(NonZeroU32::new(CHUNK).unwrap()))
+}
+
+/// A spent limiter: it admitted its one permit of the hour.
+fn spent<L: RateLimiter>(limiter: L) -> L {
+    assert!(limiter.try_acquire(), "the first call should be admitted");
+    assert!(!limiter.try_acquire(), "the second call should be refused");
+    limiter
+}
+
+fn spent_governor() -> DefaultDirectRateLimiter {
+    let g = Governor::direct(Quota::per_hour(NonZeroU32::MIN));
+    assert!(g.check().is_ok() && g.check().is_err());
+    g
+}
+
+fn cached_clock() -> CachedClock {
+    CachedClock::start(Duration::from_millis(1)).expect("start the clock thread")
+}
+
+type Group<'a> = criterion::BenchmarkGroup<'a, criterion::measurement::WallTime>;
+
+fn bench_clocks(c: &mut Criterion, cached: &CachedClock) {
+    let mut g = c.benchmark_group("clock");
+    let monotonic = MonotonicClock::new();
+    g.bench_function("default_monotonic_coarse", |b| {
+        b.iter(|| black_box(&monotonic).now_nanos())
+    });
+    g.bench_function("cached", |b| b.iter(|| black_box(cached).now_nanos()));
+    let precise = PreciseClock::new();
+    g.bench_function("precise", |b| b.iter(|| black_box(&precise).now_nanos()));
+    g.bench_function("std_instant_now", |b| b.iter(Instant::now));
+    let quanta = GovernorClock::default();
+    g.bench_function("governor_quanta", |b| b.iter(|| black_box(&quanta).now()));
+    g.finish();
+}
+
+/// Admitted calls of the three algorithms on clock `C`.
+fn admit_cases<C: Clock + Clone>(g: &mut Group<'_>, clock_name: &str, clock: &C) {
+    g.bench_function(BenchmarkId::new("fixed_window", clock_name), |b| {
+        b.iter_custom(|iters| {
+            chunked(
+                iters,
+                || FixedWindow::with_clock(room_for_a_chunk(), clock.clone()).unwrap(),
+                |l| l.try_acquire(),
+                true,
+            )
+        })
+    });
+    g.bench_function(BenchmarkId::new("sliding_window", clock_name), |b| {
+        b.iter_custom(|iters| {
+            chunked(
+                iters,
+                || SlidingWindowCounter::with_clock(room_for_a_chunk(), clock.clone()).unwrap(),
+                |l| l.try_acquire(),
+                true,
+            )
+        })
+    });
+    // One log, ring full, its clock moved a window on before each chunk: every call
+    // reads the slot it overwrites, finds it a window old, and claims it.
+    let log_limit = Limit::per_window(CHUNK, LOG_WINDOW).unwrap();
+    let log = SlidingLog::with_clock(log_limit, Skewed::new(clock.clone())).unwrap();
+    for _ in 0..CHUNK {
+        assert!(log.try_acquire());
+    }
+    g.bench_function(BenchmarkId::new("sliding_log_skewed", clock_name), |b| {
+        b.iter_custom(|iters| {
+            chunked(
+                iters,
+                || {
+                    log.clock().jump_a_window();
+                    &log
+                },
+                |l| l.try_acquire(),
+                true,
+            )
+        })
+    });
+}
+
+fn bench_admit(c: &mut Criterion, cached: &CachedClock) {
+    let mut g = c.benchmark_group("limiter_admit");
+    g.bench_function("governor", |b| {
+        b.iter_custom(|iters| {
+            chunked(
+                iters,
+                governor_room_for_a_chunk,
+                |l| l.check().is_ok(),
+                true,
+            )
+        })
+    });
+    admit_cases(&mut g, "default", &MonotonicClock::new());
+    admit_cases(&mut g, "cached", cached);
+    admit_cases(&mut g, "precise", &PreciseClock::new());
+    g.finish();
+}
+
+/// Refused calls of the three algorithms on clock `C`, each saturated at 1 per hour.
+fn reject_cases<C: Clock + Clone>(g: &mut Group<'_>, clock_name: &str, clock: &C) {
+    let fixed = spent(FixedWindow::with_clock(one_per_hour(), clock.clone()).unwrap());
+    g.bench_function(BenchmarkId::new("fixed_window", clock_name), |b| {
+        b.iter_custom(|iters| chunked(iters, || &fixed, |l| l.try_acquire(), false))
+    });
+    let sliding = spent(SlidingWindowCounter::with_clock(one_per_hour(), clock.clone()).unwrap());
+    g.bench_function(BenchmarkId::new("sliding_window", clock_name), |b| {
+        b.iter_custom(|iters| chunked(iters, || &sliding, |l| l.try_acquire(), false))
+    });
+    let log = spent(SlidingLog::with_clock(one_per_hour(), clock.clone()).unwrap());
+    g.bench_function(BenchmarkId::new("sliding_log", clock_name), |b| {
+        b.iter_custom(|iters| chunked(iters, || &log, |l| l.try_acquire(), false))
+    });
+}
+
+fn bench_reject(c: &mut Criterion, cached: &CachedClock) {
+    let mut g = c.benchmark_group("limiter_reject");
+    let gov = spent_governor();
+    g.bench_function("governor", |b| {
+        b.iter_custom(|iters| chunked(iters, || &gov, |l| l.check().is_ok(), false))
+    });
+    reject_cases(&mut g, "default", &MonotonicClock::new());
+    reject_cases(&mut g, "cached", cached);
+    reject_cases(&mut g, "precise", &PreciseClock::new());
+    g.finish();
+}
+
+/// The algorithms alone: a `ManualClock` costs a pointer chase and a relaxed load.
+fn bench_no_clock(c: &mut Criterion) {
+    let mut g = c.benchmark_group("limiter_no_clock");
+    let clock = ManualClock::new();
+    clock.set(1);
+    admit_cases(&mut g, "admit", &clock);
+
+    let fixed = spent(FixedWindow::with_clock(one_per_hour(), clock.clone()).unwrap());
+    g.bench_function(BenchmarkId::new("fixed_window", "reject"), |b| {
+        b.iter_custom(|iters| chunked(iters, || &fixed, |l| l.try_acquire(), false))
+    });
+    let sliding = spent(SlidingWindowCounter::with_clock(one_per_hour(), clock.clone()).unwrap());
+    g.bench_function(BenchmarkId::new("sliding_window", "reject_full"), |b| {
+        b.iter_custom(|iters| chunked(iters, || &sliding, |l| l.try_acquire(), false))
+    });
+    // The overloaded steady state of a sliding counter: the current window is not full,
+    // but the previous one, weighted, leaves no room (reads both words, u128 maths).
+    // 10 per second; 10 admitted at 0.5 s; at 1.1 s one more fits (10·0.9 + 1 = 10),
+    // then 10·0.9 + 2 = 11 > 10 refuses.
+    let weighted_clock = ManualClock::new();
+    let ten_per_second = Limit::per_window(10, Duration::from_secs(1)).unwrap();
+    let weighted =
+        SlidingWindowCounter::with_clock(ten_per_second, weighted_clock.clone()).unwrap();
+    weighted_clock.set(500_000_000);
+    assert_eq!((0..20).filter(|_| weighted.try_acquire()).count(), 10);
+    weighted_clock.set(1_100_000_000);
+    assert!(weighted.try_acquire() && !weighted.try_acquire());
+    g.bench_function(BenchmarkId::new("sliding_window", "reject_weighted"), |b| {
+        b.iter_custom(|iters| chunked(iters, || &weighted, |l| l.try_acquire(), false))
+    });
+    let log = spent(SlidingLog::with_clock(one_per_hour(), clock.clone()).unwrap());
+    g.bench_function(BenchmarkId::new("sliding_log", "reject"), |b| {
+        b.iter_custom(|iters| chunked(iters, || &log, |l| l.try_acquire(), false))
+    });
+    g.finish();
+}
+
+/// One and two threads refused by one shared saturated limiter.
+fn bench_threads(c: &mut Criterion, cached: &CachedClock) {
+    let mut g = c.benchmark_group("limiter_threads_reject");
+    let fixed_default = spent(FixedWindow::new(one_per_hour()).unwrap());
+    let fixed_cached = spent(FixedWindow::with_clock(one_per_hour(), cached.clone()).unwrap());
+    let gov = spent_governor();
+    for threads in [1usize, 2] {
+        let id = |name: &str| {
+            BenchmarkId::new(
+                name,
+                format!("{threads}_thread{}", if threads == 1 { "" } else { "s" }),
+            )
+        };
+        g.throughput(Throughput::Elements(threads as u64));
+        g.bench_function(id("fixed_window_default"), |b| {
+            b.iter_custom(|iters| concurrent(iters, threads, &fixed_default, |l| l.try_acquire()))
+        });
+        g.bench_function(id("fixed_window_cached"), |b| {
+            b.iter_custom(|iters| concurrent(iters, threads, &fixed_cached, |l| l.try_acquire()))
+        });
+        g.bench_function(id("governor"), |b| {
+            b.iter_custom(|iters| concurrent(iters, threads, &gov, |l| l.check().is_ok()))
+        });
+    }
+    g.finish();
+}
+
+fn benches(c: &mut Criterion) {
+    let cached = cached_clock();
+    bench_clocks(c, &cached);
+    bench_admit(c, &cached);
+    bench_reject(c, &cached);
+    bench_no_clock(c);
+    bench_threads(c, &cached);
+}
+
+fn main() {
+    // What `criterion_group!`/`criterion_main!` expand to, minus an undocumented `pub fn`.
+    let mut c = Criterion::default().configure_from_args();
+    benches(&mut c);
+    c.final_summary();
+}
