@@ -51,8 +51,11 @@ impl Service {
             .clock(clock.clone())
             .build()
             .unwrap();
-        let provider =
-            support::otlp::provider(name, sampler, support::otlp::exporter(receiver, Transport::Grpc));
+        let provider = support::otlp::provider(
+            name,
+            sampler,
+            support::otlp::exporter(receiver, Transport::Grpc),
+        );
         let tracer = provider.tracer(name);
         Self { provider, tracer }
     }
