@@ -1,5 +1,6 @@
-//! The sampler's reject path allocates nothing: a counting global allocator watches
-//! `should_sample` for a root on a saturated sampler, for every algorithm.
+//! The samplers' reject path allocates nothing: a counting global allocator watches
+//! `should_sample` for a root on a saturated sampler, for every algorithm, and for the
+//! rule-based sampler (feature `config`) against rules with globs and attributes.
 //!
 //! The allocator counts only the allocations the current thread makes while it is
 //! armed, so other test threads (and the harness) cannot disturb the count. That it
@@ -155,4 +156,65 @@ fn a_refused_root_allocates_nothing_for_every_algorithm() {
             "{algorithm}: a refused root caused {events} heap events"
         );
     }
+}
+
+#[cfg(feature = "config")]
+#[test]
+fn a_refused_root_allocates_nothing_against_rules() {
+    use opentelemetry::KeyValue;
+    use otel_rate_sampler::{RuleBasedSampler, SamplingConfig};
+
+    let text = r#"
+[default]
+limit = 1
+[[default.rule]]
+name = "glob"
+span_name = "GET /{users,orders}/*"
+attributes = { "http.status_code" = "5*", "ratio" = "0.*", "flag" = "true" }
+limit = 1
+[[default.rule]]
+name = "infix"
+span_name = "*orders*"
+attributes = { "missing" = "x" }
+limit = 1
+"#;
+    let config = SamplingConfig::from_toml_str(text, "t.toml").unwrap();
+    let s = RuleBasedSampler::with_clock(&config, "svc", ManualClock::new()).unwrap();
+    let attrs = [
+        KeyValue::new("http.status_code", 503),
+        KeyValue::new("ratio", 0.25),
+        KeyValue::new("flag", true),
+        KeyValue::new("http.method", "GET"),
+    ];
+    let root = Context::new();
+    let decide = |name: &str| {
+        s.should_sample(
+            Some(&root),
+            TraceId::from(9u128),
+            name,
+            &SpanKind::Server,
+            &attrs,
+            &[],
+        )
+    };
+    // Spend the permits of both the rule and the default.
+    assert_eq!(
+        decide("GET /orders/1").decision,
+        SamplingDecision::RecordAndSample
+    );
+    assert_eq!(
+        decide("POST /x").decision,
+        SamplingDecision::RecordAndSample
+    );
+    // Both permits spent: every further root is refused, without touching the heap.
+    let (kept, events) = heap_events(|| {
+        (0..1_000)
+            .filter(|_| {
+                decide("GET /orders/1").decision != SamplingDecision::Drop
+                    || decide("POST /x").decision != SamplingDecision::Drop
+            })
+            .count()
+    });
+    assert_eq!(kept, 0, "a saturated rule set admitted a root");
+    assert_eq!(events, 0, "2000 refused roots caused {events} heap events");
 }
