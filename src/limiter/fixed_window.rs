@@ -24,10 +24,18 @@ use crate::sync::{AtomicU64, Ordering};
 ///   window and the start of the next can pass `2N` within a span shorter than `W`. Use
 ///   [`SlidingLog`](crate::SlidingLog) when any interval of length `W` must hold `N`.
 ///
+/// # Layout
+///
+/// The whole state is one `AtomicU64`: the window index `now / W` in the high 42 bits,
+/// the count in the low 22. The count never passes the permits (a call that would pass
+/// them writes nothing), so 22 bits hold any limit up to 4 194 303 per window. At the
+/// shortest window a [`Limit`] accepts (1 ms) 42 bits of window index last 2^42 ms =
+/// 139 years of uptime (139 000 years at 1 s windows); the index then saturates instead
+/// of wrapping, and the limiter keeps counting into its last window.
+///
 /// # Memory ordering
 ///
-/// The whole state (window index and count, layout in the `packed` module docs) lives in
-/// one `AtomicU64`. Every write is a compare-exchange from the exact word the new value
+/// The whole state (window index and count) lives in one `AtomicU64`. Every write is a compare-exchange from the exact word the new value
 /// was computed from, so no increment can be lost or land in the wrong window, and all
 /// operations are `Relaxed`: the word publishes no other memory, and a single location's
 /// modification order already serialises the compare-exchanges. A rejected call only
