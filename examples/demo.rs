@@ -915,7 +915,7 @@ fn run(config: &Config) -> Result<(), String> {
     }
 
     let tally = lock(&tally);
-    let window_ms = if window_nanos % 1_000_000 == 0 {
+    let window_ms = if window_nanos.is_multiple_of(1_000_000) {
         serde_json::json!(window_nanos / 1_000_000)
     } else {
         serde_json::json!(window_nanos as f64 / 1e6)
