@@ -20,11 +20,12 @@ enum Shape {
     Exact(Box<str>),
     Prefix(Box<str>),
     Suffix(Box<str>),
-    /// A substring, with its searcher built once.
-    Contains(memchr::memmem::Finder<'static>),
+    /// A substring, with its searcher built once (boxed, like the matcher below, to
+    /// keep a pattern small: the rules are scanned in a row on every decision).
+    Contains(Box<memchr::memmem::Finder<'static>>),
     /// A general glob, and the literal text it must start with (checked first: most
     /// names are rejected without running the matcher).
-    Glob(Box<str>, GlobMatcher),
+    Glob(Box<str>, Box<GlobMatcher>),
 }
 
 const META: &[char] = &['*', '?', '[', ']', '{', '}', '\\'];
@@ -43,13 +44,15 @@ impl Pattern {
             Shape::Any
         } else if inner.contains(META) {
             let literal = glob.split(META).next().unwrap_or_default();
-            Shape::Glob(literal.into(), matcher)
+            Shape::Glob(literal.into(), Box::new(matcher))
         } else {
             match (glob.starts_with('*'), glob.ends_with('*')) {
                 (false, false) => Shape::Exact(glob.into()),
                 (false, true) => Shape::Prefix(inner.into()),
                 (true, false) => Shape::Suffix(inner.into()),
-                (true, true) => Shape::Contains(memchr::memmem::Finder::new(inner).into_owned()),
+                (true, true) => {
+                    Shape::Contains(Box::new(memchr::memmem::Finder::new(inner).into_owned()))
+                }
             }
         };
         Ok(Self {
