@@ -115,3 +115,102 @@ fn find<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a Value> {
         .find(|kv| bytes_eq(kv.key.as_str().as_bytes(), key.as_bytes()))
         .map(|kv| &kv.value)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::SamplingConfig;
+
+    /// The rule semantics written plainly: every condition, first attribute of a name.
+    fn reference(r: &Rule, origin: Origin, name: &str, kind: &SpanKind, kvs: &[KeyValue]) -> bool {
+        r.parent.is_none_or(|p| p == origin)
+            && r.kind.as_ref().is_none_or(|k| k == kind)
+            && r.span_name.as_ref().is_none_or(|p| p.is_match(name))
+            && r.attributes.iter().all(|(key, p)| {
+                kvs.iter()
+                    .find(|kv| kv.key.as_str() == key)
+                    .is_some_and(|kv| p.matches_value(&kv.value))
+            })
+    }
+
+    #[test]
+    fn first_match_agrees_with_the_plain_semantics() {
+        let text = r#"
+[default]
+rate = 1.0
+remote_parents = "cap"
+[[default.rule]]
+span_name = "GET /health*"
+rate = 1.0
+[[default.rule]]
+kind = "client"
+parent = "remote"
+rate = 1.0
+[[default.rule]]
+span_name = "*/admin/*"
+attributes = { "http.status_code" = "5*" }
+rate = 1.0
+[[default.rule]]
+attributes = { "region" = "us-*", "http.method" = "GET" }
+rate = 1.0
+[[default.rule]]
+kind = "server"
+span_name = "GET /{a,b}/*"
+attributes = { "flag" = "true", "ratio" = "0.*" }
+rate = 1.0
+[[default.rule]]
+parent = "none"
+attributes = { "http.method" = "POST" }
+rate = 1.0
+"#;
+        let config = SamplingConfig::from_toml_str(text, "t.toml").unwrap();
+        let rules = config.service("any").rules;
+        let matchers = Matchers::new(&rules);
+        let names = [
+            "GET /health",
+            "GET /a/admin/x",
+            "x/admin/",
+            "GET /b/1",
+            "POST /x",
+            "",
+        ];
+        let kinds = [SpanKind::Client, SpanKind::Server, SpanKind::Internal];
+        let attribute_sets = [
+            vec![],
+            vec![
+                KeyValue::new("http.status_code", 503),
+                KeyValue::new("region", "us-east"),
+            ],
+            vec![
+                KeyValue::new("region", "us-east"),
+                KeyValue::new("http.method", "GET"),
+            ],
+            // The first of a repeated name counts.
+            vec![
+                KeyValue::new("http.method", "POST"),
+                KeyValue::new("http.method", "GET"),
+            ],
+            vec![
+                KeyValue::new("flag", true),
+                KeyValue::new("ratio", 0.25),
+                KeyValue::new("http.status_code", 200),
+            ],
+        ];
+        let mut matched = 0;
+        for origin in [Origin::Root, Origin::Remote] {
+            for name in names {
+                for kind in &kinds {
+                    for kvs in &attribute_sets {
+                        let want = rules
+                            .iter()
+                            .position(|r| reference(r, origin, name, kind, kvs));
+                        let got = matchers.first_match(origin, name, kind, kvs);
+                        assert_eq!(got, want, "{origin:?} {name:?} {kind:?} {kvs:?}");
+                        matched += usize::from(got.is_some());
+                    }
+                }
+            }
+        }
+        assert!(matched > 20, "{matched}");
+    }
+}
