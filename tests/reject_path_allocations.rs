@@ -5,7 +5,7 @@
 use std::alloc::System;
 
 use opentelemetry::trace::{SpanKind, TraceId};
-use opentelemetry::{Context, KeyValue};
+use opentelemetry::{Context, KeyValue, StringValue, Value};
 use opentelemetry_sdk::trace::{SamplingDecision, ShouldSample};
 use otel_rate_sampler::{ManualClock, RuleBasedSampler, SamplingConfig};
 use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
@@ -29,6 +29,10 @@ name = "infix"
 span_name = "*orders*"
 attributes = { "missing" = "x" }
 limit = 1
+[[default.rule]]
+name = "array"
+attributes = { "tags" = "nomatch*" }
+limit = 1
 "#;
     let config = SamplingConfig::from_toml_str(text, "t.toml").unwrap();
     let s = RuleBasedSampler::with_clock(&config, "svc", ManualClock::new()).unwrap();
@@ -37,6 +41,11 @@ limit = 1
         KeyValue::new("ratio", 0.25),
         KeyValue::new("flag", true),
         KeyValue::new("http.method", "GET"),
+        // Matched as text, written on the stack like the numbers.
+        KeyValue::new(
+            "tags",
+            Value::Array(vec![StringValue::from("a"), StringValue::from("b")].into()),
+        ),
     ];
     let root = Context::new();
     let decide = |name: &str| {
