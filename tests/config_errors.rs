@@ -37,7 +37,7 @@ fn unknown_keys_name_the_key_and_the_accepted_ones() {
         K::UnknownKey,
         3,
         1,
-        "rat",
+        "default.rat",
         "expected one of",
     );
     check(
@@ -46,7 +46,7 @@ fn unknown_keys_name_the_key_and_the_accepted_ones() {
         K::UnknownKey,
         7,
         1,
-        "span",
+        "service[0].rule[0].span",
         "span_name",
     );
     check(
@@ -57,6 +57,38 @@ fn unknown_keys_name_the_key_and_the_accepted_ones() {
         3,
         "services",
         "service",
+    );
+}
+
+#[test]
+fn unknown_keys_are_named_by_their_full_path() {
+    // The second rule of the second service, under a `[service.cap]`-style inline table
+    // too: serde reports the bare key, the error names where it is.
+    let body = "[[service]]\nname = \"a\"\n[[service]]\nname = \"b\"\n\
+                [[service.rule]]\nrate = 1.0\n[[service.rule]]\nrate = 1.0\n  rat = 2\n";
+    check(
+        true,
+        body,
+        K::UnknownKey,
+        11,
+        3,
+        "service[1].rule[1].rat",
+        "unknown field `rat`",
+    );
+    let err = SamplingConfig::from_toml_str(&format!("{HEAD}{body}"), "s.toml").unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("s.toml:11:3: service[1].rule[1].rat: unknown field `rat`"),
+        "{err}"
+    );
+    check(
+        true,
+        "[[service]]\nname = \"a\"\ncap = { rate = 5.0, burst = 2 }\n",
+        K::UnknownKey,
+        5,
+        21,
+        "service[0].cap.burst",
+        "unknown field `burst`",
     );
 }
 

@@ -161,7 +161,7 @@ fn a_refused_root_allocates_nothing_for_every_algorithm() {
 #[cfg(feature = "config")]
 #[test]
 fn a_refused_root_allocates_nothing_against_rules() {
-    use opentelemetry::KeyValue;
+    use opentelemetry::{KeyValue, StringValue, Value};
     use otel_rate_sampler::{RuleBasedSampler, SamplingConfig};
 
     let text = r#"
@@ -177,6 +177,10 @@ name = "infix"
 span_name = "*orders*"
 attributes = { "missing" = "x" }
 limit = 1
+[[default.rule]]
+name = "array"
+attributes = { "tags" = "nomatch*" }
+limit = 1
 "#;
     let config = SamplingConfig::from_toml_str(text, "t.toml").unwrap();
     let s = RuleBasedSampler::with_clock(&config, "svc", ManualClock::new()).unwrap();
@@ -185,6 +189,11 @@ limit = 1
         KeyValue::new("ratio", 0.25),
         KeyValue::new("flag", true),
         KeyValue::new("http.method", "GET"),
+        // Matched as text, written on the stack like the numbers.
+        KeyValue::new(
+            "tags",
+            Value::Array(vec![StringValue::from("a"), StringValue::from("b")].into()),
+        ),
     ];
     let root = Context::new();
     let decide = |name: &str| {

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 
 use serde::Deserialize;
+use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
 use super::error::{ConfigError, ConfigErrorKind, Pos};
@@ -485,7 +486,9 @@ fn toml_error(ctx: &Ctx<'_>, e: &toml::de::Error) -> ConfigError {
     let span = e.span().unwrap_or(0..0);
     let message = e.message().trim().to_owned();
     let (kind, key) = if let Some(rest) = message.strip_prefix("unknown field `") {
-        let key = rest.split('`').next().unwrap_or_default().to_owned();
+        // serde names the bare key; the other errors name its full path.
+        let key = key_path(ctx.text, &span)
+            .unwrap_or_else(|| rest.split('`').next().unwrap_or_default().to_owned());
         (ConfigErrorKind::UnknownKey, key)
     } else if let Some(rest) = message.strip_prefix("missing field `") {
         let key = rest.split('`').next().unwrap_or_default().to_owned();
@@ -494,6 +497,34 @@ fn toml_error(ctx: &Ctx<'_>, e: &toml::de::Error) -> ConfigError {
         (ConfigErrorKind::Syntax, key_before(ctx.text, span.start))
     };
     ConfigError::new(kind, ctx.file, ctx.pos(span), key, message).with_source(e.clone())
+}
+
+/// The full path (`service[0].rule[1].rat`) of the key spelled at `span`, found in the
+/// document parsed again with spans (only on this error path).
+fn key_path(text: &str, span: &Range<usize>) -> Option<String> {
+    fn in_table(table: &DeTable<'_>, span: &Range<usize>, path: &str) -> Option<String> {
+        table.iter().find_map(|(key, value)| {
+            let path = match path {
+                "" => key.get_ref().to_string(),
+                _ => format!("{path}.{}", key.get_ref()),
+            };
+            if key.span() == *span {
+                return Some(path);
+            }
+            in_value(value.get_ref(), span, &path)
+        })
+    }
+    fn in_value(value: &DeValue<'_>, span: &Range<usize>, path: &str) -> Option<String> {
+        match value {
+            DeValue::Table(t) => in_table(t, span, path),
+            DeValue::Array(a) => a
+                .iter()
+                .enumerate()
+                .find_map(|(i, v)| in_value(v.get_ref(), span, &format!("{path}[{i}]"))),
+            _ => None,
+        }
+    }
+    in_table(DeTable::parse(text).ok()?.get_ref(), span, "")
 }
 
 /// The `key` of a `key = value` line that holds byte `offset` (best effort).

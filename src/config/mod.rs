@@ -21,3 +21,4 @@ pub use model::SamplingConfig;
 pub use watch::ConfigWatcher;
 
 pub(crate) use model::{LimitSpec, Policy, Rule, ServiceConfig};
+pub(crate) use pattern::{bytes_eq, Pattern};

@@ -5,10 +5,9 @@ use std::fmt;
 use std::path::Path;
 
 use opentelemetry::trace::SpanKind;
-use opentelemetry::KeyValue;
 
 use super::error::{ConfigError, ConfigErrorKind, Pos};
-use super::pattern::{bytes_eq, Pattern};
+use super::pattern::Pattern;
 use crate::limit::Limit;
 use crate::limiter::Algorithm;
 use crate::sampler::{Origin, RemoteParents};
@@ -95,57 +94,6 @@ pub(crate) struct Rule {
     pub(crate) policy: Policy,
     /// Permits reserved for this rule in each window of the service cap.
     pub(crate) floor: u32,
-}
-
-impl Rule {
-    /// Whether the rule matches a span about to start. Cheap tests first.
-    #[inline]
-    pub(crate) fn matches(
-        &self,
-        origin: Origin,
-        name: &str,
-        kind: &SpanKind,
-        attributes: &[KeyValue],
-    ) -> bool {
-        if self.parent.is_some_and(|p| p != origin) || self.kind.as_ref().is_some_and(|k| k != kind)
-        {
-            return false;
-        }
-        if self.span_name.as_ref().is_some_and(|p| !p.is_match(name)) {
-            return false;
-        }
-        // Every key must be present before any value is matched: a missing attribute is
-        // the common way a rule fails, and costs no glob.
-        let mut found: [Option<&opentelemetry::Value>; MAX_FAST_ATTRIBUTES] =
-            [None; MAX_FAST_ATTRIBUTES];
-        if self.attributes.len() > MAX_FAST_ATTRIBUTES {
-            return self.attributes.iter().all(|(key, pattern)| {
-                find(attributes, key).is_some_and(|v| pattern.matches_value(v))
-            });
-        }
-        for ((key, _), slot) in self.attributes.iter().zip(found.iter_mut()) {
-            match find(attributes, key) {
-                Some(v) => *slot = Some(v),
-                None => return false,
-            }
-        }
-        self.attributes
-            .iter()
-            .zip(found)
-            .all(|((_, pattern), v)| v.is_some_and(|v| pattern.matches_value(v)))
-    }
-}
-
-/// Rules with up to this many attribute conditions check them all for presence first,
-/// without allocating.
-const MAX_FAST_ATTRIBUTES: usize = 8;
-
-#[inline]
-fn find<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a opentelemetry::Value> {
-    attributes
-        .iter()
-        .find(|kv| bytes_eq(kv.key.as_str().as_bytes(), key.as_bytes()))
-        .map(|kv| &kv.value)
 }
 
 impl SamplingConfig {

@@ -20,11 +20,12 @@ enum Shape {
     Exact(Box<str>),
     Prefix(Box<str>),
     Suffix(Box<str>),
-    /// A substring, with its searcher built once.
-    Contains(memchr::memmem::Finder<'static>),
+    /// A substring, with its searcher built once (boxed, like the matcher below, to
+    /// keep a pattern small: the rules are scanned in a row on every decision).
+    Contains(Box<memchr::memmem::Finder<'static>>),
     /// A general glob, and the literal text it must start with (checked first: most
     /// names are rejected without running the matcher).
-    Glob(Box<str>, GlobMatcher),
+    Glob(Box<str>, Box<GlobMatcher>),
 }
 
 const META: &[char] = &['*', '?', '[', ']', '{', '}', '\\'];
@@ -43,13 +44,15 @@ impl Pattern {
             Shape::Any
         } else if inner.contains(META) {
             let literal = glob.split(META).next().unwrap_or_default();
-            Shape::Glob(literal.into(), matcher)
+            Shape::Glob(literal.into(), Box::new(matcher))
         } else {
             match (glob.starts_with('*'), glob.ends_with('*')) {
                 (false, false) => Shape::Exact(glob.into()),
                 (false, true) => Shape::Prefix(inner.into()),
                 (true, false) => Shape::Suffix(inner.into()),
-                (true, true) => Shape::Contains(memchr::memmem::Finder::new(inner).into_owned()),
+                (true, true) => {
+                    Shape::Contains(Box::new(memchr::memmem::Finder::new(inner).into_owned()))
+                }
             }
         };
         Ok(Self {
@@ -90,8 +93,9 @@ impl Pattern {
     }
 
     /// Whether an attribute value, as text, matches. Strings, booleans, integers and
-    /// floats are matched without allocating; arrays (rare at sampling time) are
-    /// rendered first.
+    /// floats are matched without allocating, and so are arrays (rare at sampling
+    /// time) whose text fits a small stack buffer; longer ones are rendered to a
+    /// `String`.
     #[inline]
     pub(crate) fn matches_value(&self, value: &Value) -> bool {
         match value {
@@ -99,7 +103,7 @@ impl Pattern {
             Value::Bool(b) => self.is_match(if *b { "true" } else { "false" }),
             Value::I64(i) => self.is_match(format_i64(*i, &mut [0; 20])),
             Value::F64(f) => self.matches_display(f),
-            other => self.is_match(&other.to_string()),
+            other => self.matches_display(other),
         }
     }
 
@@ -248,6 +252,27 @@ mod tests {
             .matches_value(&Value::F64(0.5)));
         let long = Value::F64(1e300);
         assert!(Pattern::glob("1000*").unwrap().matches_value(&long));
+        // Arrays match their `Display` text, short (on the stack) or long (a String).
+        for words in [vec!["a", "b"], vec!["a-rather-long-tag"; 4]] {
+            let array = Value::Array(
+                words
+                    .into_iter()
+                    .map(opentelemetry::StringValue::from)
+                    .collect::<Vec<_>>()
+                    .into(),
+            );
+            let text = array.to_string();
+            assert!(
+                Pattern::glob(&globset::escape(&text))
+                    .unwrap()
+                    .matches_value(&array),
+                "{text}"
+            );
+            assert!(
+                !Pattern::glob("x*").unwrap().matches_value(&array),
+                "{text}"
+            );
+        }
     }
 
     #[test]

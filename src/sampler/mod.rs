@@ -1,6 +1,8 @@
 //! The OpenTelemetry side: [`ShouldSample`](opentelemetry_sdk::trace::ShouldSample)s
 //! that ask a limiter once per trace.
 
+#[cfg(feature = "config")]
+mod matcher;
 mod parent;
 mod rate_limiting;
 #[cfg(feature = "config")]

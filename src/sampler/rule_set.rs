@@ -8,6 +8,7 @@ use opentelemetry::trace::{SpanKind, TraceId, TraceState};
 use opentelemetry::{KeyValue, Value};
 use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult};
 
+use super::matcher::Matchers;
 use super::parent::{drop_span, Origin};
 use super::rate_limiting::{RemoteParents, SAMPLER_PARAM, SAMPLER_TYPE, SAMPLER_TYPE_VALUE};
 use super::trace_state::erase_threshold;
@@ -27,6 +28,8 @@ const DEFAULT_RULE: &str = "default";
 pub(crate) struct RuleSet<C> {
     pub(crate) remote_parents: RemoteParents,
     rules: Vec<Compiled<C>>,
+    /// The rules' conditions, in the same order.
+    matchers: Matchers,
     /// For spans no rule matches (`None`: drop them).
     default: Option<Compiled<C>>,
     /// The cap's shared pool (`None` without a cap, or when floors reserve all of it).
@@ -35,7 +38,6 @@ pub(crate) struct RuleSet<C> {
 }
 
 struct Compiled<C> {
-    rule: Option<Rule>,
     name: String,
     policy: Policy,
     action: Action<C>,
@@ -98,7 +100,6 @@ impl<C: Clock + Clone> RuleSet<C> {
                     Policy::Probability(p) => (SAMPLER_TYPE_PROBABILISTIC, p),
                 };
                 Ok(Compiled {
-                    rule: rule.cloned(),
                     name: name.to_owned(),
                     policy,
                     action,
@@ -144,6 +145,7 @@ impl<C: Clock + Clone> RuleSet<C> {
         Ok(Self {
             remote_parents: service.remote_parents,
             rules,
+            matchers: Matchers::new(&service.rules),
             default,
             shared,
             cap: service.cap,
@@ -184,13 +186,9 @@ impl<C: Clock> RuleSet<C> {
         parent_state: &TraceState,
     ) -> SamplingResult {
         let chosen = self
-            .rules
-            .iter()
-            .find(|c| {
-                c.rule
-                    .as_ref()
-                    .is_some_and(|r| r.matches(origin, name, kind, attributes))
-            })
+            .matchers
+            .first_match(origin, name, kind, attributes)
+            .map(|i| &self.rules[i])
             .or(self.default.as_ref());
         let Some(chosen) = chosen else {
             return drop_span(parent_state);
