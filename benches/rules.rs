@@ -28,7 +28,7 @@ fn rules(default: &str) -> String {
         r#"attributes = { "user.tier" = "gold" }"#,
         r#"attributes = { "region" = "us-*", "http.method" = "GET" }"#,
         r#"span_name = "GET /orders/*"
-attributes = { "http.route" = "/orders/{id}", "net.peer" = "*" }"#,
+attributes = { "http.route" = "/orders/\\{id\\}/items", "net.peer" = "*" }"#,
         r#"span_name = "GET /orders/*"
 kind = "server"
 attributes = { "http.method" = "POST" }"#,

@@ -220,6 +220,16 @@ fn bad_globs_say_why() {
         "default.rule[0].attributes.\"http.route\"",
         "not a valid glob",
     );
+    // A route template copied as is: `{id}` would match `id`, never `{id}`.
+    check(
+        true,
+        "[[default.rule]]\nattributes = { \"http.route\" = \"/orders/{id}\" }\nrate = 1.0\n",
+        K::BadGlob,
+        4,
+        31,
+        "default.rule[0].attributes.\"http.route\"",
+        "brace group \"{id}\" with one option",
+    );
 }
 
 #[test]

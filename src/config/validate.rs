@@ -137,11 +137,55 @@ pub(crate) fn algorithm(name: &str) -> Result<Algorithm, Invalid> {
 
 /// A glob.
 pub(crate) fn glob(glob: &str) -> Result<Pattern, Invalid> {
+    if let Some(group) = single_option_brace_group(glob) {
+        // `{id}` is glob alternation with one option: it matches `id`, not `{id}`. In a
+        // route template (`/orders/{id}`) that is never what was meant, and the rule
+        // would silently never match.
+        return Err(Invalid {
+            kind: ConfigErrorKind::BadGlob,
+            message: format!(
+                "{glob:?} has the brace group {group:?} with one option, which matches its text \
+                 without the braces; write `\\{{` and `\\}}` to match braces (a route \
+                 template), or `{{a,b}}` for alternatives"
+            ),
+            source: None,
+        });
+    }
     Pattern::glob(glob).map_err(|e| Invalid {
         kind: ConfigErrorKind::BadGlob,
         message: format!("{glob:?} is not a valid glob ({}); use `*`, `?`, `[abc]`, `{{a,b}}`, and `\\` to escape", e.kind()),
         source: Some(Box::new(e)),
     })
+}
+
+/// The first unescaped `{...}` group of `glob` that has no top-level comma, if any
+/// (braces inside a `[...]` class or after `\\` are literal).
+fn single_option_brace_group(glob: &str) -> Option<&str> {
+    let bytes = glob.as_bytes();
+    let (mut i, mut class, mut open): (usize, bool, Vec<(usize, bool)>) = (0, false, Vec::new());
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' => i += 1,
+            b'[' if !class => class = true,
+            b']' if class => class = false,
+            b'{' if !class => open.push((i, false)),
+            b',' if !class => {
+                if let Some(top) = open.last_mut() {
+                    top.1 = true;
+                }
+            }
+            b'}' if !class => {
+                if let Some((start, comma)) = open.pop() {
+                    if !comma {
+                        return Some(&glob[start..=i]);
+                    }
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
 }
 
 /// A span kind name.
@@ -202,6 +246,22 @@ pub(crate) fn name(what: &str, name: &str) -> Result<(), Invalid> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_option_brace_groups_are_refused_and_escaped_braces_are_not() {
+        assert_eq!(single_option_brace_group("/orders/{id}"), Some("{id}"));
+        assert_eq!(single_option_brace_group("{a,{b}}"), Some("{b}"));
+        assert_eq!(single_option_brace_group("GET /{users,orders}/*"), None);
+        assert_eq!(single_option_brace_group("/orders/\\{id\\}"), None);
+        assert_eq!(single_option_brace_group("[{]id[}]"), None);
+        let err = glob("/orders/{id}").err().unwrap();
+        assert!(
+            err.message.contains("\"{id}\"") && err.message.contains("\\{"),
+            "{}",
+            err.message
+        );
+        assert!(glob("/orders/\\{id\\}").unwrap().is_match("/orders/{id}"));
+    }
 
     #[test]
     fn windows_parse_with_units() {
