@@ -149,6 +149,7 @@ impl<C: Clock> RateLimiter for FixedWindow<C> {
 
 impl<C: fmt::Debug> fmt::Debug for FixedWindow<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Relaxed: a snapshot for display, nothing is read through it.
         let (window, count) = unpack(self.state.load(Ordering::Relaxed));
         f.debug_struct("FixedWindow")
             .field("limit", &self.limit)
@@ -343,6 +344,8 @@ mod loom_tests {
             count: AtomicU64,
         }
         impl Racy {
+            // SeqCst throughout: the strongest ordering, so that what loom finds is the
+            // two-atomic design's race, not a weak ordering.
             fn acquire(&self, now_window: u64) -> bool {
                 let w = self.window.load(Ordering::SeqCst);
                 if now_window > w

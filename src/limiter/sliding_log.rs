@@ -164,6 +164,8 @@ impl<C: Clock> SlidingLog<C> {
                     return None;
                 }
             }
+            // Relaxed: claiming admission k orders only the claims among themselves; the
+            // slot's contents travel by `seq` and `stamp` (see "Memory ordering").
             match self
                 .next
                 .compare_exchange_weak(k, k + 1, Ordering::Relaxed, Ordering::Relaxed)
@@ -195,6 +197,7 @@ impl<C: Clock> RateLimiter for SlidingLog<C> {
 
 impl<C: fmt::Debug> fmt::Debug for SlidingLog<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Relaxed: a snapshot for display, nothing is read through it.
         f.debug_struct("SlidingLog")
             .field("limit", &self.limit)
             .field("admissions", &self.next.load(Ordering::Relaxed))

@@ -192,6 +192,7 @@ impl<C: Clock> RateLimiter for SlidingWindowCounter<C> {
 
 impl<C: fmt::Debug> fmt::Debug for SlidingWindowCounter<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Relaxed: a snapshot for display, nothing is read through it.
         let (window, curr) = unpack(self.state.load(Ordering::Relaxed));
         let (tag, prev) = unpack(self.previous.load(Ordering::Relaxed));
         f.debug_struct("SlidingWindowCounter")

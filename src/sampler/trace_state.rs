@@ -24,17 +24,8 @@ pub(crate) fn erase_threshold(trace_state: &TraceState) -> TraceState {
         trace_state.insert("ot", rest.join(";"))
     };
     // Neither can fail: "ot" is a valid key, and the value is a subset of a valid one.
-    // Should it ever, dropping the whole entry is the safe way to lose `th`.
-    erased.unwrap_or_else(|_| {
-        let kept = trace_state
-            .header()
-            .split(',')
-            .filter_map(|kv| kv.split_once('='))
-            .filter(|(k, _)| *k != "ot")
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect::<Vec<_>>();
-        TraceState::from_key_value(kept).unwrap_or_default()
-    })
+    // Should it ever, an empty trace state is the safe way to lose `th`.
+    erased.unwrap_or_default()
 }
 
 #[cfg(test)]
