@@ -182,7 +182,7 @@ fn admit_cases<C: Clock + Clone>(g: &mut Group<'_>, clock_name: &str, clock: &C)
         b.iter_custom(|iters| {
             chunked(
                 iters,
-                || FixedWindow::with_clock(room_for_a_chunk(), clock.clone()).unwrap(),
+                || FixedWindow::with_clock(room_for_a_chunk(), clock.clone()),
                 |l| l.try_acquire(),
                 true,
             )
@@ -192,7 +192,7 @@ fn admit_cases<C: Clock + Clone>(g: &mut Group<'_>, clock_name: &str, clock: &C)
         b.iter_custom(|iters| {
             chunked(
                 iters,
-                || SlidingWindowCounter::with_clock(room_for_a_chunk(), clock.clone()).unwrap(),
+                || SlidingWindowCounter::with_clock(room_for_a_chunk(), clock.clone()),
                 |l| l.try_acquire(),
                 true,
             )
@@ -201,7 +201,7 @@ fn admit_cases<C: Clock + Clone>(g: &mut Group<'_>, clock_name: &str, clock: &C)
     // One log, ring full, its clock moved a window on before each chunk: every call
     // reads the slot it overwrites, finds it a window old, and claims it.
     let log_limit = Limit::per_window(CHUNK, LOG_WINDOW).unwrap();
-    let log = SlidingLog::with_clock(log_limit, Skewed::new(clock.clone())).unwrap();
+    let log = SlidingLog::with_clock(log_limit, Skewed::new(clock.clone()));
     for _ in 0..CHUNK {
         assert!(log.try_acquire());
     }
@@ -240,15 +240,18 @@ fn bench_admit(c: &mut Criterion, cached: &CachedClock) {
 
 /// Refused calls of the three algorithms on clock `C`, each saturated at 1 per hour.
 fn reject_cases<C: Clock + Clone>(g: &mut Group<'_>, clock_name: &str, clock: &C) {
-    let fixed = spent(FixedWindow::with_clock(one_per_hour(), clock.clone()).unwrap());
+    let fixed = spent(FixedWindow::with_clock(one_per_hour(), clock.clone()));
     g.bench_function(BenchmarkId::new("fixed_window", clock_name), |b| {
         b.iter_custom(|iters| chunked(iters, || &fixed, |l| l.try_acquire(), false))
     });
-    let sliding = spent(SlidingWindowCounter::with_clock(one_per_hour(), clock.clone()).unwrap());
+    let sliding = spent(SlidingWindowCounter::with_clock(
+        one_per_hour(),
+        clock.clone(),
+    ));
     g.bench_function(BenchmarkId::new("sliding_window", clock_name), |b| {
         b.iter_custom(|iters| chunked(iters, || &sliding, |l| l.try_acquire(), false))
     });
-    let log = spent(SlidingLog::with_clock(one_per_hour(), clock.clone()).unwrap());
+    let log = spent(SlidingLog::with_clock(one_per_hour(), clock.clone()));
     g.bench_function(BenchmarkId::new("sliding_log", clock_name), |b| {
         b.iter_custom(|iters| chunked(iters, || &log, |l| l.try_acquire(), false))
     });
@@ -273,11 +276,14 @@ fn bench_no_clock(c: &mut Criterion) {
     clock.set(1);
     admit_cases(&mut g, "admit", &clock);
 
-    let fixed = spent(FixedWindow::with_clock(one_per_hour(), clock.clone()).unwrap());
+    let fixed = spent(FixedWindow::with_clock(one_per_hour(), clock.clone()));
     g.bench_function(BenchmarkId::new("fixed_window", "reject"), |b| {
         b.iter_custom(|iters| chunked(iters, || &fixed, |l| l.try_acquire(), false))
     });
-    let sliding = spent(SlidingWindowCounter::with_clock(one_per_hour(), clock.clone()).unwrap());
+    let sliding = spent(SlidingWindowCounter::with_clock(
+        one_per_hour(),
+        clock.clone(),
+    ));
     g.bench_function(BenchmarkId::new("sliding_window", "reject_full"), |b| {
         b.iter_custom(|iters| chunked(iters, || &sliding, |l| l.try_acquire(), false))
     });
@@ -287,8 +293,7 @@ fn bench_no_clock(c: &mut Criterion) {
     // then 10·0.9 + 2 = 11 > 10 refuses.
     let weighted_clock = ManualClock::new();
     let ten_per_second = Limit::per_window(10, Duration::from_secs(1)).unwrap();
-    let weighted =
-        SlidingWindowCounter::with_clock(ten_per_second, weighted_clock.clone()).unwrap();
+    let weighted = SlidingWindowCounter::with_clock(ten_per_second, weighted_clock.clone());
     weighted_clock.set(500_000_000);
     assert_eq!((0..20).filter(|_| weighted.try_acquire()).count(), 10);
     weighted_clock.set(1_100_000_000);
@@ -296,7 +301,7 @@ fn bench_no_clock(c: &mut Criterion) {
     g.bench_function(BenchmarkId::new("sliding_window", "reject_weighted"), |b| {
         b.iter_custom(|iters| chunked(iters, || &weighted, |l| l.try_acquire(), false))
     });
-    let log = spent(SlidingLog::with_clock(one_per_hour(), clock.clone()).unwrap());
+    let log = spent(SlidingLog::with_clock(one_per_hour(), clock.clone()));
     g.bench_function(BenchmarkId::new("sliding_log", "reject"), |b| {
         b.iter_custom(|iters| chunked(iters, || &log, |l| l.try_acquire(), false))
     });
@@ -306,8 +311,8 @@ fn bench_no_clock(c: &mut Criterion) {
 /// One and two threads refused by one shared saturated limiter.
 fn bench_threads(c: &mut Criterion, cached: &CachedClock) {
     let mut g = c.benchmark_group("limiter_threads_reject");
-    let fixed_default = spent(FixedWindow::new(one_per_hour()).unwrap());
-    let fixed_cached = spent(FixedWindow::with_clock(one_per_hour(), cached.clone()).unwrap());
+    let fixed_default = spent(FixedWindow::new(one_per_hour()));
+    let fixed_cached = spent(FixedWindow::with_clock(one_per_hour(), cached.clone()));
     let gov = spent_governor();
     for threads in [1usize, 2] {
         let id = |name: &str| {

@@ -78,7 +78,7 @@ fn bench(c: &mut Criterion) {
             "limit = 1\nwindow = \"1h\"",
         ),
     ] {
-        let single = RateLimitingSampler::builder(limit).build().unwrap();
+        let single = RateLimitingSampler::builder(limit).build();
         let config = SamplingConfig::from_toml_str(&rules(toml), "bench.toml").unwrap();
         let rule_based = RuleBasedSampler::new(&config, "bench").unwrap();
         let no_rules =

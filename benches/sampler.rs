@@ -40,9 +40,9 @@ use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{
     Sampler, SamplingDecision, SamplingResult, SdkTracer, SdkTracerProvider, ShouldSample,
 };
+use otel_rate_sampler::attributes::{RATELIMITING, SAMPLER_PARAM, SAMPLER_TYPE};
 use otel_rate_sampler::{
-    CachedClock, Clock, Limit, ManualClock, MonotonicClock, RateLimitingSampler, SAMPLER_PARAM,
-    SAMPLER_TYPE, SAMPLER_TYPE_VALUE,
+    CachedClock, Clock, Limit, ManualClock, MonotonicClock, RateLimitingSampler,
 };
 
 /// Calls per chunk, and the traces per window of the admitting samplers.
@@ -169,7 +169,7 @@ impl ShouldSample for GovernorSampler {
             SamplingResult {
                 decision: SamplingDecision::RecordAndSample,
                 attributes: vec![
-                    KeyValue::new(SAMPLER_TYPE, SAMPLER_TYPE_VALUE),
+                    KeyValue::new(SAMPLER_TYPE, RATELIMITING),
                     KeyValue::new(SAMPLER_PARAM, self.param),
                 ],
                 trace_state,
@@ -186,12 +186,7 @@ impl ShouldSample for GovernorSampler {
 
 fn ours<C: Clock>(per_hour: u32, clock: C) -> Boxed {
     let limit = Limit::per_window(per_hour, HOUR).unwrap();
-    Box::new(
-        RateLimitingSampler::builder(limit)
-            .clock(clock)
-            .build()
-            .unwrap(),
-    )
+    Box::new(RateLimitingSampler::builder(limit).clock(clock).build())
 }
 
 /// A sampler that has kept its one trace of the hour.
@@ -228,7 +223,7 @@ impl ShouldSample for AlwaysOnWithAttributes {
         SamplingResult {
             decision: SamplingDecision::RecordAndSample,
             attributes: vec![
-                KeyValue::new(SAMPLER_TYPE, SAMPLER_TYPE_VALUE),
+                KeyValue::new(SAMPLER_TYPE, RATELIMITING),
                 KeyValue::new(SAMPLER_PARAM, self.param),
             ],
             trace_state: parent_context

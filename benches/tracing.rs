@@ -55,8 +55,7 @@ fn bench(c: &mut Criterion) {
     let rejecting =
         RateLimitingSampler::builder(Limit::per_window(1, Duration::from_secs(1)).unwrap())
             .clock(ManualClock::new())
-            .build()
-            .unwrap();
+            .build();
     let cases = [
         ("AlwaysOff", pipeline(Sampler::AlwaysOff)),
         ("rate_limiting_rejecting", pipeline(rejecting)),

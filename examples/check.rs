@@ -21,7 +21,8 @@ use std::process::ExitCode;
 
 use opentelemetry::trace::{SpanKind, TraceId};
 use opentelemetry_sdk::trace::{SamplingDecision, ShouldSample};
-use otel_rate_sampler::{ManualClock, RuleBasedSampler, SamplingConfig, SAMPLER_RULE};
+use otel_rate_sampler::attributes::SAMPLER_RULE;
+use otel_rate_sampler::{ManualClock, RuleBasedSampler, SamplingConfig};
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);

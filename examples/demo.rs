@@ -236,10 +236,6 @@ fn parse_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Comm
         LimitError::ZeroPermits => format!("--limit: {e}"),
         _ => format!("--window: {e}"),
     })?;
-    // The algorithm may not hold that many permits: find out now, not after the threads
-    // are started.
-    AnyLimiter::with_clock(algorithm, limit, MonotonicClock::new())
-        .map_err(|e| format!("--limit: {e}"))?;
     let wants_otlp = otlp_url.is_some()
         || [
             "OTEL_EXPORTER_OTLP_ENDPOINT",
@@ -787,8 +783,11 @@ fn run(config: &Config) -> Result<(), String> {
         // All threads are up: build the clock right before the load starts, so that the
         // windows (aligned to its origin) line up with the run.
         let clock = MonotonicClock::new();
-        let built = AnyLimiter::with_clock(config.algorithm, config.limit, clock)
-            .map_err(|e| e.to_string());
+        let built: Result<_, String> = Ok(AnyLimiter::with_clock(
+            config.algorithm,
+            config.limit,
+            clock,
+        ));
         let limiter = match built {
             Ok(inner) => StampingLimiter { inner },
             Err(e) => {

@@ -1,4 +1,28 @@
-#![doc = include_str!("../README.md")]
+//! Rate-limited trace sampling for OpenTelemetry: **at most N traces per window** leave
+//! the process, whatever the traffic does, for a few nanoseconds per decision.
+//!
+//! * [`RateLimitingSampler`]: a [`ShouldSample`](opentelemetry_sdk::trace::ShouldSample)
+//!   that asks a lock-free limiter once per trace and keeps children with their root.
+//! * The limiters, behind [`RateLimiter`]: [`FixedWindow`], [`SlidingWindowCounter`] and
+//!   [`SlidingLog`] (or [`AnyLimiter`], chosen at run time by [`Algorithm`]), each with
+//!   its guarantee stated on its type, over a [`Limit`] (fractional rates allowed) and a
+//!   [`Clock`] (a [`ManualClock`] for tests).
+//! * Feature `config`: per-service rules from TOML or Jaeger strategy files and the
+//!   environment ([`SamplingConfig`], [`RuleBasedSampler`], [`env`]); feature `reload`:
+//!   hot reload of the rule file.
+//!
+//! ```
+//! use opentelemetry_sdk::trace::SdkTracerProvider;
+//! use otel_rate_sampler::RateLimitingSampler;
+//!
+//! let sampler = RateLimitingSampler::per_second(100.0)?; // 0.5 = one trace per 2 s
+//! let provider = SdkTracerProvider::builder().with_sampler(sampler).build();
+//! # Ok::<(), otel_rate_sampler::LimitError>(())
+//! ```
+//!
+//! The [README](https://github.com/otel-rate-sampler/otel-rate-sampler#readme) has the
+//! guide: `tracing` and OTLP set-up, configuration files, which algorithm when, and the
+//! measured costs.
 // The library has no unsafe code and never will; only a test (a counting allocator)
 // needs it, so the manifest denies it crate-wide and the library forbids it here.
 #![forbid(unsafe_code)]
@@ -15,19 +39,15 @@ pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock, PreciseClock};
 #[cfg(feature = "reload")]
 pub use config::ConfigWatcher;
 #[cfg(feature = "config")]
-pub use config::{
-    ConfigError, ConfigErrorKind, SamplingConfig, DEFAULT_TRACES_PER_SECOND,
-    OTEL_RATE_SAMPLER_CONFIG, OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG,
-    PARENTBASED_RATELIMITING, RATELIMITING,
-};
-pub use limit::{Limit, LimitError, MIN_WINDOW};
+pub use config::{env, ConfigError, ConfigErrorKind, RuleBasedSampler, SamplingConfig};
+pub use limit::{Limit, LimitError};
 pub use limiter::{
     Algorithm, AnyLimiter, FixedWindow, ParseAlgorithmError, RateLimiter, SlidingLog,
     SlidingWindowCounter,
 };
-pub use sampler::{
-    RateLimitingSampler, RateLimitingSamplerBuilder, RemoteParents, SAMPLER_PARAM, SAMPLER_TYPE,
-    SAMPLER_TYPE_VALUE,
-};
-#[cfg(feature = "config")]
-pub use sampler::{RuleBasedSampler, SAMPLER_RULE, SAMPLER_TYPE_PROBABILISTIC};
+pub use sampler::{attributes, RateLimitingSampler, RateLimitingSamplerBuilder, RemoteParents};
+
+// The README's code blocks, compiled as doctests without becoming the crate's docs.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -4,13 +4,6 @@ use std::fmt;
 use std::num::{NonZeroU32, NonZeroU64};
 use std::time::Duration;
 
-/// The shortest window a [`Limit`] accepts: 1 ms.
-///
-/// It keeps the packed window index of the lock-free limiters from ever wrapping (42
-/// bits of 1 ms windows last 139 years), and no monotonic clock a limiter reads cheaply
-/// resolves much finer.
-pub const MIN_WINDOW: Duration = Duration::from_millis(1);
-
 /// At most `permits` admissions per `window`: the rate a limiter enforces.
 ///
 /// Build one with [`Limit::per_window`] (N per window) or [`Limit::per_second`] (a
@@ -33,24 +26,49 @@ pub struct Limit {
 }
 
 impl Limit {
+    /// The most permits per window a limit holds: 4 194 303 (2^22 − 1), what every
+    /// limiter of this crate accepts. The lock-free limiters count in 22 bits of one
+    /// atomic word; the sliding log then takes 64 MiB.
+    pub const MAX_PERMITS: u32 = (1 << 22) - 1;
+
+    /// The shortest window a limit accepts: 1 ms.
+    ///
+    /// It keeps the packed window index of the lock-free limiters from ever wrapping (42
+    /// bits of 1 ms windows last 139 years), and no monotonic clock a limiter reads
+    /// cheaply resolves much finer.
+    pub const MIN_WINDOW: Duration = Duration::from_millis(1);
+
     /// At most `permits` admissions per `window`.
     ///
     /// # Errors
     ///
-    /// [`LimitError::ZeroPermits`] if `permits` is 0, [`LimitError::WindowTooShort`] if
-    /// `window` is under [`MIN_WINDOW`], [`LimitError::WindowTooLong`] if it does not fit
-    /// in 64 bits of nanoseconds (584 years).
-    pub fn per_window(permits: u32, window: Duration) -> Result<Self, LimitError> {
-        let permits = NonZeroU32::new(permits).ok_or(LimitError::ZeroPermits)?;
-        if window < MIN_WINDOW {
+    /// [`LimitError::ZeroPermits`] if `permits` is 0, [`LimitError::TooManyPermits`]
+    /// above [`Limit::MAX_PERMITS`], [`LimitError::WindowTooShort`] if `window` is under
+    /// [`Limit::MIN_WINDOW`], [`LimitError::WindowTooLong`] if it does not fit in 64 bits
+    /// of nanoseconds (584 years).
+    pub const fn per_window(permits: u32, window: Duration) -> Result<Self, LimitError> {
+        let Some(checked) = NonZeroU32::new(permits) else {
+            return Err(LimitError::ZeroPermits);
+        };
+        if permits > Self::MAX_PERMITS {
+            return Err(LimitError::TooManyPermits {
+                permits,
+                max: Self::MAX_PERMITS,
+            });
+        }
+        let nanos = window.as_nanos();
+        if nanos < Self::MIN_WINDOW.as_nanos() {
             return Err(LimitError::WindowTooShort { window });
         }
-        let nanos = u64::try_from(window.as_nanos())
-            .ok()
-            .and_then(NonZeroU64::new)
-            .ok_or(LimitError::WindowTooLong { window })?;
+        if nanos > u64::MAX as u128 {
+            return Err(LimitError::WindowTooLong { window });
+        }
+        // Not zero: at least MIN_WINDOW.
+        let Some(nanos) = NonZeroU64::new(nanos as u64) else {
+            return Err(LimitError::WindowTooShort { window });
+        };
         Ok(Self {
-            permits,
+            permits: checked,
             window: nanos,
         })
     }
@@ -66,7 +84,8 @@ impl Limit {
     ///
     /// [`LimitError::RateNotFinite`] for NaN or infinity, [`LimitError::RateNotPositive`]
     /// for zero or a negative rate, [`LimitError::RateOutOfRange`] for a rate whose
-    /// window would not fit in 64 bits of nanoseconds or whose permits not in 32 bits.
+    /// window would not fit in 64 bits of nanoseconds or whose permits would pass
+    /// [`Limit::MAX_PERMITS`].
     pub fn per_second(rate: f64) -> Result<Self, LimitError> {
         if !rate.is_finite() {
             return Err(LimitError::RateNotFinite { rate });
@@ -76,7 +95,7 @@ impl Limit {
         }
         let out_of_range = LimitError::RateOutOfRange { rate };
         let permits = if rate < 1.0 { 1.0 } else { rate.ceil() };
-        if permits > f64::from(u32::MAX) {
+        if permits > f64::from(Self::MAX_PERMITS) {
             return Err(out_of_range);
         }
         // Exact: `permits` is a whole number below 2^32.
@@ -90,7 +109,7 @@ impl Limit {
         self.permits.get()
     }
 
-    /// The window's length (at least [`MIN_WINDOW`]).
+    /// The window's length (at least [`Limit::MIN_WINDOW`]).
     pub const fn window(&self) -> Duration {
         Duration::from_nanos(self.window.get())
     }
@@ -156,7 +175,7 @@ pub enum LimitError {
     /// The permit count was 0; a limit admits at least one per window.
     #[error("a limit needs at least 1 permit per window, got 0")]
     ZeroPermits,
-    /// The window was shorter than [`MIN_WINDOW`].
+    /// The window was shorter than [`Limit::MIN_WINDOW`].
     #[error("window {window:?} is shorter than the minimum of 1ms")]
     WindowTooShort {
         /// The window given.
@@ -181,22 +200,18 @@ pub enum LimitError {
         rate: f64,
     },
     /// The rate is positive and finite but cannot be represented.
-    #[error("rate {rate:?} per second is out of range (from 5.5e-11 to 4294967295 per second)")]
+    #[error("rate {rate:?} per second is out of range (from 5.5e-11 to 4194303 per second)")]
     RateOutOfRange {
         /// The rate given.
         rate: f64,
     },
-    /// The permit count is more than the chosen algorithm can hold.
-    #[error(
-        "{permits} permits per window is more than the {algorithm} limiter holds (at most {max})"
-    )]
+    /// The permit count is over [`Limit::MAX_PERMITS`].
+    #[error("{permits} permits per window is more than a limit holds (at most {max}); use a shorter window")]
     TooManyPermits {
         /// The permits asked for.
         permits: u32,
-        /// The most the algorithm accepts.
+        /// The most a limit holds: [`Limit::MAX_PERMITS`].
         max: u32,
-        /// The algorithm's name.
-        algorithm: &'static str,
     },
 }
 
@@ -261,6 +276,24 @@ mod tests {
             Limit::per_window(1, Duration::MAX),
             Err(LimitError::WindowTooLong { .. })
         ));
+        assert_eq!(
+            Limit::per_window(Limit::MAX_PERMITS + 1, Duration::from_secs(1)),
+            Err(LimitError::TooManyPermits {
+                permits: Limit::MAX_PERMITS + 1,
+                max: Limit::MAX_PERMITS
+            })
+        );
+        assert!(Limit::per_window(Limit::MAX_PERMITS, Duration::from_secs(1)).is_ok());
+        assert!(matches!(
+            Limit::per_second(f64::from(Limit::MAX_PERMITS) + 0.5),
+            Err(LimitError::RateOutOfRange { .. })
+        ));
+    }
+
+    #[test]
+    fn limits_are_const() {
+        const HUNDRED: Result<Limit, LimitError> = Limit::per_window(100, Duration::from_secs(1));
+        assert!(matches!(HUNDRED, Ok(l) if l.permits() == 100));
     }
 
     #[test]

@@ -69,7 +69,7 @@ fn fixed_window_keeps_exactly_n<C: Clock>(limiter: FixedWindow<C>, calls_per_thr
 
 #[test]
 fn fixed_window_on_precise_clock_admits_at_most_n_and_exactly_n_when_saturated() {
-    let limiter = FixedWindow::with_clock(limit(), PreciseClock::new()).unwrap();
+    let limiter = FixedWindow::with_clock(limit(), PreciseClock::new());
     fixed_window_keeps_exactly_n(limiter, CALLS_PER_THREAD);
 }
 
@@ -77,14 +77,14 @@ fn fixed_window_on_precise_clock_admits_at_most_n_and_exactly_n_when_saturated()
 fn fixed_window_on_default_coarse_clock_admits_at_most_n_and_exactly_n_when_saturated() {
     // The default clock ticks in steps of 1-10 ms; the guarantee holds in its time, so
     // the brackets read the same clock.
-    let limiter = FixedWindow::new(limit()).unwrap();
+    let limiter = FixedWindow::new(limit());
     let _: &MonotonicClock = limiter.clock();
     fixed_window_keeps_exactly_n(limiter, CALLS_PER_THREAD);
 }
 
 #[test]
 fn sliding_counter_on_precise_clock_keeps_both_bounds() {
-    let limiter = SlidingWindowCounter::with_clock(limit(), PreciseClock::new()).unwrap();
+    let limiter = SlidingWindowCounter::with_clock(limit(), PreciseClock::new());
     let w = limiter.limit().window_nanos();
     let n = PERMITS as usize;
     let seen = hammer(
@@ -109,7 +109,7 @@ fn sliding_counter_on_precise_clock_keeps_both_bounds() {
 
 #[test]
 fn sliding_log_on_precise_clock_keeps_n_in_every_sliding_window() {
-    let limiter = SlidingLog::with_clock(limit(), PreciseClock::new()).unwrap();
+    let limiter = SlidingLog::with_clock(limit(), PreciseClock::new());
     let w = limiter.limit().window_nanos();
     let n = PERMITS as usize;
     let seen = hammer(

@@ -7,10 +7,10 @@ use std::collections::HashMap;
 use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
 use opentelemetry::{Context, KeyValue, Value};
 use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult, ShouldSample};
-use otel_rate_sampler::{
-    ConfigErrorKind, RuleBasedSampler, OTEL_RATE_SAMPLER_CONFIG, OTEL_TRACES_SAMPLER,
-    OTEL_TRACES_SAMPLER_ARG,
+use otel_rate_sampler::env::{
+    OTEL_RATE_SAMPLER_CONFIG, OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG,
 };
+use otel_rate_sampler::{ConfigErrorKind, RuleBasedSampler};
 
 fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
     let map: HashMap<String, String> = pairs

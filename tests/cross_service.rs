@@ -21,7 +21,8 @@ use opentelemetry::trace::{
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
-use otel_rate_sampler::{Limit, ManualClock, RateLimitingSampler, RemoteParents, SAMPLER_TYPE};
+use otel_rate_sampler::attributes::SAMPLER_TYPE;
+use otel_rate_sampler::{Limit, ManualClock, RateLimitingSampler, RemoteParents};
 use support::otlp::{Offered, Receiver, Transport, WINDOW_KEY};
 
 const WINDOW: Duration = Duration::from_secs(1);
@@ -49,8 +50,7 @@ impl Service {
         let sampler = RateLimitingSampler::builder(Limit::per_window(limit, WINDOW).unwrap())
             .remote_parents(remote)
             .clock(clock.clone())
-            .build()
-            .unwrap();
+            .build();
         let provider = support::otlp::provider(
             name,
             sampler,

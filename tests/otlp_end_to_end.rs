@@ -28,7 +28,6 @@ fn sampler(clock: &ManualClock) -> RateLimitingSampler<otel_rate_sampler::AnyLim
     RateLimitingSampler::builder(Limit::per_window(LIMIT, WINDOW).unwrap())
         .clock(clock.clone())
         .build()
-        .unwrap()
 }
 
 fn per_second() -> f64 {

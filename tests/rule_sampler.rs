@@ -9,7 +9,8 @@ use opentelemetry::trace::{
 };
 use opentelemetry::{Context, KeyValue, Value};
 use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult, ShouldSample};
-use otel_rate_sampler::{ManualClock, RuleBasedSampler, SamplingConfig, SAMPLER_RULE};
+use otel_rate_sampler::attributes::SAMPLER_RULE;
+use otel_rate_sampler::{ManualClock, RuleBasedSampler, SamplingConfig};
 
 fn config(text: &str) -> SamplingConfig {
     SamplingConfig::from_toml_str(text, "test.toml").unwrap()

@@ -23,9 +23,8 @@ use std::time::Duration;
 use opentelemetry::trace::{Span as _, SpanId, TraceContextExt, Tracer as _, TracerProvider as _};
 use opentelemetry::{Context, KeyValue, Value};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracer, SdkTracerProvider, SpanData};
-use otel_rate_sampler::{
-    Algorithm, Clock, Limit, ManualClock, RateLimitingSampler, SAMPLER_PARAM, SAMPLER_TYPE,
-};
+use otel_rate_sampler::attributes::{SAMPLER_PARAM, SAMPLER_TYPE};
+use otel_rate_sampler::{Algorithm, Clock, Limit, ManualClock, RateLimitingSampler};
 use support::{FixedModel, Model, SlidingCounterModel, SlidingLogModel};
 
 const PHASE: &str = "test.phase";
@@ -69,8 +68,7 @@ fn run(
     let sampler = RateLimitingSampler::builder(limit)
         .algorithm(algorithm)
         .clock(clock.clone())
-        .build()
-        .unwrap();
+        .build();
     let exporter = InMemorySpanExporter::default();
     let provider = SdkTracerProvider::builder()
         .with_sampler(sampler)

@@ -1,12 +1,14 @@
-//! Configuration from the environment: a vendor value for `OTEL_TRACES_SAMPLER` and a
-//! variable naming a rule file, with strict and lenient entry points.
+//! The environment variables [`RuleBasedSampler::from_env`] reads, and the values it
+//! accepts: a vendor value for `OTEL_TRACES_SAMPLER` and a variable naming a rule file,
+//! with strict and lenient entry points.
 
 use super::error::{ConfigError, ConfigErrorKind, Pos};
 use super::model::{LimitSpec, Policy, SamplingConfig, ServiceConfig};
+use super::rule_based::RuleBasedSampler;
 use super::validate;
 use crate::clock::MonotonicClock;
 use crate::limiter::Algorithm;
-use crate::sampler::{RemoteParents, RuleBasedSampler};
+use crate::sampler::RemoteParents;
 
 /// The standard variable choosing the sampler.
 pub const OTEL_TRACES_SAMPLER: &str = "OTEL_TRACES_SAMPLER";
@@ -45,7 +47,8 @@ impl RuleBasedSampler {
     /// tests, or another source of settings).
     ///
     /// ```
-    /// use otel_rate_sampler::{RuleBasedSampler, OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG};
+    /// use otel_rate_sampler::env::{OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG};
+    /// use otel_rate_sampler::RuleBasedSampler;
     ///
     /// let env = |name: &str| match name {
     ///     OTEL_TRACES_SAMPLER => Some("parentbased_ratelimiting".to_owned()),

@@ -1,24 +1,22 @@
-//! Sampling rules by service, operation and attribute, from TOML or Jaeger strategy
-//! files and the environment.
+//! The rule layer: per-service sampling rules by operation and attribute, loaded from
+//! TOML or Jaeger strategy files and the environment, compiled into the
+//! [`RuleBasedSampler`] on top of the sampler layer.
 
-mod env;
+pub mod env;
 mod error;
 mod from_jaeger;
 mod from_toml;
+mod matcher;
 mod model;
 mod pattern;
+mod rule_based;
+mod rule_set;
 mod validate;
 #[cfg(feature = "reload")]
 mod watch;
 
-pub use env::{
-    DEFAULT_TRACES_PER_SECOND, OTEL_RATE_SAMPLER_CONFIG, OTEL_TRACES_SAMPLER,
-    OTEL_TRACES_SAMPLER_ARG, PARENTBASED_RATELIMITING, RATELIMITING,
-};
 pub use error::{ConfigError, ConfigErrorKind};
 pub use model::SamplingConfig;
+pub use rule_based::RuleBasedSampler;
 #[cfg(feature = "reload")]
 pub use watch::ConfigWatcher;
-
-pub(crate) use model::{LimitSpec, Policy, Rule, ServiceConfig};
-pub(crate) use pattern::{bytes_eq, Pattern};

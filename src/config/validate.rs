@@ -8,7 +8,7 @@ use opentelemetry::trace::SpanKind;
 use super::error::{ConfigError, ConfigErrorKind, Pos};
 use super::pattern::Pattern;
 use crate::limit::{Limit, LimitError};
-use crate::limiter::{Algorithm, MAX_PERMITS};
+use crate::limiter::Algorithm;
 use crate::sampler::{Origin, RemoteParents};
 
 /// A value that failed a check, before its location is known.
@@ -63,8 +63,7 @@ impl std::error::Error for BoxedSource {
 
 /// A fractional rate per second.
 pub(crate) fn rate(rate: f64) -> Result<Limit, Invalid> {
-    let limit = Limit::per_second(rate).map_err(Invalid::limit)?;
-    permits_fit(limit)
+    Limit::per_second(rate).map_err(Invalid::limit)
 }
 
 /// `permits` per `window`.
@@ -73,22 +72,12 @@ pub(crate) fn per_window(permits: i64, window: Duration) -> Result<Limit, Invali
         Invalid::new(
             ConfigErrorKind::InvalidLimit,
             format!(
-                "limit {permits} is not a permit count; use a whole number from 1 to {MAX_PERMITS}"
+                "limit {permits} is not a permit count; use a whole number from 1 to {}",
+                Limit::MAX_PERMITS
             ),
         )
     })?;
-    let limit = Limit::per_window(permits, window).map_err(Invalid::limit)?;
-    permits_fit(limit)
-}
-
-fn permits_fit(limit: Limit) -> Result<Limit, Invalid> {
-    if limit.permits() > MAX_PERMITS {
-        return Err(Invalid::new(
-            ConfigErrorKind::InvalidLimit,
-            format!("{} permits per window is more than the limiters hold (at most {MAX_PERMITS}); use a shorter window", limit.permits()),
-        ));
-    }
-    Ok(limit)
+    Limit::per_window(permits, window).map_err(Invalid::limit)
 }
 
 /// A window such as `1s`, `500ms`, `2.5s`, `1m` or `1h`.

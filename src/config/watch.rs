@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use notify::{EventKind, RecursiveMode, Watcher};
 
 use super::error::{ConfigError, ConfigErrorKind, Pos};
+use super::rule_based::RuleBasedSampler;
 use crate::clock::Clock;
-use crate::sampler::RuleBasedSampler;
 
 /// Keeps a rule file watched; dropping it stops the watching.
 ///

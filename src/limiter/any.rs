@@ -3,7 +3,7 @@ use std::str::FromStr;
 
 use super::{FixedWindow, RateLimiter, SlidingLog, SlidingWindowCounter};
 use crate::clock::{Clock, MonotonicClock};
-use crate::limit::{Limit, LimitError};
+use crate::limit::Limit;
 
 /// The limiting algorithms this crate provides, to choose one at run time.
 ///
@@ -75,30 +75,22 @@ enum Inner<C> {
 
 impl AnyLimiter {
     /// The `algorithm` limiter for `limit`, on the default [`MonotonicClock`].
-    ///
-    /// # Errors
-    ///
-    /// [`LimitError::TooManyPermits`] if the algorithm cannot hold `limit`'s permits.
-    pub fn new(algorithm: Algorithm, limit: Limit) -> Result<Self, LimitError> {
+    pub fn new(algorithm: Algorithm, limit: Limit) -> Self {
         Self::with_clock(algorithm, limit, MonotonicClock::new())
     }
 }
 
 impl<C: Clock> AnyLimiter<C> {
     /// The `algorithm` limiter for `limit`, reading `clock`.
-    ///
-    /// # Errors
-    ///
-    /// [`LimitError::TooManyPermits`] if the algorithm cannot hold `limit`'s permits.
-    pub fn with_clock(algorithm: Algorithm, limit: Limit, clock: C) -> Result<Self, LimitError> {
+    pub fn with_clock(algorithm: Algorithm, limit: Limit, clock: C) -> Self {
         let inner = match algorithm {
-            Algorithm::FixedWindow => Inner::Fixed(FixedWindow::with_clock(limit, clock)?),
+            Algorithm::FixedWindow => Inner::Fixed(FixedWindow::with_clock(limit, clock)),
             Algorithm::SlidingWindow => {
-                Inner::Sliding(SlidingWindowCounter::with_clock(limit, clock)?)
+                Inner::Sliding(SlidingWindowCounter::with_clock(limit, clock))
             }
-            Algorithm::SlidingLog => Inner::Log(SlidingLog::with_clock(limit, clock)?),
+            Algorithm::SlidingLog => Inner::Log(SlidingLog::with_clock(limit, clock)),
         };
-        Ok(Self { inner })
+        Self { inner }
     }
 
     /// The algorithm chosen.
@@ -110,11 +102,10 @@ impl<C: Clock> AnyLimiter<C> {
         }
     }
 
-    /// The admissions counted in the current window at the clock's now (for the
-    /// sliding log, in the last window): what a reload carries over.
+    /// The admissions counted at `now` in the current window (for the sliding log, in
+    /// the last window): what a reload carries over.
     #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
-    pub(crate) fn current_count(&self) -> u64 {
-        let now = self.clock().now_nanos();
+    fn count_at(&self, now: u64) -> u64 {
         match &self.inner {
             Inner::Fixed(l) => l.count_at(now),
             Inner::Sliding(l) => l.count_at(now),
@@ -122,14 +113,19 @@ impl<C: Clock> AnyLimiter<C> {
         }
     }
 
-    /// Spends, now, as many permits as `old` has counted in its current window (at most
-    /// this limiter's permits): a replacement limiter starts where the old one was, so
-    /// a reload that changes a limit causes no burst.
+    /// Counts, now, as many admissions as `old` has counted in its current window (at
+    /// most this limiter's permits, and only if this one holds fewer): a replacement
+    /// limiter starts where the old one was, so a reload that changes a limit causes no
+    /// burst. One compare-exchange for the window limiters; the sliding log writes one
+    /// slot per admission carried.
     #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
     pub(crate) fn carry_over_from(&self, old: &AnyLimiter<C>) {
-        let count = old.current_count().min(u64::from(self.limit().permits()));
-        for _ in 0..count {
-            let _ = self.try_acquire();
+        let now = self.clock().now_nanos();
+        let count = old.count_at(now);
+        match &self.inner {
+            Inner::Fixed(l) => l.preload_at(now, count),
+            Inner::Sliding(l) => l.preload_at(now, count),
+            Inner::Log(l) => l.preload_at(now, count),
         }
     }
 
@@ -186,10 +182,10 @@ mod tests {
                 let clock = ManualClock::new();
                 clock.set(1_500_000_000);
                 let limit = |n| Limit::per_window(n, Duration::from_secs(1)).unwrap();
-                let old = AnyLimiter::with_clock(from, limit(5), clock.clone()).unwrap();
+                let old = AnyLimiter::with_clock(from, limit(5), clock.clone());
                 assert_eq!((0..3).filter(|_| old.try_acquire()).count(), 3);
-                assert_eq!(old.current_count(), 3, "{from}");
-                let new = AnyLimiter::with_clock(to, limit(4), clock.clone()).unwrap();
+                assert_eq!(old.count_at(clock.now_nanos()), 3, "{from}");
+                let new = AnyLimiter::with_clock(to, limit(4), clock.clone());
                 new.carry_over_from(&old);
                 assert_eq!(
                     (0..10).filter(|_| new.try_acquire()).count(),
@@ -197,12 +193,12 @@ mod tests {
                     "{from} -> {to}"
                 );
                 // A smaller new limit is simply full.
-                let small = AnyLimiter::with_clock(to, limit(2), clock.clone()).unwrap();
+                let small = AnyLimiter::with_clock(to, limit(2), clock.clone());
                 small.carry_over_from(&old);
                 assert!(!small.try_acquire(), "{from} -> {to}");
                 // The count belongs to the current window only.
                 clock.advance(Duration::from_secs(2));
-                assert_eq!(old.current_count(), 0, "{from}");
+                assert_eq!(old.count_at(clock.now_nanos()), 0, "{from}");
             }
         }
     }

@@ -2,10 +2,10 @@ use std::fmt;
 
 use crossbeam_utils::CachePadded;
 
-use super::packed::{count_for, pack, unpack, window_index, MAX_PERMITS};
+use super::packed::{self, count_for, pack, unpack, window_index};
 use super::RateLimiter;
 use crate::clock::{Clock, MonotonicClock};
-use crate::limit::{Limit, LimitError};
+use crate::limit::Limit;
 use crate::sync::{AtomicU64, Ordering};
 
 /// A lock-free fixed-window limiter: at most `N` admissions in every aligned window.
@@ -28,7 +28,7 @@ use crate::sync::{AtomicU64, Ordering};
 ///
 /// The whole state is one `AtomicU64`: the window index `now / W` in the high 42 bits,
 /// the count in the low 22. The count never passes the permits (a call that would pass
-/// them writes nothing), so 22 bits hold any limit up to 4 194 303 per window. At the
+/// them writes nothing), so 22 bits hold any [`Limit`] (up to [`Limit::MAX_PERMITS`]). At the
 /// shortest window a [`Limit`] accepts (1 ms) 42 bits of window index last 2^42 ms =
 /// 139 years of uptime (139 000 years at 1 s windows); the index then saturates instead
 /// of wrapping, and the limiter keeps counting into its last window.
@@ -54,36 +54,21 @@ pub struct FixedWindow<C = MonotonicClock> {
 
 impl FixedWindow {
     /// A fixed-window limiter on the default [`MonotonicClock`].
-    ///
-    /// # Errors
-    ///
-    /// [`LimitError::TooManyPermits`] above 4 194 303 permits per window.
-    pub fn new(limit: Limit) -> Result<Self, LimitError> {
+    pub fn new(limit: Limit) -> Self {
         Self::with_clock(limit, MonotonicClock::new())
     }
 }
 
 impl<C: Clock> FixedWindow<C> {
     /// A fixed-window limiter reading `clock`.
-    ///
-    /// # Errors
-    ///
-    /// [`LimitError::TooManyPermits`] above 4 194 303 permits per window.
-    pub fn with_clock(limit: Limit, clock: C) -> Result<Self, LimitError> {
-        if limit.permits() > MAX_PERMITS {
-            return Err(LimitError::TooManyPermits {
-                permits: limit.permits(),
-                max: MAX_PERMITS,
-                algorithm: "fixed-window",
-            });
-        }
-        Ok(Self {
+    pub fn with_clock(limit: Limit, clock: C) -> Self {
+        Self {
             state: CachePadded::new(AtomicU64::new(pack(0, 0))),
             permits: u64::from(limit.permits()),
             window: limit.window_nanos(),
             limit,
             clock,
-        })
+        }
     }
 
     /// The admissions counted in the window that holds `now` (for a `now` older than
@@ -92,6 +77,30 @@ impl<C: Clock> FixedWindow<C> {
     pub(crate) fn count_at(&self, now: u64) -> u64 {
         // Relaxed: a snapshot for a reload, see "Memory ordering" on the type.
         count_for(self.state.load(Ordering::Relaxed), now, self.window)
+    }
+
+    /// Counts `count` admissions (at most the permits) in the window of `now`, unless
+    /// it already holds as many: where a replacement limiter starts after a reload.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
+    pub(crate) fn preload_at(&self, now: u64, count: u64) {
+        let count = count.min(self.permits);
+        let now_window = window_index(now, self.window);
+        // Relaxed (here and in `replace`): see the type's "Memory ordering" section.
+        let mut current = self.state.load(Ordering::Relaxed);
+        loop {
+            let (window, have) = unpack(current);
+            let next = if now_window > window {
+                pack(now_window, count)
+            } else if have < count {
+                pack(window, count)
+            } else {
+                return;
+            };
+            match packed::replace(&self.state, current, next) {
+                Ok(()) => return,
+                Err(actual) => current = actual,
+            }
+        }
     }
 
     /// The clock this limiter reads.
@@ -123,13 +132,8 @@ impl<C: Clock> FixedWindow<C> {
                 // Full: reject without writing.
                 return None;
             };
-            match self.state.compare_exchange_weak(
-                current,
-                next,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return Some(stamp),
+            match packed::replace(&self.state, current, next) {
+                Ok(()) => return Some(stamp),
                 Err(actual) => current = actual,
             }
         }
@@ -172,10 +176,7 @@ mod tests {
     fn limiter(permits: u32, window_ms: u64) -> (FixedWindow<ManualClock>, ManualClock) {
         let clock = ManualClock::new();
         let limit = Limit::per_window(permits, Duration::from_millis(window_ms)).unwrap();
-        (
-            FixedWindow::with_clock(limit, clock.clone()).unwrap(),
-            clock,
-        )
+        (FixedWindow::with_clock(limit, clock.clone()), clock)
     }
 
     #[test]
@@ -220,22 +221,14 @@ mod tests {
 
     #[test]
     fn n_at_the_word_limit_admits_exactly_n() {
-        let (l, clock) = limiter(MAX_PERMITS, 1000);
+        let (l, clock) = limiter(Limit::MAX_PERMITS, 1000);
         for _ in 0..2 {
-            let admitted = (0..u64::from(MAX_PERMITS) + 10)
+            let admitted = (0..u64::from(Limit::MAX_PERMITS) + 10)
                 .filter(|_| l.try_acquire())
                 .count();
-            assert_eq!(admitted, MAX_PERMITS as usize);
+            assert_eq!(admitted, Limit::MAX_PERMITS as usize);
             clock.advance(Duration::from_secs(1));
         }
-        let too_many = Limit::per_window(MAX_PERMITS + 1, Duration::from_secs(1)).unwrap();
-        assert!(matches!(
-            FixedWindow::new(too_many),
-            Err(LimitError::TooManyPermits {
-                max: MAX_PERMITS,
-                ..
-            })
-        ));
     }
 
     proptest! {
@@ -276,7 +269,7 @@ mod loom_tests {
 
     fn limiter(permits: u32) -> Arc<FixedWindow<ManualClock>> {
         let limit = Limit::per_window(permits, std::time::Duration::from_nanos(W)).unwrap();
-        Arc::new(FixedWindow::with_clock(limit, ManualClock::new()).unwrap())
+        Arc::new(FixedWindow::with_clock(limit, ManualClock::new()))
     }
 
     /// Two workers, each making calls in window 0 then window 1 (plus a stale call back

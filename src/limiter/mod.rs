@@ -11,8 +11,6 @@ mod loom_support;
 
 pub use any::{Algorithm, AnyLimiter, ParseAlgorithmError};
 pub use fixed_window::FixedWindow;
-#[cfg(feature = "config")]
-pub(crate) use packed::MAX_PERMITS;
 pub use sliding_log::SlidingLog;
 pub use sliding_window::SlidingWindowCounter;
 

@@ -12,7 +12,10 @@
 //! 1 s windows, 139 000 years. After that the index saturates (the limiter then keeps
 //! counting into its last window and admits nothing more), it never wraps. The count
 //! never exceeds the permits, because a call that would pass them writes nothing, so 22
-//! bits hold any permit count up to [`MAX_PERMITS`].
+//! bits hold any permit count up to [`Limit::MAX_PERMITS`].
+
+use crate::limit::Limit;
+use crate::sync::{AtomicU64, Ordering};
 
 /// Bits of the count field.
 const COUNT_BITS: u32 = 22;
@@ -21,8 +24,22 @@ const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
 /// The largest window index the word holds.
 const MAX_WINDOW_INDEX: u64 = u64::MAX >> COUNT_BITS;
 
-/// The most permits per window the packed limiters accept: 4 194 303.
-pub(crate) const MAX_PERMITS: u32 = COUNT_MASK as u32;
+// The count field holds every permit count a `Limit` accepts.
+const _: () = assert!(Limit::MAX_PERMITS as u64 <= COUNT_MASK);
+
+/// Replaces `current` with `next` in a packed word, the one write every packed limiter
+/// makes: `Err(actual)` when another thread changed the word first (or spuriously).
+///
+/// `Relaxed` both ways: the word publishes no other memory, and a single location's
+/// modification order already serialises the compare-exchanges; a new value is always
+/// computed from the exact word it replaces, so no increment is lost or lands in the
+/// wrong window.
+#[inline]
+pub(crate) fn replace(state: &AtomicU64, current: u64, next: u64) -> Result<(), u64> {
+    state
+        .compare_exchange_weak(current, next, Ordering::Relaxed, Ordering::Relaxed)
+        .map(drop)
+}
 
 #[inline]
 pub(crate) const fn pack(window: u64, count: u64) -> u64 {
@@ -61,14 +78,14 @@ mod tests {
     fn layout_round_trips_at_the_extremes() {
         for (w, c) in [
             (0, 0),
-            (MAX_WINDOW_INDEX, u64::from(MAX_PERMITS)),
+            (MAX_WINDOW_INDEX, u64::from(Limit::MAX_PERMITS)),
             (12345, 1),
         ] {
             assert_eq!(unpack(pack(w, c)), (w, c));
         }
         // Adding one to a word below the count's limit touches only the count.
-        let word = pack(7, u64::from(MAX_PERMITS) - 1);
-        assert_eq!(unpack(word + 1), (7, u64::from(MAX_PERMITS)));
+        let word = pack(7, u64::from(Limit::MAX_PERMITS) - 1);
+        assert_eq!(unpack(word + 1), (7, u64::from(Limit::MAX_PERMITS)));
     }
 
     #[test]

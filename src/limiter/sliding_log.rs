@@ -2,10 +2,9 @@ use std::fmt;
 
 use crossbeam_utils::CachePadded;
 
-use super::packed::MAX_PERMITS;
 use super::RateLimiter;
 use crate::clock::{Clock, MonotonicClock};
-use crate::limit::{Limit, LimitError};
+use crate::limit::Limit;
 use crate::sync::{AtomicU64, Ordering};
 
 /// An exact sliding-window limiter: at most `N` admissions in **any** interval of length
@@ -29,7 +28,7 @@ use crate::sync::{AtomicU64, Ordering};
 ///   refuse more, never admit more.
 ///
 /// Memory: `16·N` bytes (a sequence number and a timestamp per permit) plus a cache line.
-/// Permits are limited to 4 194 303 (64 MiB).
+/// At [`Limit::MAX_PERMITS`] the log takes 64 MiB.
 ///
 /// # Memory ordering
 ///
@@ -63,43 +62,28 @@ struct Slot {
 
 impl SlidingLog {
     /// An exact sliding-window limiter on the default [`MonotonicClock`].
-    ///
-    /// # Errors
-    ///
-    /// [`LimitError::TooManyPermits`] above 4 194 303 permits.
-    pub fn new(limit: Limit) -> Result<Self, LimitError> {
+    pub fn new(limit: Limit) -> Self {
         Self::with_clock(limit, MonotonicClock::new())
     }
 }
 
 impl<C: Clock> SlidingLog<C> {
     /// An exact sliding-window limiter reading `clock`.
-    ///
-    /// # Errors
-    ///
-    /// [`LimitError::TooManyPermits`] above 4 194 303 permits.
-    pub fn with_clock(limit: Limit, clock: C) -> Result<Self, LimitError> {
-        if limit.permits() > MAX_PERMITS {
-            return Err(LimitError::TooManyPermits {
-                permits: limit.permits(),
-                max: MAX_PERMITS,
-                algorithm: "sliding-log",
-            });
-        }
+    pub fn with_clock(limit: Limit, clock: C) -> Self {
         let slots = (0..limit.permits())
             .map(|_| Slot {
                 seq: AtomicU64::new(0),
                 stamp: AtomicU64::new(0),
             })
             .collect();
-        Ok(Self {
+        Self {
             next: CachePadded::new(AtomicU64::new(0)),
             slots,
             permits: u64::from(limit.permits()),
             window: limit.window_nanos(),
             limit,
             clock,
-        })
+        }
     }
 
     /// The admissions stamped after `now − W` (a snapshot for a reload; one still being
@@ -117,6 +101,19 @@ impl<C: Clock> SlidingLog<C> {
                     > now
             })
             .count() as u64
+    }
+
+    /// Records admissions at `now` until `count` (at most the permits) are in the last
+    /// window: where a replacement log starts after a reload. One slot write per
+    /// admission carried, as building the log writes one per permit.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
+    pub(crate) fn preload_at(&self, now: u64, count: u64) {
+        let missing = count.min(self.permits).saturating_sub(self.count_at(now));
+        for _ in 0..missing {
+            if self.acquire_at(now).is_none() {
+                return;
+            }
+        }
     }
 
     /// The clock this limiter reads.
@@ -219,7 +216,7 @@ mod tests {
     fn limiter(permits: u32, window_ms: u64) -> (SlidingLog<ManualClock>, ManualClock) {
         let clock = ManualClock::new();
         let limit = Limit::per_window(permits, Duration::from_millis(window_ms)).unwrap();
-        (SlidingLog::with_clock(limit, clock.clone()).unwrap(), clock)
+        (SlidingLog::with_clock(limit, clock.clone()), clock)
     }
 
     #[test]
@@ -288,7 +285,7 @@ mod loom_tests {
 
     fn limiter(permits: u32) -> Arc<SlidingLog<ManualClock>> {
         let limit = Limit::per_window(permits, std::time::Duration::from_nanos(W)).unwrap();
-        Arc::new(SlidingLog::with_clock(limit, ManualClock::new()).unwrap())
+        Arc::new(SlidingLog::with_clock(limit, ManualClock::new()))
     }
 
     /// Asserts that no interval (t - W, t] holds more than `permits` stamps.

@@ -2,10 +2,10 @@ use std::fmt;
 
 use crossbeam_utils::CachePadded;
 
-use super::packed::{count_for, pack, unpack, window_index, MAX_PERMITS};
+use super::packed::{self, count_for, pack, unpack, window_index};
 use super::RateLimiter;
 use crate::clock::{Clock, MonotonicClock};
-use crate::limit::{Limit, LimitError};
+use crate::limit::Limit;
 use crate::sync::{AtomicU64, Ordering};
 
 /// A lock-free sliding-window counter: the previous and the current aligned window's
@@ -59,30 +59,15 @@ pub struct SlidingWindowCounter<C = MonotonicClock> {
 
 impl SlidingWindowCounter {
     /// A sliding-window counter on the default [`MonotonicClock`].
-    ///
-    /// # Errors
-    ///
-    /// [`LimitError::TooManyPermits`] above 4 194 303 permits per window.
-    pub fn new(limit: Limit) -> Result<Self, LimitError> {
+    pub fn new(limit: Limit) -> Self {
         Self::with_clock(limit, MonotonicClock::new())
     }
 }
 
 impl<C: Clock> SlidingWindowCounter<C> {
     /// A sliding-window counter reading `clock`.
-    ///
-    /// # Errors
-    ///
-    /// [`LimitError::TooManyPermits`] above 4 194 303 permits per window.
-    pub fn with_clock(limit: Limit, clock: C) -> Result<Self, LimitError> {
-        if limit.permits() > MAX_PERMITS {
-            return Err(LimitError::TooManyPermits {
-                permits: limit.permits(),
-                max: MAX_PERMITS,
-                algorithm: "sliding-window",
-            });
-        }
-        Ok(Self {
+    pub fn with_clock(limit: Limit, clock: C) -> Self {
+        Self {
             state: CachePadded::new(AtomicU64::new(pack(0, 0))),
             // Window 0's previous window (before the origin) saw nothing.
             previous: AtomicU64::new(pack(0, 0)),
@@ -90,7 +75,7 @@ impl<C: Clock> SlidingWindowCounter<C> {
             window: limit.window_nanos(),
             limit,
             clock,
-        })
+        }
     }
 
     /// The admissions counted in the aligned window that holds `now` (for a `now` older
@@ -99,6 +84,38 @@ impl<C: Clock> SlidingWindowCounter<C> {
     pub(crate) fn count_at(&self, now: u64) -> u64 {
         // Relaxed: a snapshot for a reload, see "Memory ordering" on the type.
         count_for(self.state.load(Ordering::Relaxed), now, self.window)
+    }
+
+    /// Counts `count` admissions (at most the permits) in the aligned window of `now`,
+    /// unless it already holds as many: where a replacement limiter starts after a
+    /// reload. A roll it makes records the previous window as `acquire_at` would.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
+    pub(crate) fn preload_at(&self, now: u64, count: u64) {
+        let count = count.min(self.permits);
+        let now_window = window_index(now, self.window);
+        // Relaxed (here and in `replace`): see "Memory ordering" on the type.
+        let mut current = self.state.load(Ordering::Relaxed);
+        loop {
+            let (window, have) = unpack(current);
+            let (next, rolled_from) = if now_window > window {
+                let prev = if now_window == window + 1 { have } else { 0 };
+                (pack(now_window, count), Some(prev))
+            } else if have < count {
+                (pack(window, count), None)
+            } else {
+                return;
+            };
+            match packed::replace(&self.state, current, next) {
+                Ok(()) => {
+                    if let Some(prev) = rolled_from {
+                        self.previous
+                            .fetch_max(pack(now_window, prev), Ordering::Relaxed);
+                    }
+                    return;
+                }
+                Err(actual) => current = actual,
+            }
+        }
     }
 
     /// The clock this limiter reads.
@@ -136,13 +153,8 @@ impl<C: Clock> SlidingWindowCounter<C> {
                     if !self.fits(prev, elapsed, 0) {
                         return None;
                     }
-                    match self.state.compare_exchange_weak(
-                        current,
-                        pack(now_window, 1),
-                        Ordering::Relaxed,
-                        Ordering::Relaxed,
-                    ) {
-                        Ok(_) => {
+                    match packed::replace(&self.state, current, pack(now_window, 1)) {
+                        Ok(()) => {
                             self.previous
                                 .fetch_max(pack(now_window, prev), Ordering::Relaxed);
                             return Some(now);
@@ -166,13 +178,8 @@ impl<C: Clock> SlidingWindowCounter<C> {
             if !self.fits(prev, elapsed, curr) {
                 return None;
             }
-            match self.state.compare_exchange_weak(
-                current,
-                current + 1,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return Some(stamp),
+            match packed::replace(&self.state, current, current + 1) {
+                Ok(()) => return Some(stamp),
                 Err(actual) => current = actual,
             }
         }
@@ -220,7 +227,7 @@ mod tests {
         let clock = ManualClock::new();
         let limit = Limit::per_window(permits, Duration::from_nanos(W)).unwrap();
         (
-            SlidingWindowCounter::with_clock(limit, clock.clone()).unwrap(),
+            SlidingWindowCounter::with_clock(limit, clock.clone()),
             clock,
         )
     }
@@ -230,7 +237,7 @@ mod tests {
         // 100 per minute, 86 in the previous window, 12 in this one, 15 s in: 76.5.
         let clock = ManualClock::new();
         let limit = Limit::per_window(100, Duration::from_secs(60)).unwrap();
-        let l = SlidingWindowCounter::with_clock(limit, clock.clone()).unwrap();
+        let l = SlidingWindowCounter::with_clock(limit, clock.clone());
         clock.set(30 * W);
         assert_eq!((0..86).filter(|_| l.try_acquire()).count(), 86);
         clock.set(75 * W);
@@ -328,7 +335,7 @@ mod loom_tests {
     fn run(workers: u64, permits: u32, times: &'static [u64]) {
         model(workers as usize, move || {
             let limit = Limit::per_window(permits, std::time::Duration::from_nanos(W)).unwrap();
-            let l = Arc::new(SlidingWindowCounter::with_clock(limit, ManualClock::new()).unwrap());
+            let l = Arc::new(SlidingWindowCounter::with_clock(limit, ManualClock::new()));
             let handles: Vec<_> = (0..workers)
                 .map(|i| {
                     let l = l.clone();

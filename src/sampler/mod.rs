@@ -1,23 +1,15 @@
 //! The OpenTelemetry side: [`ShouldSample`](opentelemetry_sdk::trace::ShouldSample)s
-//! that ask a limiter once per trace.
+//! that ask a limiter once per trace, the parent policy they share and the attributes
+//! they record.
 
-#[cfg(feature = "config")]
-mod matcher;
+pub mod attributes;
 mod parent;
 mod rate_limiting;
-#[cfg(feature = "config")]
-mod rule_based;
-#[cfg(feature = "config")]
-mod rule_set;
 mod trace_state;
 
-#[cfg(feature = "config")]
-pub(crate) use parent::Origin;
-pub use rate_limiting::{
-    RateLimitingSampler, RateLimitingSamplerBuilder, RemoteParents, SAMPLER_PARAM, SAMPLER_TYPE,
-    SAMPLER_TYPE_VALUE,
-};
-#[cfg(feature = "config")]
-pub use rule_based::RuleBasedSampler;
-#[cfg(feature = "config")]
-pub use rule_set::{SAMPLER_RULE, SAMPLER_TYPE_PROBABILISTIC};
+pub use parent::RemoteParents;
+#[cfg_attr(not(feature = "config"), allow(unused_imports))] // the rule layer uses them
+pub(crate) use parent::{apply as apply_parent_policy, drop_span, Origin};
+pub use rate_limiting::{RateLimitingSampler, RateLimitingSamplerBuilder};
+#[cfg_attr(not(feature = "config"), allow(unused_imports))]
+pub(crate) use trace_state::erase_threshold;

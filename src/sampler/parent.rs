@@ -6,7 +6,22 @@ use opentelemetry::trace::{SpanContext, TraceContextExt, TraceState};
 use opentelemetry::Context;
 use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult};
 
-use super::rate_limiting::RemoteParents;
+/// What the sampler does with a span whose parent came from another process.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RemoteParents {
+    /// Follow the parent's sampled flag (the default): traces that cross services stay
+    /// whole, and the upstream's sampler decides how many of them there are. This
+    /// process's cap then bounds only the traces that start here.
+    #[default]
+    Follow,
+    /// Ask this process's limiter for every sampled remote parent as well, so the cap
+    /// holds for all traces this process exports, wherever they started. The cost: a
+    /// trace the upstream kept and this service refuses arrives at the backend broken
+    /// (the upstream's spans without this service's). Unsampled remote parents are still
+    /// dropped.
+    Cap,
+}
 
 /// Where the span being sampled comes from, for a span the sampler decides itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,41 +5,19 @@ use opentelemetry::trace::{Link, SpanKind, TraceId, TraceState};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult, ShouldSample};
 
-use super::parent::{self, drop_span};
+use super::attributes::{self, RATELIMITING};
+use super::parent::{self, drop_span, RemoteParents};
 use super::trace_state::erase_threshold;
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::{Limit, LimitError};
 use crate::limiter::{Algorithm, AnyLimiter, RateLimiter};
 
-/// The span attribute that says how a kept root was sampled (Jaeger convention).
-pub const SAMPLER_TYPE: &str = "sampler.type";
-/// The value of [`SAMPLER_TYPE`] this sampler records.
-pub const SAMPLER_TYPE_VALUE: &str = "ratelimiting";
-/// The span attribute holding the limit, in traces per second (an `f64`).
-pub const SAMPLER_PARAM: &str = "sampler.param";
-
-/// What the sampler does with a span whose parent came from another process.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum RemoteParents {
-    /// Follow the parent's sampled flag (the default): traces that cross services stay
-    /// whole, and the upstream's sampler decides how many of them there are. This
-    /// process's cap then bounds only the traces that start here.
-    #[default]
-    Follow,
-    /// Ask this process's limiter for every sampled remote parent as well, so the cap
-    /// holds for all traces this process exports, wherever they started. The cost: a
-    /// trace the upstream kept and this service refuses arrives at the backend broken
-    /// (the upstream's spans without this service's). Unsampled remote parents are still
-    /// dropped.
-    Cap,
-}
-
 /// An OpenTelemetry sampler that keeps at most `N` traces per window.
 ///
 /// * A **root** span (no valid parent) asks the limiter: kept spans are
-///   `RecordAndSample` and carry [`SAMPLER_TYPE`]` = "ratelimiting"` and
-///   [`SAMPLER_PARAM`]` = <traces per second>`; refused ones are `Drop` (never
+///   `RecordAndSample` and carry [`sampler.type`](crate::attributes::SAMPLER_TYPE)` =
+///   "ratelimiting"` and [`sampler.param`](crate::attributes::SAMPLER_PARAM)` = <traces
+///   per second>`; refused ones are `Drop` (never
 ///   `RecordOnly`, which a `BatchSpanProcessor` would still export).
 /// * A span with a **local** parent follows the parent's sampled flag, so a kept trace
 ///   is kept whole and costs one permit.
@@ -58,7 +36,7 @@ pub enum RemoteParents {
 /// use opentelemetry_sdk::trace::SdkTracerProvider;
 /// use otel_rate_sampler::{Limit, RateLimitingSampler};
 ///
-/// let sampler = RateLimitingSampler::builder(Limit::per_second(100.0)?).build()?;
+/// let sampler = RateLimitingSampler::builder(Limit::per_second(100.0)?).build();
 /// let provider = SdkTracerProvider::builder().with_sampler(sampler).build();
 /// provider.tracer("app").in_span("root", |_cx| { /* at most 100 such traces a second */ });
 /// # Ok::<(), otel_rate_sampler::LimitError>(())
@@ -92,7 +70,7 @@ impl RateLimitingSampler {
     ///
     /// The [`LimitError`] of [`Limit::per_second`].
     pub fn per_second(rate: f64) -> Result<Self, LimitError> {
-        Self::builder(Limit::per_second(rate)?).build()
+        Ok(Self::builder(Limit::per_second(rate)?).build())
     }
 }
 
@@ -131,10 +109,7 @@ impl<L: RateLimiter> RateLimitingSampler<L> {
         if self.inner.limiter.try_acquire() {
             SamplingResult {
                 decision: SamplingDecision::RecordAndSample,
-                attributes: vec![
-                    KeyValue::new(SAMPLER_TYPE, SAMPLER_TYPE_VALUE),
-                    KeyValue::new(SAMPLER_PARAM, self.inner.param),
-                ],
+                attributes: attributes::kept(RATELIMITING, self.inner.param),
                 trace_state: erase_threshold(parent_state),
             }
         } else {
@@ -186,7 +161,7 @@ impl<L: fmt::Debug> fmt::Debug for RateLimitingSampler<L> {
 ///     .algorithm(Algorithm::SlidingLog)
 ///     .remote_parents(RemoteParents::Cap)
 ///     .clock(ManualClock::new())
-///     .build()?;
+///     .build();
 /// # Ok::<(), otel_rate_sampler::LimitError>(())
 /// ```
 #[derive(Debug)]
@@ -222,16 +197,9 @@ impl<C: Clock> RateLimitingSamplerBuilder<C> {
     }
 
     /// Builds the sampler.
-    ///
-    /// # Errors
-    ///
-    /// [`LimitError::TooManyPermits`] if the algorithm cannot hold the limit's permits.
-    pub fn build(self) -> Result<RateLimitingSampler<AnyLimiter<C>>, LimitError> {
-        let limiter = AnyLimiter::with_clock(self.algorithm, self.limit, self.clock)?;
-        Ok(RateLimitingSampler::with_remote_parents(
-            limiter,
-            self.remote_parents,
-        ))
+    pub fn build(self) -> RateLimitingSampler<AnyLimiter<C>> {
+        let limiter = AnyLimiter::with_clock(self.algorithm, self.limit, self.clock);
+        RateLimitingSampler::with_remote_parents(limiter, self.remote_parents)
     }
 }
 
@@ -243,6 +211,7 @@ mod tests {
     use opentelemetry::Value;
 
     use super::*;
+    use crate::attributes::{SAMPLER_PARAM, SAMPLER_TYPE};
     use crate::ManualClock;
 
     fn sampler(
@@ -253,7 +222,6 @@ mod tests {
             .remote_parents(remote)
             .clock(ManualClock::new())
             .build()
-            .unwrap()
     }
 
     fn sample(s: &impl ShouldSample, parent: Option<&Context>) -> SamplingResult {

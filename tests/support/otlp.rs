@@ -36,7 +36,10 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
-use otel_rate_sampler::{ManualClock, SAMPLER_PARAM, SAMPLER_TYPE, SAMPLER_TYPE_VALUE};
+use otel_rate_sampler::attributes::{
+    RATELIMITING as SAMPLER_TYPE_VALUE, SAMPLER_PARAM, SAMPLER_TYPE,
+};
+use otel_rate_sampler::ManualClock;
 use prost::Message;
 
 /// The root-span attribute carrying the window (phase) a trace was offered in.

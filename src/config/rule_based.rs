@@ -6,10 +6,11 @@ use opentelemetry::trace::{Link, SpanKind, TraceId};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{SamplingResult, ShouldSample};
 
-use super::parent;
+use super::error::{ConfigError, ConfigErrorKind};
+use super::model::SamplingConfig;
 use super::rule_set::RuleSet;
 use crate::clock::{Clock, MonotonicClock};
-use crate::config::{ConfigError, ConfigErrorKind, SamplingConfig};
+use crate::sampler::apply_parent_policy;
 
 /// An OpenTelemetry sampler that applies a [`SamplingConfig`]'s rules for one service:
 /// the first matching rule's limit or probability, under the service's cap.
@@ -19,7 +20,7 @@ use crate::config::{ConfigError, ConfigErrorKind, SamplingConfig};
 ///   rules; spans with a local parent follow it and spend nothing.
 /// * Kept roots are `RecordAndSample` and carry `sampler.type` (`ratelimiting` or
 ///   `probabilistic`), `sampler.param` (traces per second, or the probability) and
-///   [`sampler.rule`](crate::SAMPLER_RULE) (the rule's name, `default` for the
+///   [`sampler.rule`](crate::attributes::SAMPLER_RULE) (the rule's name, `default` for the
 ///   default). Refusals are `Drop`, and allocate nothing.
 /// * The rules can be replaced while the sampler runs ([`reload`](Self::reload)):
 ///   decisions read the current rule set through an atomic pointer and never wait.
@@ -158,7 +159,7 @@ impl<C: Clock> ShouldSample for RuleBasedSampler<C> {
     ) -> SamplingResult {
         // A lock-free read of the current rules (no reference count touched).
         let rules = self.inner.rules.load();
-        parent::apply(parent_context, rules.remote_parents, |origin, state| {
+        apply_parent_policy(parent_context, rules.remote_parents, |origin, state| {
             rules.decide(origin, trace_id, name, span_kind, attributes, state)
         })
     }

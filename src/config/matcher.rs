@@ -5,7 +5,8 @@
 use opentelemetry::trace::SpanKind;
 use opentelemetry::{KeyValue, Value};
 
-use crate::config::{bytes_eq, Pattern, Rule};
+use super::model::Rule;
+use super::pattern::{bytes_eq, Pattern};
 use crate::sampler::Origin;
 
 /// The conditions of every rule of a service, in rule order.

@@ -5,22 +5,16 @@
 use std::sync::Arc;
 
 use opentelemetry::trace::{SpanKind, TraceId, TraceState};
-use opentelemetry::{KeyValue, Value};
+use opentelemetry::KeyValue;
 use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult};
 
 use super::matcher::Matchers;
-use super::parent::{drop_span, Origin};
-use super::rate_limiting::{RemoteParents, SAMPLER_PARAM, SAMPLER_TYPE, SAMPLER_TYPE_VALUE};
-use super::trace_state::erase_threshold;
+use super::model::{LimitSpec, Policy, Rule, ServiceConfig};
 use crate::clock::Clock;
-use crate::config::{LimitSpec, Policy, Rule, ServiceConfig};
 use crate::limit::{Limit, LimitError};
 use crate::limiter::{Algorithm, AnyLimiter, RateLimiter};
-
-/// The span attribute naming the rule that kept a root (`default` for the default).
-pub const SAMPLER_RULE: &str = "sampler.rule";
-/// The value of [`SAMPLER_TYPE`] for spans kept by a probability.
-pub const SAMPLER_TYPE_PROBABILISTIC: &str = "probabilistic";
+use crate::sampler::attributes::{self, PROBABILISTIC, RATELIMITING};
+use crate::sampler::{drop_span, erase_threshold, Origin, RemoteParents};
 
 /// The rule name reported for spans no rule matched.
 const DEFAULT_RULE: &str = "default";
@@ -96,20 +90,15 @@ impl<C: Clock + Clone> RuleSet<C> {
                     _ => None,
                 };
                 let (kind, param) = match policy {
-                    Policy::Limit(spec) => (SAMPLER_TYPE_VALUE, spec.limit.per_second_rate()),
-                    Policy::Probability(p) => (SAMPLER_TYPE_PROBABILISTIC, p),
+                    Policy::Limit(spec) => (RATELIMITING, spec.limit.per_second_rate()),
+                    Policy::Probability(p) => (PROBABILISTIC, p),
                 };
                 Ok(Compiled {
                     name: name.to_owned(),
                     policy,
                     action,
                     floor,
-                    attributes: vec![
-                        KeyValue::new(SAMPLER_TYPE, kind),
-                        KeyValue::new(SAMPLER_PARAM, param),
-                        // Shared, so that a kept span clones a reference count, not the name.
-                        KeyValue::new(SAMPLER_RULE, Value::String(Arc::<str>::from(name).into())),
-                    ],
+                    attributes: attributes::kept_by_rule(kind, param, name),
                 })
             };
         let rules = service
@@ -165,7 +154,7 @@ fn limiter<C: Clock + Clone>(
             return Ok(Arc::clone(old));
         }
     }
-    let new = AnyLimiter::with_clock(spec.algorithm, spec.limit, clock.clone())?;
+    let new = AnyLimiter::with_clock(spec.algorithm, spec.limit, clock.clone());
     if let Some(old) = old {
         new.carry_over_from(old);
     }

@@ -1,0 +1,45 @@
+//! The span attributes the samplers record on the roots they keep, by their own
+//! decision, so a backend can tell how each trace was sampled (the Jaeger convention,
+//! plus the rule's name).
+//!
+//! | attribute | value |
+//! |---|---|
+//! | [`SAMPLER_TYPE`] | [`RATELIMITING`] or [`PROBABILISTIC`] |
+//! | [`SAMPLER_PARAM`] | the limit in traces per second, or the probability (`f64`) |
+//! | [`SAMPLER_RULE`] | the rule that decided (`default` when none matched); rule-based sampler only |
+
+use std::sync::Arc;
+
+use opentelemetry::{KeyValue, Value};
+
+/// The span attribute that says how a kept root was sampled.
+pub const SAMPLER_TYPE: &str = "sampler.type";
+/// The span attribute holding the limit in traces per second, or the probability.
+pub const SAMPLER_PARAM: &str = "sampler.param";
+/// The span attribute naming the rule that kept a root (`default` for the default).
+pub const SAMPLER_RULE: &str = "sampler.rule";
+/// The value of [`SAMPLER_TYPE`] for a root kept by a rate limit.
+pub const RATELIMITING: &str = "ratelimiting";
+/// The value of [`SAMPLER_TYPE`] for a root kept by a probability.
+pub const PROBABILISTIC: &str = "probabilistic";
+
+/// What a root kept under a limit (or probability) of `param` records, built once per
+/// limiter so a kept span only clones it.
+pub(crate) fn kept(sampler_type: &'static str, param: f64) -> Vec<KeyValue> {
+    vec![
+        KeyValue::new(SAMPLER_TYPE, sampler_type),
+        KeyValue::new(SAMPLER_PARAM, param),
+    ]
+}
+
+/// [`kept`], plus the rule's name (shared, so a kept span clones a reference count,
+/// not the name).
+#[cfg_attr(not(feature = "config"), allow(dead_code))] // used by the rule-based sampler
+pub(crate) fn kept_by_rule(sampler_type: &'static str, param: f64, rule: &str) -> Vec<KeyValue> {
+    let mut attributes = kept(sampler_type, param);
+    attributes.push(KeyValue::new(
+        SAMPLER_RULE,
+        Value::String(Arc::<str>::from(rule).into()),
+    ));
+    attributes
+}
