@@ -83,24 +83,8 @@ impl<C: Clock> FixedWindow<C> {
     /// it already holds as many: where a replacement limiter starts after a reload.
     #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
     pub(crate) fn preload_at(&self, now: u64, count: u64) {
-        let count = count.min(self.permits);
         let now_window = window_index(now, self.window);
-        // Relaxed (here and in `replace`): see the type's "Memory ordering" section.
-        let mut current = self.state.load(Ordering::Relaxed);
-        loop {
-            let (window, have) = unpack(current);
-            let next = if now_window > window {
-                pack(now_window, count)
-            } else if have < count {
-                pack(window, count)
-            } else {
-                return;
-            };
-            match packed::replace(&self.state, current, next) {
-                Ok(()) => return,
-                Err(actual) => current = actual,
-            }
-        }
+        packed::raise_count(&self.state, now_window, count.min(self.permits));
     }
 
     /// The clock this limiter reads.

@@ -51,6 +51,30 @@ pub(crate) const fn unpack(word: u64) -> (u64, u64) {
     (word >> COUNT_BITS, word & COUNT_MASK)
 }
 
+/// Raises the count of window `now_window` in `state` to `count`, unless the word
+/// already holds as many for it (or holds a newer window). Returns the word it replaced
+/// when it rolled an older window over, so the caller can account for that window.
+/// Used to carry a count over to a replacement limiter.
+#[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
+pub(crate) fn raise_count(state: &AtomicU64, now_window: u64, count: u64) -> Option<u64> {
+    // Relaxed: see `replace`.
+    let mut current = state.load(Ordering::Relaxed);
+    loop {
+        let (window, have) = unpack(current);
+        let (next, rolled) = if now_window > window {
+            (pack(now_window, count), true)
+        } else if have < count && window == now_window {
+            (pack(window, count), false)
+        } else {
+            return None;
+        };
+        match replace(state, current, next) {
+            Ok(()) => return rolled.then_some(current),
+            Err(actual) => current = actual,
+        }
+    }
+}
+
 /// The index of the aligned window `[k·W, (k+1)·W)` that holds `now`.
 #[inline]
 pub(crate) fn window_index(now: u64, window_nanos: u64) -> u64 {

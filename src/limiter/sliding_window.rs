@@ -91,30 +91,14 @@ impl<C: Clock> SlidingWindowCounter<C> {
     /// reload. A roll it makes records the previous window as `acquire_at` would.
     #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
     pub(crate) fn preload_at(&self, now: u64, count: u64) {
-        let count = count.min(self.permits);
         let now_window = window_index(now, self.window);
-        // Relaxed (here and in `replace`): see "Memory ordering" on the type.
-        let mut current = self.state.load(Ordering::Relaxed);
-        loop {
-            let (window, have) = unpack(current);
-            let (next, rolled_from) = if now_window > window {
-                let prev = if now_window == window + 1 { have } else { 0 };
-                (pack(now_window, count), Some(prev))
-            } else if have < count {
-                (pack(window, count), None)
-            } else {
-                return;
-            };
-            match packed::replace(&self.state, current, next) {
-                Ok(()) => {
-                    if let Some(prev) = rolled_from {
-                        self.previous
-                            .fetch_max(pack(now_window, prev), Ordering::Relaxed);
-                    }
-                    return;
-                }
-                Err(actual) => current = actual,
-            }
+        let count = count.min(self.permits);
+        if let Some(replaced) = packed::raise_count(&self.state, now_window, count) {
+            let (window, had) = unpack(replaced);
+            let prev = if now_window == window + 1 { had } else { 0 };
+            // Relaxed: as the roll in `acquire_at` (see "Memory ordering").
+            self.previous
+                .fetch_max(pack(now_window, prev), Ordering::Relaxed);
         }
     }
 
