@@ -10,8 +10,6 @@
 // Each test file uses its own subset of these helpers.
 #![allow(dead_code)]
 
-pub(crate) mod otlp;
-
 use std::collections::BTreeMap;
 use std::sync::Barrier;
 use std::thread;

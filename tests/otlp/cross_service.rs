@@ -9,11 +9,10 @@
 //!   and the price shows: the traces `frontend` kept and `backend` refused arrive broken
 //!   (`frontend`'s spans only).
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
+use crate::receiver::{Offered, Receiver, Transport, WINDOW_KEY};
 use opentelemetry::propagation::TextMapPropagator as _;
 use opentelemetry::trace::{
     Span as _, SpanKind, TraceContextExt as _, Tracer as _, TracerProvider as _,
@@ -23,7 +22,6 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use otel_rate_sampler::attributes::SAMPLER_TYPE;
 use otel_rate_sampler::{Limit, ManualClock, RateLimitingSampler, RemoteParents};
-use support::otlp::{Offered, Receiver, Transport, WINDOW_KEY};
 
 const WINDOW: Duration = Duration::from_secs(1);
 const FRONTEND_LIMIT: u32 = 5;
@@ -51,10 +49,10 @@ impl Service {
             .remote_parents(remote)
             .clock(clock.clone())
             .build();
-        let provider = support::otlp::provider(
+        let provider = crate::receiver::provider(
             name,
             sampler,
-            support::otlp::exporter(receiver, Transport::Grpc),
+            crate::receiver::exporter(receiver, Transport::Grpc),
         );
         let tracer = provider.tracer(name);
         Self { provider, tracer }
@@ -116,7 +114,7 @@ fn run(backend_remote: RemoteParents, backend_limit: u32) -> (Vec<Offered>, Rece
     let backend = Service::new("backend", backend_limit, backend_remote, &clock, &receiver);
     let store = Service::new("store", 1000, RemoteParents::Follow, &clock, &receiver);
 
-    let offered = support::otlp::drive(THREADS, WINDOWS, PER_THREAD, &clock, WINDOW, |window| {
+    let offered = crate::receiver::drive(THREADS, WINDOWS, PER_THREAD, &clock, WINDOW, |window| {
         let sc = frontend.handle(
             &Context::new(),
             vec![KeyValue::new(WINDOW_KEY, window as i64)],
@@ -133,7 +131,7 @@ fn run(backend_remote: RemoteParents, backend_limit: u32) -> (Vec<Offered>, Rece
     (offered, receiver)
 }
 
-fn services(spans: &[support::otlp::ReceivedSpan]) -> BTreeSet<&str> {
+fn services(spans: &[crate::receiver::ReceivedSpan]) -> BTreeSet<&str> {
     spans.iter().map(|s| s.service.as_str()).collect()
 }
 
@@ -143,7 +141,7 @@ fn downstream_services_follow_and_every_trace_arrives_whole() {
     // start upstream.
     let (offered, receiver) = run(RemoteParents::Follow, 1);
     let traces = receiver.traces();
-    support::otlp::assert_capped_and_whole(
+    crate::receiver::assert_capped_and_whole(
         &traces,
         &offered,
         FRONTEND_LIMIT as usize,

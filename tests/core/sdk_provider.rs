@@ -11,8 +11,6 @@
 //! race. That makes every phase deterministic, also for the sliding counter, whose roll
 //! into a new window may (as documented) refuse callers that race the roller.
 
-mod support;
-
 use std::collections::{BTreeMap, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,12 +18,12 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::Duration;
 
+use crate::support::{FixedModel, Model, SlidingCounterModel, SlidingLogModel};
 use opentelemetry::trace::{Span as _, SpanId, TraceContextExt, Tracer as _, TracerProvider as _};
 use opentelemetry::{Context, KeyValue, Value};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracer, SdkTracerProvider, SpanData};
 use otel_rate_sampler::attributes::{SAMPLER_PARAM, SAMPLER_TYPE};
 use otel_rate_sampler::{Algorithm, Clock, Limit, ManualClock, RateLimitingSampler};
-use support::{FixedModel, Model, SlidingCounterModel, SlidingLogModel};
 
 const PHASE: &str = "test.phase";
 const CHILDREN: usize = 3;

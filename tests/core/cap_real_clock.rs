@@ -6,16 +6,14 @@
 //! interleaving, and the saturation check only looks at windows the run itself proves
 //! were offered `N` calls (each bracketed by two clock readings inside the window).
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::{
+    assert_at_most_per_window, assert_sliding_at_most, assert_sliding_counter_bound, hammer,
+};
 use otel_rate_sampler::{
     Clock, FixedWindow, Limit, MonotonicClock, PreciseClock, RateLimiter, SlidingLog,
     SlidingWindowCounter,
-};
-use support::{
-    assert_at_most_per_window, assert_sliding_at_most, assert_sliding_counter_bound, hammer,
 };
 
 const THREADS: usize = 8;

@@ -1,6 +1,5 @@
 //! The rule-based sampler: rule order, matching, the cap and its floors, the parent
 //! policy, and reloads that keep limiter state.
-#![cfg(feature = "config")]
 
 use std::time::Duration;
 

@@ -3,15 +3,13 @@
 //! HTTP/protobuf. What the receiver got must be at most N traces per window, every trace
 //! whole, and nothing lost after `shutdown()`.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::receiver::{Offered, Receiver, Transport, WINDOW_KEY};
 use opentelemetry::trace::{Span as _, TraceContextExt as _, Tracer as _, TracerProvider as _};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use otel_rate_sampler::{Limit, ManualClock, RateLimitingSampler};
-use support::otlp::{Offered, Receiver, Transport, WINDOW_KEY};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 use tracing_subscriber::layer::SubscriberExt as _;
 
@@ -42,14 +40,14 @@ fn end_to_end(
 ) {
     let receiver = Receiver::start();
     let clock = ManualClock::new();
-    let provider = support::otlp::provider(
+    let provider = crate::receiver::provider(
         "e2e",
         sampler(&clock),
-        support::otlp::exporter(&receiver, transport),
+        crate::receiver::exporter(&receiver, transport),
     );
     let offered = traffic(&provider, &clock);
     provider.shutdown().expect("provider shutdown flushes");
-    support::otlp::assert_capped_and_whole(
+    crate::receiver::assert_capped_and_whole(
         &receiver.traces(),
         &offered,
         LIMIT as usize,
@@ -61,7 +59,7 @@ fn end_to_end(
 /// Traces made with the SDK API: a root with its window, three children under it.
 fn sdk_traffic(provider: &SdkTracerProvider, clock: &ManualClock) -> Vec<Offered> {
     let tracer = provider.tracer("e2e");
-    support::otlp::drive(THREADS, WINDOWS, PER_THREAD, clock, WINDOW, |window| {
+    crate::receiver::drive(THREADS, WINDOWS, PER_THREAD, clock, WINDOW, |window| {
         let root = tracer
             .span_builder("request")
             .with_attributes([KeyValue::new(WINDOW_KEY, window as i64)])
@@ -94,7 +92,7 @@ fn tracing_traffic(provider: &SdkTracerProvider, clock: &ManualClock) -> Vec<Off
         .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("e2e")));
     let dispatch = tracing::Dispatch::new(subscriber);
 
-    support::otlp::drive(THREADS, WINDOWS, PER_THREAD, clock, WINDOW, |window| {
+    crate::receiver::drive(THREADS, WINDOWS, PER_THREAD, clock, WINDOW, |window| {
         tracing::dispatcher::with_default(&dispatch, || {
             let root = tracing::info_span!(
                 "request",

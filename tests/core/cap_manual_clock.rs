@@ -9,8 +9,6 @@
 //! N per aligned window, exactly N for the fixed window in each window offered N or
 //! more, and each algorithm's sliding bound.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::mpsc;
@@ -18,13 +16,13 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::Duration;
 
+use crate::support::{
+    assert_at_most_per_window, assert_sliding_at_most, assert_sliding_counter_bound, FixedModel,
+    Model, SlidingCounterModel, SlidingLogModel,
+};
 use otel_rate_sampler::{
     Algorithm, AnyLimiter, Clock, FixedWindow, Limit, LimitError, ManualClock, RateLimiter,
     SlidingLog, SlidingWindowCounter,
-};
-use support::{
-    assert_at_most_per_window, assert_sliding_at_most, assert_sliding_counter_bound, FixedModel,
-    Model, SlidingCounterModel, SlidingLogModel,
 };
 
 const THREADS: usize = 8;

@@ -1,7 +1,6 @@
 //! Hot reload through the file watcher: a good edit swaps the rules, a bad one is
 //! reported and keeps the last good rules. The test waits for the watcher's callback
 //! (with a generous deadline), it does not sleep and hope.
-#![cfg(feature = "reload")]
 
 use std::sync::mpsc;
 use std::time::Duration;

@@ -1,6 +1,5 @@
 //! The environment entry points, with a lookup function instead of the process
 //! environment (tests never mutate it).
-#![cfg(feature = "config")]
 
 use std::collections::HashMap;
 

@@ -1,5 +1,4 @@
 //! Every kind of configuration error: its kind, file, line, column, key and message.
-#![cfg(feature = "config")]
 
 use otel_rate_sampler::{ConfigErrorKind as K, SamplingConfig};
 

@@ -1,0 +1,9 @@
+//! The rule layer (feature `config`): files, errors, the environment, the rule-based
+//! sampler and hot reload (feature `reload`). One test binary, so the suite links once.
+
+mod env;
+mod errors;
+mod files;
+#[cfg(feature = "reload")]
+mod reload_watch;
+mod rule_sampler;

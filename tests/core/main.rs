@@ -1,0 +1,12 @@
+//! The limiters and the sampler, without configuration or export: the cap under many
+//! threads on a manual and on the real clock, bad input, the SDK pipeline, and a reject
+//! path that allocates nothing. One test binary, so the suite links once.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod bad_inputs;
+mod cap_manual_clock;
+mod cap_real_clock;
+mod reject_allocates_nothing;
+mod sdk_provider;

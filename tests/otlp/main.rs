@@ -1,0 +1,7 @@
+//! End to end over OTLP: a real receiver on loopback (gRPC on tonic, and HTTP/protobuf),
+//! traffic through the SDK and through `tracing`, one service and three. The only test
+//! binary that links tonic.
+
+mod cross_service;
+mod otlp_end_to_end;
+mod receiver;
