@@ -20,12 +20,13 @@
 //! # Ok::<(), otel_rate_sampler::LimitError>(())
 //! ```
 //!
-//! The [README](https://github.com/otel-rate-sampler/otel-rate-sampler#readme) has the
-//! guide: `tracing` and OTLP set-up, configuration files, which algorithm when, and the
-//! measured costs.
+//! Each type's docs state what it guarantees and what it costs; the crate's README has
+//! the guide: `tracing` and OTLP set-up, configuration files, and the measured costs.
 // The library has no unsafe code and never will; only a test (a counting allocator)
 // needs it, so the manifest denies it crate-wide and the library forbids it here.
 #![forbid(unsafe_code)]
+// docs.rs builds with every feature and marks what each item needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod clock;
 #[cfg(feature = "config")]
