@@ -8,7 +8,7 @@
 //!   its guarantee stated on its type, over a [`Limit`] (fractional rates allowed) and a
 //!   [`Clock`] (a [`ManualClock`] for tests).
 //! * Feature `config`: per-service rules from TOML or Jaeger strategy files and the
-//!   environment ([`SamplingConfig`], [`RuleBasedSampler`], [`env`]); feature `reload`:
+//!   environment ([`SamplingConfig`], [`RuleBasedSampler`], [`env`](mod@env)); feature `reload`:
 //!   hot reload of the rule file.
 //!
 //! ```
