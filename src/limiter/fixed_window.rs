@@ -3,7 +3,6 @@ use std::fmt;
 use crossbeam_utils::CachePadded;
 
 use super::packed::{self, count_for, pack, unpack, window_index};
-use super::RateLimiter;
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::Limit;
 use crate::sync::{AtomicU64, Ordering};
@@ -124,16 +123,7 @@ impl<C: Clock> FixedWindow<C> {
     }
 }
 
-impl<C: Clock> RateLimiter for FixedWindow<C> {
-    #[inline]
-    fn acquire_stamped(&self) -> Option<u64> {
-        self.acquire_at(self.clock.now_nanos())
-    }
-
-    fn limit(&self) -> Limit {
-        self.limit
-    }
-}
+super::clocked_rate_limiter!(FixedWindow);
 
 impl<C: fmt::Debug> fmt::Debug for FixedWindow<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -155,6 +145,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::limiter::RateLimiter;
     use crate::ManualClock;
 
     fn limiter(permits: u32, window_ms: u64) -> (FixedWindow<ManualClock>, ManualClock) {

@@ -43,34 +43,43 @@ pub trait RateLimiter: Send + Sync + fmt::Debug {
     fn limit(&self) -> Limit;
 }
 
-impl<L: RateLimiter + ?Sized> RateLimiter for Arc<L> {
-    #[inline]
-    fn try_acquire(&self) -> bool {
-        (**self).try_acquire()
-    }
+/// Shared and boxed limiters are limiters: the same budget, whoever holds it.
+macro_rules! forward_through {
+    ($($pointer:ident),*) => {$(
+        impl<L: RateLimiter + ?Sized> RateLimiter for $pointer<L> {
+            #[inline]
+            fn try_acquire(&self) -> bool {
+                (**self).try_acquire()
+            }
 
-    #[inline]
-    fn acquire_stamped(&self) -> Option<u64> {
-        (**self).acquire_stamped()
-    }
+            #[inline]
+            fn acquire_stamped(&self) -> Option<u64> {
+                (**self).acquire_stamped()
+            }
 
-    fn limit(&self) -> Limit {
-        (**self).limit()
-    }
+            fn limit(&self) -> Limit {
+                (**self).limit()
+            }
+        }
+    )*};
 }
 
-impl<L: RateLimiter + ?Sized> RateLimiter for Box<L> {
-    #[inline]
-    fn try_acquire(&self) -> bool {
-        (**self).try_acquire()
-    }
+forward_through!(Arc, Box);
 
-    #[inline]
-    fn acquire_stamped(&self) -> Option<u64> {
-        (**self).acquire_stamped()
-    }
+/// `RateLimiter` for a limiter type with a `clock` field, a `limit` field and an
+/// `acquire_at(now)` method: one clock read per decision.
+macro_rules! clocked_rate_limiter {
+    ($($limiter:ident),*) => {$(
+        impl<C: crate::clock::Clock> crate::limiter::RateLimiter for $limiter<C> {
+            #[inline]
+            fn acquire_stamped(&self) -> Option<u64> {
+                self.acquire_at(self.clock.now_nanos())
+            }
 
-    fn limit(&self) -> Limit {
-        (**self).limit()
-    }
+            fn limit(&self) -> Limit {
+                self.limit
+            }
+        }
+    )*};
 }
+use clocked_rate_limiter;

@@ -2,7 +2,6 @@ use std::fmt;
 
 use crossbeam_utils::CachePadded;
 
-use super::RateLimiter;
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::Limit;
 use crate::sync::{AtomicU64, Ordering};
@@ -181,16 +180,7 @@ impl<C: Clock> SlidingLog<C> {
     }
 }
 
-impl<C: Clock> RateLimiter for SlidingLog<C> {
-    #[inline]
-    fn acquire_stamped(&self) -> Option<u64> {
-        self.acquire_at(self.clock.now_nanos())
-    }
-
-    fn limit(&self) -> Limit {
-        self.limit
-    }
-}
+super::clocked_rate_limiter!(SlidingLog);
 
 impl<C: fmt::Debug> fmt::Debug for SlidingLog<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -211,6 +201,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::limiter::RateLimiter;
     use crate::ManualClock;
 
     fn limiter(permits: u32, window_ms: u64) -> (SlidingLog<ManualClock>, ManualClock) {

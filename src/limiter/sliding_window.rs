@@ -3,7 +3,6 @@ use std::fmt;
 use crossbeam_utils::CachePadded;
 
 use super::packed::{self, count_for, pack, unpack, window_index};
-use super::RateLimiter;
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::Limit;
 use crate::sync::{AtomicU64, Ordering};
@@ -170,16 +169,7 @@ impl<C: Clock> SlidingWindowCounter<C> {
     }
 }
 
-impl<C: Clock> RateLimiter for SlidingWindowCounter<C> {
-    #[inline]
-    fn acquire_stamped(&self) -> Option<u64> {
-        self.acquire_at(self.clock.now_nanos())
-    }
-
-    fn limit(&self) -> Limit {
-        self.limit
-    }
-}
+super::clocked_rate_limiter!(SlidingWindowCounter);
 
 impl<C: fmt::Debug> fmt::Debug for SlidingWindowCounter<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -203,6 +193,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::limiter::RateLimiter;
     use crate::ManualClock;
 
     const W: u64 = 1_000_000_000;
