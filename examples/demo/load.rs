@@ -51,12 +51,11 @@ impl<L: RateLimiter> RateLimiter for StampingLimiter<L> {
     }
 }
 
+/// Locks `m`, poisoned or not.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panicking thread would already have failed the run; the counts stay usable.
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
-
-/// Counts of one window.
 
 /// What one generating thread shares with the reporter.
 #[derive(Debug, Default)]
