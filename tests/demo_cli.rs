@@ -43,19 +43,27 @@ const OTEL_VARS: [&str; 6] = [
     "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
 ];
 
-/// The demo binary, built once per test process with this test's profile.
+/// The demo binary, built once per test process with this test's profile and features.
+/// Its path is the one cargo reports, so a `--target` or `CARGO_TARGET_DIR` layout
+/// needs no guessing.
 fn demo_binary() -> &'static PathBuf {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY.get_or_init(|| {
-        // This test runs from target/<profile>/deps/.
+        let mut build = Command::new(env!("CARGO"));
+        build.args([
+            "build",
+            "--quiet",
+            "--example",
+            "demo",
+            "--message-format=json",
+        ]);
+        // This test runs from <target dir>/<profile>/deps/.
         let exe = std::env::current_exe().expect("test executable path");
-        let profile_dir = exe
+        let profile = exe
             .parent()
             .and_then(|d| d.parent())
-            .expect("target/<profile>");
-        let mut build = Command::new(env!("CARGO"));
-        build.args(["build", "--quiet", "--example", "demo"]);
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            .and_then(|d| d.file_name());
+        if profile.is_some_and(|n| n == "release") {
             build.arg("--release");
         }
         // The features this test was built with, so the library is not built again.
@@ -69,16 +77,18 @@ fn demo_binary() -> &'static PathBuf {
         if !features.is_empty() {
             build.args(["--features", &features.join(",")]);
         }
-        let status = build
+        let output = build
             .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
+            .stderr(Stdio::inherit())
+            .output()
             .expect("run cargo build --example demo");
-        assert!(status.success(), "cargo build --example demo failed");
-        let binary = profile_dir
-            .join("examples")
-            .join(format!("demo{}", std::env::consts::EXE_SUFFIX));
-        assert!(binary.exists(), "no demo binary at {}", binary.display());
-        binary
+        assert!(output.status.success(), "cargo build --example demo failed");
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "demo")
+            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+            .expect("cargo reports the demo executable")
     })
 }
 

@@ -52,7 +52,7 @@ struct Args {
           value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: u16,
 
-    /// Length of the run, e.g. 5s or 1m (at most 24h).
+    /// Length of the run, e.g. 5s or 1m (at most 24h and 10000 windows).
     #[arg(long, value_name = "D", default_value = "5s", value_parser = run_duration)]
     duration: Duration,
 
@@ -142,7 +142,7 @@ impl Args {
         let windows = self.duration.as_nanos() / self.window.as_nanos() + 2;
         if windows > u128::from(MAX_WINDOWS) {
             return Err(invalid(format!(
-                "--duration {} over --window {} touches {windows} windows; the demo reports at \
+                "--duration {} over --window {} touches up to {windows} windows; the demo reports at \
                  most {MAX_WINDOWS} (lengthen --window or shorten --duration)",
                 humantime::format_duration(self.duration),
                 humantime::format_duration(self.window),
