@@ -173,7 +173,12 @@ impl Args {
         .iter()
         .any(|v| std::env::var_os(v).is_some_and(|v| !v.is_empty()));
         if self.otlp.is_none() && !from_env {
-            return Ok(None);
+            return match self.otlp_protocol {
+                Some(_) => Err("--otlp-protocol needs --otlp URL or \
+                                OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT"
+                    .into()),
+                None => Ok(None),
+            };
         }
         let protocol = match self.otlp_protocol {
             Some(p) => p,

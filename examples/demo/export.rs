@@ -220,8 +220,9 @@ impl OtlpExport {
         lock(&self.tally.received).complete
     }
 
-    /// One line on what became of the `sampled` traces.
-    pub(crate) fn outcome(&self, sampled: u64) -> String {
+    /// One line on what became of the `sampled` traces; `finished` says whether the
+    /// provider's shutdown (the last exports) ended before the deadline.
+    pub(crate) fn outcome(&self, sampled: u64, finished: bool) -> String {
         let acked = lock(&self.tally.received).spans;
         let exported = self.acknowledged();
         let (url, protocol) = (&self.target.url, self.target.protocol);
@@ -238,10 +239,16 @@ impl OtlpExport {
                  exported 0 of {sampled} sampled"
             )
         } else {
+            // Relaxed: a counter; a snapshot is what the line reports.
             let failed = self.tally.failed_spans.load(Ordering::Relaxed);
+            let waited = if finished {
+                String::new()
+            } else {
+                format!("; stopped waiting for the rest after {within}")
+            };
             format!(
                 "OTLP collector at {url} over {protocol} acknowledged {exported} of {sampled} \
-                 sampled traces ({acked} spans; {failed} spans failed{why})"
+                 sampled traces ({acked} spans; {failed} spans failed{why}{waited})"
             )
         }
     }

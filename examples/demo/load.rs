@@ -204,6 +204,7 @@ pub(crate) fn generate(run: &Run, slot: &WorkerSlot) -> WorkerTotals {
         // never counts into an older window).
         slot.progress.store(now, Ordering::Release);
     }
+    // Release: pairs with the reporter's Acquire; this thread records nothing more.
     slot.progress.store(u64::MAX, Ordering::Release);
     totals
 }
@@ -215,6 +216,7 @@ fn pace(run: &Run, slot: &WorkerSlot) -> bool {
     let Some(rate) = run.rate else {
         return true;
     };
+    // Relaxed: the ticket only has to be distinct; nothing else is published with it.
     let ticket = run.ticket.fetch_add(1, Ordering::Relaxed);
     let due = Duration::try_from_secs_f64(ticket as f64 / rate)
         .ok()

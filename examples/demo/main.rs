@@ -119,7 +119,7 @@ fn run(config: &Config) -> Result<(), String> {
     let deadline = loaded.end + otlp.as_ref().map_or(LOCAL_SHUTDOWN, |o| o.timeout);
     let finished = export::shutdown_by(loaded.provider, deadline);
     if let Some(otlp) = &otlp {
-        eprintln!("demo: {}", otlp.outcome(loaded.totals.sampled));
+        eprintln!("demo: {}", otlp.outcome(loaded.totals.sampled, finished));
     } else if !finished {
         eprintln!("demo: the tracer provider did not shut down in time");
     }
@@ -292,6 +292,8 @@ fn report_live(run: &Run, slots: &[WorkerSlot], local: &Tally, report: &mut Repo
     loop {
         let watermark = slots
             .iter()
+            // Acquire: pairs with the threads' Release stores, so a window is closed
+            // only after everything a thread recorded before passing it.
             .map(|s| s.progress.load(Ordering::Acquire))
             .min()
             .unwrap_or(u64::MAX);
