@@ -181,7 +181,7 @@ fn a_short_run_keeps_at_most_the_limit_in_every_window() {
 
 #[test]
 fn bad_flags_are_one_line_errors_with_exit_code_2() {
-    let cases: [&[&str]; 10] = [
+    let cases: [&[&str]; 11] = [
         &["--limit"],
         &["--limit", "0"],
         &["--limit", "lots"],
@@ -192,6 +192,7 @@ fn bad_flags_are_one_line_errors_with_exit_code_2() {
         &["--duration", "0s"],
         &["--window", "1ms", "--duration", "1h"],
         &["--frobnicate"],
+        &["--otlp-protocol", "http"],
     ];
     for args in cases {
         let output = run_demo(args, &[]);
