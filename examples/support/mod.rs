@@ -186,28 +186,28 @@ impl Target {
     ) -> Result<opentelemetry_otlp::SpanExporter, String> {
         let builder = opentelemetry_otlp::SpanExporter::builder();
         match self.protocol {
-            OtlpProtocol::Grpc => {
-                let mut b = builder.with_tonic();
-                if let Some(t) = timeout {
-                    b = b.with_timeout(t);
-                }
-                match &self.explicit {
-                    Some(url) => b.with_endpoint(url.clone()).build(),
-                    None => b.build(),
-                }
-            }
-            OtlpProtocol::Http => {
-                let mut b = builder.with_http().with_protocol(Protocol::HttpBinary);
-                if let Some(t) = timeout {
-                    b = b.with_timeout(t);
-                }
-                match &self.explicit {
-                    Some(url) => b.with_endpoint(url.clone()).build(),
-                    None => b.build(),
-                }
-            }
+            OtlpProtocol::Grpc => self.configure(builder.with_tonic(), timeout).build(),
+            OtlpProtocol::Http => self
+                .configure(
+                    builder.with_http().with_protocol(Protocol::HttpBinary),
+                    timeout,
+                )
+                .build(),
         }
         .map_err(|e| format!("cannot build the OTLP exporter for {}: {e}", self.url))
+    }
+
+    /// The explicit endpoint, if any, and the timeout, if any, on either transport's
+    /// builder; what is not set the exporter reads from the standard variables.
+    fn configure<B: WithExportConfig>(&self, builder: B, timeout: Option<Duration>) -> B {
+        let builder = match &self.explicit {
+            Some(url) => builder.with_endpoint(url.clone()),
+            None => builder,
+        };
+        match timeout {
+            Some(t) => builder.with_timeout(t),
+            None => builder,
+        }
     }
 }
 
