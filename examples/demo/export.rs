@@ -23,6 +23,7 @@ use opentelemetry_sdk::trace::{
     BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider, SpanData, SpanExporter,
 };
 use opentelemetry_sdk::Resource;
+use serde::Serialize;
 
 use crate::load::{lock, CHILDREN, WINDOW_KEY};
 use crate::support::{self, OtlpProtocol, Target};
@@ -215,49 +216,77 @@ impl OtlpExport {
         Ok((otlp, batch))
     }
 
-    /// Whole traces the collector acknowledged.
-    pub(crate) fn acknowledged(&self) -> u64 {
-        lock(&self.tally.received).complete
-    }
-
-    /// One line on what became of the `sampled` traces; `finished` says whether the
+    /// Reads what the collector acknowledged, once, and lets the gRPC runtime go
+    /// without waiting for a connection that may hang. `finished` says whether the
     /// provider's shutdown (the last exports) ended before the deadline.
-    pub(crate) fn outcome(&self, sampled: u64, finished: bool) -> String {
-        let acked = lock(&self.tally.received).spans;
-        let exported = self.acknowledged();
-        let (url, protocol) = (&self.target.url, self.target.protocol);
-        let within = humantime::format_duration(self.timeout);
-        let why = self
-            .tally
-            .first_error
-            .get()
-            .map(|e| format!(" ({})", first_line(e)))
-            .unwrap_or_default();
-        if sampled > 0 && acked == 0 {
-            format!(
-                "no OTLP collector answered at {url} over {protocol} within {within}{why}; \
-                 exported 0 of {sampled} sampled"
-            )
-        } else {
-            // Relaxed: a counter; a snapshot is what the line reports.
-            let failed = self.tally.failed_spans.load(Ordering::Relaxed);
-            let waited = if finished {
-                String::new()
-            } else {
-                format!("; stopped waiting for the rest after {within}")
-            };
-            format!(
-                "OTLP collector at {url} over {protocol} acknowledged {exported} of {sampled} \
-                 sampled traces ({acked} spans; {failed} spans failed{why}{waited})"
-            )
-        }
-    }
-
-    /// Lets the gRPC runtime go without waiting for a connection that may hang.
-    pub(crate) fn close(self) {
+    pub(crate) fn finish(self, finished: bool) -> OtlpOutcome {
+        let (traces, spans) = {
+            let received = lock(&self.tally.received);
+            (received.complete, received.spans)
+        };
         if let Some(rt) = self.runtime {
             rt.shutdown_background();
         }
+        OtlpOutcome {
+            endpoint: self.target.url,
+            protocol: self.target.protocol.to_string(),
+            timeout_ms: self.timeout.as_millis(),
+            acknowledged: traces,
+            acknowledged_spans: spans,
+            // Relaxed: a counter; a snapshot is what the run reports.
+            failed_spans: self.tally.failed_spans.load(Ordering::Relaxed),
+            finished,
+            first_error: self.tally.first_error.get().map(|e| first_line(e)),
+            timeout: self.timeout,
+        }
+    }
+}
+
+/// What the collector made of a run, read once at its end: the summary's `otlp` object.
+#[derive(Debug, Serialize)]
+pub(crate) struct OtlpOutcome {
+    endpoint: String,
+    protocol: String,
+    timeout_ms: u128,
+    /// Whole traces the collector acknowledged (also the summary's `exported`).
+    pub(crate) acknowledged: u64,
+    acknowledged_spans: u64,
+    /// Spans in batches that failed or timed out.
+    failed_spans: u64,
+    /// Whether the last exports ended before the deadline.
+    finished: bool,
+    #[serde(skip)]
+    first_error: Option<String>,
+    #[serde(skip)]
+    timeout: Duration,
+}
+
+impl OtlpOutcome {
+    /// One line on what became of the `sampled` traces.
+    pub(crate) fn line(&self, sampled: u64) -> String {
+        let (url, protocol) = (&self.endpoint, &self.protocol);
+        let within = humantime::format_duration(self.timeout);
+        let why = self
+            .first_error
+            .as_ref()
+            .map(|e| format!(" ({e})"))
+            .unwrap_or_default();
+        if sampled > 0 && self.acknowledged_spans == 0 {
+            return format!(
+                "no OTLP collector answered at {url} over {protocol} within {within}{why}; \
+                 exported 0 of {sampled} sampled"
+            );
+        }
+        let waited = if self.finished {
+            String::new()
+        } else {
+            format!("; stopped waiting for the rest after {within}")
+        };
+        format!(
+            "OTLP collector at {url} over {protocol} acknowledged {} of {sampled} sampled \
+             traces ({} spans; {} spans failed{why}{waited})",
+            self.acknowledged, self.acknowledged_spans, self.failed_spans
+        )
     }
 }
 

@@ -118,23 +118,15 @@ fn run(config: &Config) -> Result<(), String> {
     // latest `timeout` after the load, whatever the collector does.
     let deadline = loaded.end + otlp.as_ref().map_or(LOCAL_SHUTDOWN, |o| o.timeout);
     let finished = export::shutdown_by(loaded.provider, deadline);
-    if let Some(otlp) = &otlp {
-        eprintln!("demo: {}", otlp.outcome(loaded.totals.sampled, finished));
-    } else if !finished {
-        eprintln!("demo: the tracer provider did not shut down in time");
+    let otlp = otlp.map(|o| o.finish(finished));
+    match &otlp {
+        Some(outcome) => eprintln!("demo: {}", outcome.line(loaded.totals.sampled)),
+        None if !finished => eprintln!("demo: the tracer provider did not shut down in time"),
+        None => {}
     }
 
     let local = lock(&local.received);
-    let summary = summary::Summary::new(
-        config,
-        &loaded.totals,
-        &loaded.report,
-        &local,
-        otlp.as_ref(),
-    );
-    let exported = otlp
-        .as_ref()
-        .map_or(local.complete, OtlpExport::acknowledged);
+    let summary = summary::Summary::new(config, &loaded.totals, &loaded.report, &local, otlp);
     if loaded.report.after_end > 0 {
         eprintln!(
             "demo: {} window(s) after the end of the run hold traces offered before it \
@@ -147,12 +139,9 @@ fn run(config: &Config) -> Result<(), String> {
     }
     eprintln!(
         "demo: {}",
-        summary::headline(config, &loaded.totals, &loaded.report, exported)
+        summary::headline(config, &loaded.totals, &loaded.report, summary.exported())
     );
     println!("{}", summary.to_line());
-    if let Some(otlp) = otlp {
-        otlp.close();
-    }
     Ok(())
 }
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::args::Config;
-use crate::export::{ExportTally, OtlpExport};
+use crate::export::{ExportTally, OtlpOutcome};
 use crate::load::{WorkerTotals, WINDOW_KEY};
 use crate::windows::{Report, WindowCounts};
 
@@ -44,17 +44,7 @@ pub(crate) struct Summary {
     /// the run touched, so several processes' counts can be summed per window.
     per_window: BTreeMap<u64, u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    otlp: Option<OtlpSummary>,
-}
-
-/// What the collector made of the run.
-#[derive(Debug, Serialize)]
-struct OtlpSummary {
-    endpoint: String,
-    protocol: String,
-    timeout_ms: u128,
-    /// Whole traces the collector acknowledged (also `exported`).
-    acknowledged: u64,
+    otlp: Option<OtlpOutcome>,
 }
 
 impl Summary {
@@ -63,7 +53,7 @@ impl Summary {
         totals: &WorkerTotals,
         report: &Report,
         local: &ExportTally,
-        otlp: Option<&OtlpExport>,
+        otlp: Option<OtlpOutcome>,
     ) -> Self {
         let window_nanos = config.limit.window_nanos();
         let window_ms = if window_nanos.is_multiple_of(1_000_000) {
@@ -72,12 +62,6 @@ impl Summary {
             serde_json::Number::from_f64(window_nanos as f64 / 1e6)
                 .unwrap_or_else(|| serde_json::Number::from(0))
         };
-        let otlp = otlp.map(|o| OtlpSummary {
-            endpoint: o.target.url.clone(),
-            protocol: o.target.protocol.to_string(),
-            timeout_ms: o.timeout.as_millis(),
-            acknowledged: o.acknowledged(),
-        });
         Self {
             algorithm: config.algorithm.name(),
             limit: config.limit.permits(),
@@ -95,6 +79,11 @@ impl Summary {
             per_window: report.per_window.clone(),
             otlp,
         }
+    }
+
+    /// Whole traces exported, as the summary says.
+    pub(crate) fn exported(&self) -> u64 {
+        self.exported
     }
 
     /// The summary as one JSON line.
