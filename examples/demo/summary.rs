@@ -114,7 +114,11 @@ pub(crate) fn headline(
         Some(min) => {
             let n = report.whole_windows;
             let kept = if min == report.whole_max {
-                format!("kept {min} per window in each of the {n} whole windows")
+                let each = match n {
+                    1 => "the 1 whole window".to_owned(),
+                    n => format!("each of the {n} whole windows"),
+                };
+                format!("kept {min} per window in {each}")
             } else {
                 format!(
                     "kept {min} to {} per window in the {n} whole windows",
