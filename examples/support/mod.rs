@@ -171,24 +171,43 @@ impl Target {
     ///
     /// The exporter's build error, as text.
     pub fn exporter(&self) -> Result<opentelemetry_otlp::SpanExporter, String> {
+        self.exporter_with_timeout(None)
+    }
+
+    /// [`exporter`](Self::exporter), each export bounded by `timeout` if given (else by
+    /// the exporter's reading of `OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT`).
+    ///
+    /// # Errors
+    ///
+    /// The exporter's build error, as text.
+    pub fn exporter_with_timeout(
+        &self,
+        timeout: Option<Duration>,
+    ) -> Result<opentelemetry_otlp::SpanExporter, String> {
         let builder = opentelemetry_otlp::SpanExporter::builder();
         match self.protocol {
-            OtlpProtocol::Grpc => {
-                let b = builder.with_tonic();
-                match &self.explicit {
-                    Some(url) => b.with_endpoint(url.clone()).build(),
-                    None => b.build(),
-                }
-            }
-            OtlpProtocol::Http => {
-                let b = builder.with_http().with_protocol(Protocol::HttpBinary);
-                match &self.explicit {
-                    Some(url) => b.with_endpoint(url.clone()).build(),
-                    None => b.build(),
-                }
-            }
+            OtlpProtocol::Grpc => self.configure(builder.with_tonic(), timeout).build(),
+            OtlpProtocol::Http => self
+                .configure(
+                    builder.with_http().with_protocol(Protocol::HttpBinary),
+                    timeout,
+                )
+                .build(),
         }
         .map_err(|e| format!("cannot build the OTLP exporter for {}: {e}", self.url))
+    }
+
+    /// The explicit endpoint, if any, and the timeout, if any, on either transport's
+    /// builder; what is not set the exporter reads from the standard variables.
+    fn configure<B: WithExportConfig>(&self, builder: B, timeout: Option<Duration>) -> B {
+        let builder = match &self.explicit {
+            Some(url) => builder.with_endpoint(url.clone()),
+            None => builder,
+        };
+        match timeout {
+            Some(t) => builder.with_timeout(t),
+            None => builder,
+        }
     }
 }
 
@@ -314,14 +333,7 @@ impl Otlp {
             });
         }
         let runtime = match target.protocol {
-            OtlpProtocol::Grpc => Some(
-                tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(1)
-                    .thread_name("otlp-grpc")
-                    .enable_all()
-                    .build()
-                    .map_err(|e| format!("cannot start a tokio runtime for gRPC: {e}"))?,
-            ),
+            OtlpProtocol::Grpc => Some(grpc_runtime()?),
             OtlpProtocol::Http => None,
         };
         let exporter = {
@@ -361,6 +373,43 @@ impl Otlp {
             println!("offered {offered} traces, kept {kept}; exported none (no collector)");
         }
     }
+}
+
+/// A one-thread tokio runtime for a gRPC exporter: tonic spawns its connection task on
+/// the runtime the exporter is built in, which must outlive the provider.
+///
+/// # Errors
+///
+/// One line, if the runtime cannot be started.
+pub fn grpc_runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("otlp-grpc")
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start a tokio runtime for gRPC: {e}"))
+}
+
+/// The OTel spec's export timeout variables, in milliseconds; the per-signal one wins.
+pub const TIMEOUT_VARS: [&str; 2] = [
+    "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+    "OTEL_EXPORTER_OTLP_TIMEOUT",
+];
+/// The spec's default export timeout.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(10_000);
+
+/// The export timeout from [`TIMEOUT_VARS`], else [`DEFAULT_TIMEOUT`]. A value that is
+/// not a whole number of milliseconds is skipped with one line on stderr, as the SDK
+/// does with bad variables (warn and fall back, never fail).
+pub fn timeout_from_env() -> Duration {
+    for name in TIMEOUT_VARS {
+        let Some(value) = env(name) else { continue };
+        match value.trim().parse::<u64>() {
+            Ok(ms) => return Duration::from_millis(ms),
+            Err(_) => eprintln!("{name}={value:?} is not a whole number of milliseconds; ignored"),
+        }
+    }
+    DEFAULT_TIMEOUT
 }
 
 /// The protocol from the first argument (`grpc`, `http`), else from the environment.

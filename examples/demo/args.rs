@@ -1,0 +1,252 @@
+//! The command line (clap derive), checked once into a [`Config`].
+//!
+//! Every mistake is a usage error: one line on stderr and exit code 2, the same for
+//! clap's own errors (an unknown flag, a flag without its value) and for the demo's
+//! checks (a zero limit, a run of years, more windows than the demo reports).
+
+use std::fmt;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::builder::{PossibleValuesParser, TypedValueParser as _};
+use clap::error::ErrorKind;
+use clap::{CommandFactory as _, Parser, ValueEnum};
+use otel_rate_sampler::{Algorithm, Limit, LimitError};
+
+use crate::support::{OtlpProtocol, Target};
+
+/// The longest run the demo accepts.
+const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+/// The most windows a run may touch: each gets a line on stderr and a key in the summary.
+const MAX_WINDOWS: u64 = 10_000;
+/// The highest `--rate` (traces per second in total); beyond it, leave `--rate` out.
+const MAX_RATE: f64 = 1e9;
+
+/// Offers traces (a root span and 3 children) from several threads to an OpenTelemetry
+/// tracer provider sampled by the rate-limiting sampler, and reports per window how many
+/// were offered and kept. Per-window lines go to stderr, one JSON summary line to stdout.
+///
+/// With --otlp (or OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT) kept spans are also exported;
+/// the run then ends within its duration plus OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT
+/// (milliseconds, default 10000), whatever the collector does.
+#[derive(Debug, Parser)]
+#[command(name = "demo", bin_name = "cargo run --release --example demo --")]
+struct Args {
+    /// The limiter.
+    #[arg(long, value_name = "A", default_value = "fixed",
+          value_parser = PossibleValuesParser::new(Algorithm::ALL.map(Algorithm::name))
+              .try_map(|name| name.parse::<Algorithm>()))]
+    algorithm: Algorithm,
+
+    /// Traces kept per window (permits).
+    #[arg(long, value_name = "N", default_value_t = 100,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    limit: u32,
+
+    /// Window length, e.g. 1s or 200ms.
+    #[arg(long, value_name = "D", default_value = "1s", value_parser = duration)]
+    window: Duration,
+
+    /// Generating threads.
+    #[arg(long, value_name = "T", default_value_t = 4,
+          value_parser = clap::value_parser!(u16).range(1..=1024))]
+    threads: u16,
+
+    /// Length of the run, e.g. 5s or 1m (at most 24h and 10000 windows).
+    #[arg(long, value_name = "D", default_value = "5s", value_parser = run_duration)]
+    duration: Duration,
+
+    /// Traces offered per second, in total [default: as fast as possible].
+    #[arg(long, value_name = "R", value_parser = rate)]
+    rate: Option<f64>,
+
+    /// How spans are made: with the SDK API, or with tracing spans through
+    /// tracing-opentelemetry.
+    #[arg(long, value_name = "V", value_enum, default_value_t = Via::Sdk)]
+    via: Via,
+
+    /// Also export over OTLP to URL [default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
+    /// OTEL_EXPORTER_OTLP_ENDPOINT when set; no export otherwise].
+    #[arg(long, value_name = "URL")]
+    otlp: Option<String>,
+
+    /// grpc or http (HTTP/protobuf) [default: OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL, else
+    /// grpc].
+    #[arg(long, value_name = "P", value_parser = OtlpProtocol::parse)]
+    otlp_protocol: Option<OtlpProtocol>,
+}
+
+/// How the demo makes its spans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Via {
+    /// The OpenTelemetry SDK API.
+    Sdk,
+    /// `tracing` spans with a few fields, through `tracing-opentelemetry`.
+    Tracing,
+}
+
+/// The checked command line.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) algorithm: Algorithm,
+    pub(crate) limit: Limit,
+    pub(crate) threads: usize,
+    pub(crate) duration: Duration,
+    /// Offered traces per second in total; `None` for as fast as possible.
+    pub(crate) rate: Option<f64>,
+    pub(crate) via: Via,
+    /// Where to export over OTLP, if anywhere.
+    pub(crate) otlp: Option<Target>,
+}
+
+impl Config {
+    /// The command line of this process, or the exit code of `--help` (0) or of a usage
+    /// error (2, after one line on stderr).
+    pub(crate) fn from_args() -> Result<Self, ExitCode> {
+        Args::try_parse()
+            .and_then(Args::check)
+            .map_err(|e| match e.kind() {
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+                    let _ = e.print();
+                    ExitCode::SUCCESS
+                }
+                _ => {
+                    eprintln!("demo: {} (see --help)", one_line(&e));
+                    ExitCode::from(2)
+                }
+            })
+    }
+}
+
+/// Clap's message without its usage block and hints, on one line.
+fn one_line(e: &clap::Error) -> String {
+    e.render()
+        .to_string()
+        .lines()
+        .map(str::trim)
+        .filter(|l| {
+            !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("For more information")
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl Args {
+    /// The checks that span several flags, as clap errors so they print the same way.
+    fn check(self) -> Result<Config, clap::Error> {
+        let invalid = |msg: String| Args::command().error(ErrorKind::ValueValidation, msg);
+        let limit = Limit::per_window(self.limit, self.window).map_err(|e| match e {
+            LimitError::ZeroPermits | LimitError::TooManyPermits { .. } => {
+                invalid(format!("--limit: {e}"))
+            }
+            _ => invalid(format!("--window: {e}")),
+        })?;
+        let windows = self.duration.as_nanos() / self.window.as_nanos() + 2;
+        if windows > u128::from(MAX_WINDOWS) {
+            return Err(invalid(format!(
+                "--duration {} over --window {} touches up to {windows} windows; the demo reports at \
+                 most {MAX_WINDOWS} (lengthen --window or shorten --duration)",
+                humantime::format_duration(self.duration),
+                humantime::format_duration(self.window),
+            )));
+        }
+        let otlp = self.otlp_target().map_err(invalid)?;
+        Ok(Config {
+            algorithm: self.algorithm,
+            limit,
+            threads: usize::from(self.threads),
+            duration: self.duration,
+            rate: self.rate,
+            via: self.via,
+            otlp,
+        })
+    }
+
+    /// `--otlp URL`, else the standard endpoint variables when set, else no export.
+    fn otlp_target(&self) -> Result<Option<Target>, String> {
+        let from_env = [
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        ]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some_and(|v| !v.is_empty()));
+        if self.otlp.is_none() && !from_env {
+            return match self.otlp_protocol {
+                Some(_) => Err("--otlp-protocol needs --otlp URL or \
+                                OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT"
+                    .into()),
+                None => Ok(None),
+            };
+        }
+        let protocol = match self.otlp_protocol {
+            Some(p) => p,
+            None => OtlpProtocol::from_env()?,
+        };
+        Ok(Some(Target::new(self.otlp.clone(), protocol)))
+    }
+}
+
+/// A duration such as `1s` or `200ms`.
+fn duration(value: &str) -> Result<Duration, String> {
+    humantime::parse_duration(value)
+        .map_err(|e| format!("not a duration such as 1s or 200ms ({e})"))
+}
+
+/// The run's length: more than zero, at most [`MAX_DURATION`].
+fn run_duration(value: &str) -> Result<Duration, String> {
+    let d = duration(value)?;
+    if d.is_zero() {
+        return Err("the run must last longer than 0s".into());
+    }
+    if d > MAX_DURATION {
+        return Err(format!(
+            "the demo runs at most {}",
+            humantime::format_duration(MAX_DURATION)
+        ));
+    }
+    Ok(d)
+}
+
+/// A rate per second: a finite number above 0, at most [`MAX_RATE`].
+fn rate(value: &str) -> Result<f64, String> {
+    let r: f64 = value
+        .trim()
+        .parse()
+        .map_err(|_| "not a number of traces per second".to_owned())?;
+    if !(r.is_finite() && r > 0.0) {
+        return Err("not a positive finite number".into());
+    }
+    if r > MAX_RATE {
+        return Err(format!(
+            "more than {MAX_RATE:e} per second; leave --rate out to offer as fast as possible"
+        ));
+    }
+    Ok(r)
+}
+
+impl fmt::Display for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "algorithm {}, limit {} per {} ({}/s), threads {}, duration {}, rate ",
+            self.algorithm,
+            self.limit.permits(),
+            humantime::format_duration(self.limit.window()),
+            self.limit.per_second_rate(),
+            self.threads,
+            humantime::format_duration(self.duration),
+        )?;
+        match self.rate {
+            Some(r) => write!(f, "{r}/s")?,
+            None => f.write_str("as fast as possible")?,
+        }
+        match self.via {
+            Via::Sdk => f.write_str(", spans via the SDK API")?,
+            Via::Tracing => f.write_str(", spans via tracing")?,
+        }
+        match &self.otlp {
+            Some(t) => write!(f, ", OTLP to {} over {}", t.url, t.protocol),
+            None => f.write_str(", no OTLP export"),
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! Load generation: the stamping limiter that tells a thread which window its kept trace
+//! was counted in, and the threads that offer traces through the SDK API or `tracing`.
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use opentelemetry::trace::{Span as _, TraceContextExt as _, Tracer as _};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_sdk::trace::SdkTracer;
+use otel_rate_sampler::{Clock, Limit, RateLimiter};
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+
+use crate::windows::{AlignedClock, WindowCounts};
+
+/// Children started under each root span.
+pub(crate) const CHILDREN: u32 = 3;
+/// The root-span attribute holding the window the limiter counted the trace in.
+pub(crate) const WINDOW_KEY: &str = "demo.window";
+/// The longest a pacing thread sleeps before it reports its progress again.
+pub(crate) const MAX_NAP: Duration = Duration::from_millis(5);
+
+thread_local! {
+    /// The stamp of this thread's last admission by a [`StampingLimiter`], or `None` if
+    /// its last call was refused.
+    static STAMP: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+/// A limiter that leaves the stamp of each decision in the thread-local [`STAMP`], so the
+/// thread that started a root span learns which window the limiter counted it in.
+///
+/// It does not override `try_acquire`: the trait's default calls `acquire_stamped`, so
+/// the sampler's `try_acquire` comes through here.
+#[derive(Debug)]
+pub(crate) struct StampingLimiter<L> {
+    pub(crate) inner: L,
+}
+
+impl<L: RateLimiter> RateLimiter for StampingLimiter<L> {
+    fn acquire_stamped(&self) -> Option<u64> {
+        let stamp = self.inner.acquire_stamped();
+        STAMP.with(|cell| cell.set(stamp));
+        stamp
+    }
+
+    fn limit(&self) -> Limit {
+        self.inner.limit()
+    }
+}
+
+/// Locks `m`, poisoned or not.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panicking thread would already have failed the run; the counts stay usable.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What one generating thread shares with the reporter.
+#[derive(Debug, Default)]
+pub(crate) struct WorkerSlot {
+    /// Counts per window, for the windows not yet reported.
+    pub(crate) counts: Mutex<BTreeMap<u64, WindowCounts>>,
+    /// A clock reading such that everything this thread will still record lies in a
+    /// window at or after it (`u64::MAX` once the thread is done).
+    pub(crate) progress: AtomicU64,
+}
+
+/// A generating thread's totals.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct WorkerTotals {
+    pub(crate) offered: u64,
+    pub(crate) sampled: u64,
+    /// Sampled roots for which the limiter left no stamp (should never happen).
+    pub(crate) unstamped: u64,
+    /// Dropped roots for which the limiter did leave a stamp (should never happen).
+    pub(crate) stamped_but_dropped: u64,
+}
+
+/// Everything the generating threads need, built once they are all started.
+#[derive(Debug)]
+pub(crate) struct Run {
+    pub(crate) tracer: SdkTracer,
+    /// The subscriber (registry + tracing-opentelemetry layer) for `--via tracing`.
+    pub(crate) dispatch: Option<tracing::Dispatch>,
+    pub(crate) clock: AlignedClock,
+    pub(crate) window_nanos: u64,
+    /// Clock time the load starts at and stops at.
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    /// The same two instants by [`Instant`], for pacing.
+    pub(crate) start_instant: Instant,
+    pub(crate) end_instant: Instant,
+    pub(crate) rate: Option<f64>,
+    /// The next offer to pace (`--rate` only).
+    pub(crate) ticket: AtomicU64,
+}
+
+/// The `demo.window` attribute value of window `window`.
+fn window_value(window: u64) -> i64 {
+    i64::try_from(window).unwrap_or(i64::MAX)
+}
+
+/// Offers one trace through the SDK API: starts a new root (whatever the thread's
+/// current context), reads the limiter's stamp, records the window on a kept root, adds
+/// the children and ends the trace. Says whether the root was sampled, and the stamp.
+fn offer_sdk(run: &Run) -> (bool, Option<u64>) {
+    let mut root = run.tracer.start_with_context("demo.root", &Context::new());
+    let stamp = STAMP.with(Cell::take);
+    let sampled = root.span_context().is_sampled();
+    if let (true, Some(stamp)) = (sampled, stamp) {
+        root.set_attribute(KeyValue::new(
+            WINDOW_KEY,
+            window_value(stamp / run.window_nanos),
+        ));
+    }
+    let cx = Context::new().with_span(root);
+    for _ in 0..CHILDREN {
+        run.tracer.start_with_context("demo.child", &cx).end();
+    }
+    // The SimpleSpanProcessor exports synchronously: once the root has ended, the whole
+    // trace has reached the exporter.
+    cx.span().end();
+    (sampled, stamp)
+}
+
+/// Offers the same trace through `tracing` spans with a few fields each, which
+/// `tracing-opentelemetry` turns into OpenTelemetry spans.
+fn offer_tracing(run: &Run, seq: u64) -> (bool, Option<u64>) {
+    let root = tracing::info_span!(
+        parent: None,
+        "demo.root",
+        otel.kind = "server",
+        http.request.method = "GET",
+        http.route = "/demo/{seq}",
+        demo.seq = window_value(seq),
+    );
+    // tracing-opentelemetry starts the OpenTelemetry span (and so asks the sampler)
+    // lazily; asking for its context starts it now, on this thread.
+    let sc = root.context().span().span_context().clone();
+    let stamp = STAMP.with(Cell::take);
+    let sampled = sc.is_sampled();
+    if let (true, Some(stamp)) = (sampled, stamp) {
+        root.set_attribute(WINDOW_KEY, window_value(stamp / run.window_nanos));
+    }
+    root.in_scope(|| {
+        for step in 0..CHILDREN {
+            tracing::info_span!(
+                "demo.child",
+                demo.step = i64::from(step),
+                demo.work = "none"
+            )
+            .in_scope(|| {});
+        }
+    });
+    // Closing the root ends its OpenTelemetry span, exported synchronously.
+    drop(root);
+    (sampled, stamp)
+}
+
+/// Offers traces until the run ends.
+pub(crate) fn generate(run: &Run, slot: &WorkerSlot) -> WorkerTotals {
+    // `--via tracing`: this thread's spans go to the demo's subscriber.
+    let _dispatch = run.dispatch.as_ref().map(tracing::dispatcher::set_default);
+    let mut totals = WorkerTotals::default();
+    let w = run.window_nanos;
+    loop {
+        if !pace(run, slot) {
+            break;
+        }
+        let now = run.clock.now_nanos();
+        if now >= run.end {
+            break;
+        }
+        STAMP.with(|cell| cell.set(None));
+        let (sampled, stamp) = match run.dispatch {
+            None => offer_sdk(run),
+            Some(_) => offer_tracing(run, totals.offered),
+        };
+        totals.offered += 1;
+        let kept_window = match (sampled, stamp) {
+            (true, Some(stamp)) => Some(stamp / w),
+            (true, None) => {
+                totals.unstamped += 1;
+                None
+            }
+            (false, stamp) => {
+                totals.stamped_but_dropped += u64::from(stamp.is_some());
+                None
+            }
+        };
+        totals.sampled += u64::from(sampled);
+
+        {
+            let mut counts = lock(&slot.counts);
+            counts.entry(now / w).or_default().offered += 1;
+            if let Some(window) = kept_window {
+                counts.entry(window).or_default().kept += 1;
+            }
+        }
+        // Every later reading of this thread is at least `now`, and a kept trace's
+        // window is never before the offer's (the limiter reads the clock after us and
+        // never counts into an older window).
+        slot.progress.store(now, Ordering::Release);
+    }
+    // Release: pairs with the reporter's Acquire; this thread records nothing more.
+    slot.progress.store(u64::MAX, Ordering::Release);
+    totals
+}
+
+/// `--rate`: waits for this thread's next offer. Returns `false`, at the end of the run,
+/// when that offer falls after it: the thread then waits out the run anyway, so a slow
+/// rate still makes a run of the length asked for.
+fn pace(run: &Run, slot: &WorkerSlot) -> bool {
+    let Some(rate) = run.rate else {
+        return true;
+    };
+    // Relaxed: the ticket only has to be distinct; nothing else is published with it.
+    let ticket = run.ticket.fetch_add(1, Ordering::Relaxed);
+    let due = Duration::try_from_secs_f64(ticket as f64 / rate)
+        .ok()
+        .and_then(|d| run.start_instant.checked_add(d))
+        .filter(|&due| due < run.end_instant);
+    // Nap in short slices, saying each time how far this thread has come, so that a
+    // sleeping thread does not hold back the window lines.
+    let until = due.unwrap_or(run.end_instant);
+    loop {
+        let now = Instant::now();
+        if now >= until {
+            return due.is_some();
+        }
+        thread::sleep((until - now).min(MAX_NAP));
+        // Release: pairs with the reporter's Acquire load; this thread records nothing
+        // older than this reading from now on.
+        slot.progress
+            .store(run.clock.now_nanos(), Ordering::Release);
+    }
+}

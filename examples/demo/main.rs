@@ -1,0 +1,318 @@
+//! Load generator for the rate-limiting sampler: offers traces from several threads to an
+//! `SdkTracerProvider` that samples with [`RateLimitingSampler`], counts what reaches the
+//! exporter, and reports per window how many traces were offered and kept.
+//!
+//! ```text
+//! cargo run --release --example demo -- --algorithm sliding-log --limit 5 --window 200ms
+//! ```
+//!
+//! The parts: [`args`] (the command line), [`load`] (the generating threads and the
+//! stamping limiter), [`export`] (the counting exporter and OTLP), [`windows`] (the
+//! aligned clock and the per-window report), [`summary`] (the headline and the JSON line).
+//!
+//! Each trace is a root span and 3 children started under it through the SDK API, or
+//! with `--via tracing` through `tracing` spans (a few fields each) that
+//! `tracing-opentelemetry` turns into OpenTelemetry spans.
+//!
+//! With `--otlp URL` (or `OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT` set) kept spans are also
+//! exported over OTLP, gRPC by default or HTTP/protobuf with `--otlp-protocol http`, and
+//! `exported` then counts the whole traces the collector acknowledged. The run ends
+//! within its duration plus the export timeout (`OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT`,
+//! ms, default 10000), whatever the collector does; one line says what it acknowledged,
+//! or that no collector answered.
+//!
+//! One line per window goes to stderr as the window closes, then the headline (what whole
+//! windows kept against the limit); at the end exactly one JSON line goes to stdout:
+//!
+//! ```text
+//! {"algorithm":"fixed","limit":100,"window_ms":1000,"threads":4,"duration_ms":5000,
+//!  "offered":..,"sampled":..,"exported":..,"windows":6,"whole_windows":4,"full_windows":4,
+//!  "max_per_window":100,"min_full_window":100,"per_window":{"1763914801000":100,..}}
+//! ```
+//!
+//! **Window attribution.** A kept trace is attributed to the window the *limiter* counted
+//! it in: the limiter is wrapped in a `StampingLimiter`, which calls the inner
+//! `acquire_stamped()` and leaves the admission stamp in a thread-local cell that the
+//! generating thread reads right after starting the root. That window is also recorded on
+//! the root span (`demo.window`), so the exporter counts exported traces per window by
+//! what it received. Offered traces are attributed by a read of the same clock, taken just
+//! before the root starts. Windows start on multiples of the window in Unix time (see
+//! [`windows`]), so a run's first and last windows are usually partial. A window's line
+//! is printed once every thread has read the clock past its end, so its counts are final
+//! when printed.
+//!
+//! `windows` counts the windows that overlap the run. The limiter reads the clock a
+//! little after the thread does, so a trace offered just before the end can be counted
+//! in a window wholly after it: such a window gets its own line (marked), and its traces
+//! count in `sampled`, `exported`, `max_per_window` and `per_window`, but not in
+//! `windows`.
+//!
+//! Memory stays bounded however long the run: the exporter only counts (per trace id for
+//! the traces still being exported, per window for the windows not yet reported), a
+//! window's counters are dropped once its line is printed, and a run touches at most
+//! 10000 windows.
+
+mod args;
+mod export;
+mod load;
+mod summary;
+#[path = "../support/mod.rs"]
+mod support;
+mod windows;
+
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::trace::{BatchSpanProcessor, SdkTracerProvider};
+use otel_rate_sampler::{AnyLimiter, Clock, RateLimitingSampler};
+use tracing_subscriber::layer::SubscriberExt as _;
+
+use args::{Config, Via};
+use export::{CountingExporter, OtlpExport, Tally};
+use load::{lock, Run, StampingLimiter, WorkerSlot, WorkerTotals, MAX_NAP};
+use windows::{AlignedClock, Report};
+
+/// The service name on the demo's spans.
+const SERVICE: &str = "otel-rate-sampler-demo";
+/// How long the provider's shutdown may take without OTLP (it has nothing to send).
+const LOCAL_SHUTDOWN: Duration = Duration::from_secs(5);
+
+fn main() -> ExitCode {
+    let config = match Config::from_args() {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    match run(&config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("demo: error: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// What the load phase hands to the end of the run.
+struct Loaded {
+    provider: SdkTracerProvider,
+    totals: WorkerTotals,
+    report: Report,
+    end: Instant,
+}
+
+fn run(config: &Config) -> Result<(), String> {
+    let local = Arc::new(Tally::default());
+    let (otlp, batch) = match config.otlp.clone() {
+        Some(target) => {
+            let (otlp, batch) = OtlpExport::start(target)?;
+            (Some(otlp), Some(batch))
+        }
+        None => (None, None),
+    };
+    let loaded = offer_load(config, &local, batch)?;
+
+    // Without OTLP the shutdown has nothing to wait for; with it, the run ends at the
+    // latest `timeout` after the load, whatever the collector does.
+    let deadline = loaded.end + otlp.as_ref().map_or(LOCAL_SHUTDOWN, |o| o.timeout);
+    let finished = export::shutdown_by(loaded.provider, deadline);
+    let otlp = otlp.map(|o| o.finish(finished));
+    match &otlp {
+        Some(outcome) => eprintln!("demo: {}", outcome.line(loaded.totals.sampled)),
+        None if !finished => eprintln!("demo: the tracer provider did not shut down in time"),
+        None => {}
+    }
+
+    let local = lock(&local.received);
+    let summary = summary::Summary::new(config, &loaded.totals, &loaded.report, &local, otlp);
+    if loaded.report.after_end > 0 {
+        eprintln!(
+            "demo: {} window(s) after the end of the run hold traces offered before it \
+             (counted in sampled, exported and per_window, not in windows)",
+            loaded.report.after_end
+        );
+    }
+    for msg in summary::warnings(config, &loaded.totals, &loaded.report, &local) {
+        eprintln!("demo: WARNING: {msg}");
+    }
+    eprintln!(
+        "demo: {}",
+        summary::headline(config, &loaded.totals, &loaded.report, summary.exported())
+    );
+    println!("{}", summary.to_line());
+    Ok(())
+}
+
+/// Starts the threads, builds the run once they are up, reports the windows as they
+/// close, and joins the threads.
+fn offer_load(
+    config: &Config,
+    local: &Arc<Tally>,
+    batch: Option<BatchSpanProcessor>,
+) -> Result<Loaded, String> {
+    let slots: Vec<WorkerSlot> = (0..config.threads).map(|_| WorkerSlot::default()).collect();
+    let shared: OnceLock<Run> = OnceLock::new();
+    // The workers and the main thread; the main thread builds the run in between.
+    let barrier = Barrier::new(config.threads + 1);
+    thread::scope(|scope| {
+        let mut handles = Vec::with_capacity(config.threads);
+        for (i, slot) in slots.iter().enumerate() {
+            let (barrier, shared) = (&barrier, &shared);
+            let spawned = thread::Builder::new()
+                .name(format!("demo-{i}"))
+                .spawn_scoped(scope, move || {
+                    barrier.wait();
+                    shared.get().map(|run| load::generate(run, slot))
+                });
+            match spawned {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    // The started threads wait at the barrier for ever: leave now.
+                    eprintln!("demo: error: cannot start thread {i}: {e}");
+                    std::process::exit(1);
+                }
+            }
+        }
+        let built = build_run(config, local, batch);
+        let (run, provider) = match built {
+            Ok((run, provider)) => (shared.get_or_init(|| run), provider),
+            Err(e) => {
+                barrier.wait(); // the workers find no run and return
+                return Err(e);
+            }
+        };
+        barrier.wait();
+
+        let mut report = Report::new(
+            run.clock,
+            run.window_nanos,
+            config.limit.permits(),
+            run.start,
+            run.end,
+        );
+        report_live(run, &slots, local, &mut report);
+        let mut totals = WorkerTotals::default();
+        for h in handles {
+            let t = h
+                .join()
+                .map_err(|_| "a generating thread panicked".to_owned())?
+                .unwrap_or_default();
+            totals.offered += t.offered;
+            totals.sampled += t.sampled;
+            totals.unstamped += t.unstamped;
+            totals.stamped_but_dropped += t.stamped_but_dropped;
+        }
+        report_rest(run, &slots, local, &mut report);
+        Ok(Loaded {
+            provider,
+            totals,
+            report,
+            end: run.end_instant,
+        })
+    })
+}
+
+/// Builds the clock (right before the load starts), the limiter, the sampler and the
+/// provider, and the run the threads share.
+fn build_run(
+    config: &Config,
+    local: &Arc<Tally>,
+    batch: Option<BatchSpanProcessor>,
+) -> Result<(Run, SdkTracerProvider), String> {
+    let window_nanos = config.limit.window_nanos();
+    let clock = AlignedClock::new(window_nanos);
+    let inner = AnyLimiter::with_clock(config.algorithm, config.limit, clock);
+    let sampler = RateLimitingSampler::new(StampingLimiter { inner });
+    // The counting exporter behind a simple (synchronous) processor: a window's line
+    // then counts what reached it by the time the window closes. OTLP, if any, behind a
+    // batch processor, so the threads never wait on the network.
+    let mut builder = SdkTracerProvider::builder()
+        .with_sampler(sampler)
+        .with_resource(
+            opentelemetry_sdk::Resource::builder()
+                .with_service_name(SERVICE)
+                .build(),
+        )
+        .with_simple_exporter(CountingExporter::local(Arc::clone(local)));
+    if let Some(batch) = batch {
+        builder = builder.with_span_processor(batch);
+    }
+    let provider = builder.build();
+    let dispatch = (config.via == Via::Tracing).then(|| {
+        tracing::Dispatch::new(
+            tracing_subscriber::registry()
+                .with(tracing_opentelemetry::layer().with_tracer(provider.tracer(SERVICE))),
+        )
+    });
+    eprintln!(
+        "demo: {config}; clock MonotonicClock aligned to Unix time, resolution {}",
+        humantime::format_duration(clock.resolution())
+    );
+    if clock.resolution().saturating_mul(10) > config.limit.window() {
+        eprintln!(
+            "demo: note: the clock's resolution is coarse for this window; window edges \
+             are seen up to {} late, and windows between two ticks see no calls",
+            humantime::format_duration(clock.resolution())
+        );
+    }
+    let duration_nanos = u64::try_from(config.duration.as_nanos()).unwrap_or(u64::MAX);
+    let start = clock.now_nanos();
+    let start_instant = Instant::now();
+    let run = Run {
+        tracer: provider.tracer(SERVICE),
+        dispatch,
+        clock,
+        window_nanos,
+        start,
+        end: start.saturating_add(duration_nanos),
+        start_instant,
+        end_instant: start_instant + config.duration,
+        rate: config.rate,
+        ticket: AtomicU64::new(0),
+    };
+    Ok((run, provider))
+}
+
+/// Reports each window once every thread has moved past it, until every thread is done.
+fn report_live(run: &Run, slots: &[WorkerSlot], local: &Tally, report: &mut Report) {
+    loop {
+        let watermark = slots
+            .iter()
+            // Acquire: pairs with the threads' Release stores, so a window is closed
+            // only after everything a thread recorded before passing it.
+            .map(|s| s.progress.load(Ordering::Acquire))
+            .min()
+            .unwrap_or(u64::MAX);
+        if watermark == u64::MAX {
+            return; // every thread is done; the rest is reported once they are joined
+        }
+        let close = report.close_of(report.next);
+        if watermark >= close {
+            report.finish_next(slots, &local.received);
+            continue;
+        }
+        let ahead = close.saturating_sub(run.clock.now_nanos());
+        thread::sleep(Duration::from_nanos(ahead).clamp(Duration::from_micros(200), MAX_NAP));
+    }
+}
+
+/// Once the threads are joined everything has reached the counting exporter (it is
+/// synchronous): reports the remaining windows of the run, and any a kept trace was
+/// stamped into past its end.
+fn report_rest(run: &Run, slots: &[WorkerSlot], local: &Tally, report: &mut Report) {
+    let last_run_window = (run.end - 1) / run.window_nanos;
+    let last_seen = {
+        let exported = lock(&local.received).per_window.keys().next_back().copied();
+        slots
+            .iter()
+            .filter_map(|s| lock(&s.counts).keys().next_back().copied())
+            .chain(exported)
+            .max()
+    };
+    let last = last_seen.map_or(last_run_window, |l| l.max(last_run_window));
+    while report.next <= last {
+        report.finish_next(slots, &local.received);
+    }
+}

@@ -1,0 +1,193 @@
+//! The end of a run: the headline and any warnings on stderr, one JSON line on stdout.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::args::Config;
+use crate::export::{ExportTally, OtlpOutcome};
+use crate::load::{WorkerTotals, WINDOW_KEY};
+use crate::windows::{Report, WindowCounts};
+
+/// The JSON summary, one line on stdout, fields in this order.
+///
+/// Flat counters first, then the per-window map, then optional sections that are left
+/// out when they do not apply (`otlp` today; room for a fleet's `redis_calls` or
+/// decision statistics later, each its own optional field).
+#[derive(Debug, Serialize)]
+pub(crate) struct Summary {
+    algorithm: &'static str,
+    /// Traces kept per window.
+    limit: u32,
+    /// A whole number when the window is whole milliseconds.
+    window_ms: serde_json::Number,
+    threads: usize,
+    duration_ms: u128,
+    /// Traces offered (root spans started).
+    offered: u64,
+    /// Roots the sampler kept.
+    sampled: u64,
+    /// Whole traces exported: acknowledged by the collector with OTLP, else received by
+    /// the in-process exporter.
+    exported: u64,
+    /// Windows that overlap the run.
+    windows: u64,
+    /// Windows wholly inside the run.
+    whole_windows: u64,
+    /// Whole windows offered more than the limit.
+    full_windows: u64,
+    /// The most any window kept.
+    max_per_window: u64,
+    /// The least a full window kept (`null` with no full window).
+    min_full_window: Option<u64>,
+    /// Kept traces per window, by the window's start in Unix milliseconds: every window
+    /// the run touched, so several processes' counts can be summed per window.
+    per_window: BTreeMap<u64, u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    otlp: Option<OtlpOutcome>,
+}
+
+impl Summary {
+    pub(crate) fn new(
+        config: &Config,
+        totals: &WorkerTotals,
+        report: &Report,
+        local: &ExportTally,
+        otlp: Option<OtlpOutcome>,
+    ) -> Self {
+        let window_nanos = config.limit.window_nanos();
+        let window_ms = if window_nanos.is_multiple_of(1_000_000) {
+            serde_json::Number::from(window_nanos / 1_000_000)
+        } else {
+            serde_json::Number::from_f64(window_nanos as f64 / 1e6)
+                .unwrap_or_else(|| serde_json::Number::from(0))
+        };
+        Self {
+            algorithm: config.algorithm.name(),
+            limit: config.limit.permits(),
+            window_ms,
+            threads: config.threads,
+            duration_ms: config.duration.as_millis(),
+            offered: totals.offered,
+            sampled: totals.sampled,
+            exported: otlp.as_ref().map_or(local.complete, |o| o.acknowledged),
+            windows: report.windows,
+            whole_windows: report.whole_windows,
+            full_windows: report.full_windows,
+            max_per_window: report.max_per_window,
+            min_full_window: report.min_full_window,
+            per_window: report.per_window.clone(),
+            otlp,
+        }
+    }
+
+    /// Whole traces exported, as the summary says.
+    pub(crate) fn exported(&self) -> u64 {
+        self.exported
+    }
+
+    /// The summary as one JSON line.
+    pub(crate) fn to_line(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+}
+
+/// The headline: what a user asked for, the limit, against what whole windows kept.
+pub(crate) fn headline(
+    config: &Config,
+    totals: &WorkerTotals,
+    report: &Report,
+    exported: u64,
+) -> String {
+    let limit = format!(
+        "limit {} per {}",
+        config.limit.permits(),
+        humantime::format_duration(config.limit.window())
+    );
+    let partial = report.windows - report.whole_windows;
+    let kept = match report.whole_min {
+        None => format!(
+            "no window wholly inside this run ({limit}); the most one of the {partial} \
+             partial windows kept: {}",
+            report.max_per_window
+        ),
+        Some(min) => {
+            let n = report.whole_windows;
+            let kept = if min == report.whole_max {
+                let each = match n {
+                    1 => "the 1 whole window".to_owned(),
+                    n => format!("each of the {n} whole windows"),
+                };
+                format!("kept {min} per window in {each}")
+            } else {
+                format!(
+                    "kept {min} to {} per window in the {n} whole windows",
+                    report.whole_max
+                )
+            };
+            format!(
+                "{kept} ({limit}; {} of them offered more than that); {partial} partial \
+                 window(s) at the ends",
+                report.full_windows
+            )
+        }
+    };
+    format!(
+        "{kept}; {} sampled of {} offered, {exported} exported",
+        totals.sampled, totals.offered
+    )
+}
+
+/// What looks wrong in a run, one line each.
+pub(crate) fn warnings(
+    config: &Config,
+    totals: &WorkerTotals,
+    report: &Report,
+    local: &ExportTally,
+) -> Vec<String> {
+    let mut odd = Vec::new();
+    if local.complete != totals.sampled {
+        odd.push(format!(
+            "whole traces at the exporter {} != sampled {}",
+            local.complete, totals.sampled
+        ));
+    }
+    if local.incomplete() > 0 {
+        odd.push(format!(
+            "{} traces reached the exporter incomplete",
+            local.incomplete()
+        ));
+    }
+    if local.unattributed > 0 {
+        odd.push(format!(
+            "{} exported roots had no {WINDOW_KEY}",
+            local.unattributed
+        ));
+    }
+    if totals.unstamped > 0 || totals.stamped_but_dropped > 0 {
+        odd.push(format!(
+            "{} kept roots without a limiter stamp, {} dropped roots with one",
+            totals.unstamped, totals.stamped_but_dropped
+        ));
+    }
+    if report.mismatched_windows > 0 {
+        odd.push(format!(
+            "{} windows where kept (limiter stamps) != exported",
+            report.mismatched_windows
+        ));
+    }
+    if report.late != WindowCounts::default() {
+        odd.push(format!(
+            "counts arrived after their window was reported: {:?}",
+            report.late
+        ));
+    }
+    if report.max_per_window > u64::from(config.limit.permits()) {
+        odd.push(format!(
+            "a window kept {} traces, more than the limit of {}",
+            report.max_per_window,
+            config.limit.permits()
+        ));
+    }
+    odd
+}
