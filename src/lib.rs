@@ -20,6 +20,11 @@ pub use config::{
     OTEL_RATE_SAMPLER_CONFIG, OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG,
     PARENTBASED_RATELIMITING, RATELIMITING,
 };
+#[cfg(feature = "config")]
+pub use config::{
+    EffectiveRule, EffectiveRules, LimiterMemory, Lint, LintKind, RulePolicy, Severity,
+    LARGE_MEMORY_BYTES,
+};
 pub use limit::{Limit, LimitError, MIN_WINDOW};
 pub use limiter::{
     Algorithm, AnyLimiter, FixedWindow, ParseAlgorithmError, RateLimiter, SlidingLog,

@@ -5,8 +5,10 @@ mod env;
 mod error;
 mod from_jaeger;
 mod from_toml;
+mod lint;
 mod model;
 mod pattern;
+mod summary;
 mod validate;
 #[cfg(feature = "reload")]
 mod watch;
@@ -16,7 +18,9 @@ pub use env::{
     OTEL_TRACES_SAMPLER_ARG, PARENTBASED_RATELIMITING, RATELIMITING,
 };
 pub use error::{ConfigError, ConfigErrorKind};
+pub use lint::{Lint, LintKind, Severity, LARGE_MEMORY_BYTES};
 pub use model::SamplingConfig;
+pub use summary::{EffectiveRule, EffectiveRules, LimiterMemory, RulePolicy};
 #[cfg(feature = "reload")]
 pub use watch::ConfigWatcher;
 
