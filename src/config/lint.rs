@@ -296,17 +296,7 @@ fn floors(s: &ServiceConfig, effective: &EffectiveRules, out: &mut Vec<Lint>) {
 
 /// Limits that cannot be divided across `replicas`.
 fn split(effective: &EffectiveRules, replicas: NonZeroU32, out: &mut Vec<Lint>) {
-    let limits = effective
-        .rules()
-        .iter()
-        .map(|r| (r.name(), r.policy()))
-        .chain(effective.default().map(|p| ("default", p)))
-        .filter_map(|(name, policy)| match policy {
-            RulePolicy::Limit { limit, .. } => Some((name, limit)),
-            RulePolicy::Probability(_) => None,
-        })
-        .chain(effective.cap().map(|(limit, _)| ("cap", limit)));
-    for (name, limit) in limits {
+    for (name, limit) in effective.limits() {
         if let Err(e) = limit.per_replica(replicas) {
             out.push(Lint::new(
                 LintKind::CannotSplit,

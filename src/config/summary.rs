@@ -204,6 +204,21 @@ impl EffectiveRules {
         self.default
     }
 
+    /// Every limit the file sets for this service, named: each limit rule's (by rule
+    /// name), the default's (`default`) and the cap's (`cap`). Floors and the shared
+    /// pool are derived from the cap and are not listed.
+    pub fn limits(&self) -> impl Iterator<Item = (&str, Limit)> + '_ {
+        self.rules
+            .iter()
+            .map(|r| (r.name(), r.policy()))
+            .chain(self.default.map(|p| ("default", p)))
+            .filter_map(|(name, policy)| match policy {
+                RulePolicy::Limit { limit, .. } => Some((name, limit)),
+                RulePolicy::Probability(_) => None,
+            })
+            .chain(self.cap.map(|(limit, _)| ("cap", limit)))
+    }
+
     /// Every limiter the service's sampler builds, in the order it builds them: each
     /// limit rule's, each floor's (a fixed window in the cap's window), the default's,
     /// and the cap's shared pool (the cap less the floors, when that is not zero).
