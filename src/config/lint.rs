@@ -236,16 +236,19 @@ const META: &[char] = &['*', '?', '[', ']', '{', '}', '\\'];
 /// Whether every text `narrow` matches is matched by `wide` (conservative).
 fn implies(narrow: &Pattern, wide: &Pattern) -> bool {
     let (n, w) = (narrow.as_str(), wide.as_str());
-    if n == w || (!w.is_empty() && w.chars().all(|c| c == '*')) {
+    if n == w {
         return true;
     }
     if !n.contains(META) {
         // A literal: the one text it matches.
         return wide.is_match(n);
     }
-    // `prefix*` under a shorter `pre*`.
-    match (plain_prefix(n), plain_prefix(w)) {
-        (Some(n), Some(w)) => n.starts_with(w),
+    // Beyond literals, only `*` and `pre*` under a shorter `p*`. Each is checked against
+    // the pattern itself, so that a literal with a `*` in it (a Jaeger operation name)
+    // is never taken for a glob.
+    let any = !w.is_empty() && w.chars().all(|c| c == '*') && wide.is_match("");
+    any || match (plain_prefix(n), plain_prefix(w)) {
+        (Some(n), Some(w)) => n.starts_with(w) && wide.is_match(n),
         _ => false,
     }
 }
@@ -426,6 +429,18 @@ rate = 1.0
 "#,
         );
         assert_eq!(lints, []);
+    }
+
+    #[test]
+    fn literal_operation_names_with_a_star_are_not_globs() {
+        let json = r#"{"default_strategy": {"type": "probabilistic", "param": 0.5,
+            "operation_strategies": [
+                {"operation": "*", "type": "probabilistic", "param": 0.1},
+                {"operation": "a*", "type": "probabilistic", "param": 0.1},
+                {"operation": "ab*", "type": "probabilistic", "param": 0.1},
+                {"operation": "b", "type": "probabilistic", "param": 0.1}]}}"#;
+        let config = SamplingConfig::from_jaeger_json_str(json, "s.json").unwrap();
+        assert_eq!(config.lints(NonZeroU32::MIN), []);
     }
 
     #[test]

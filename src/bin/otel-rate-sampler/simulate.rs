@@ -363,8 +363,8 @@ impl Plan {
         let k = u128::from(a.replicas.get());
         let calls = k * (3 * ticks + 2 * admissions);
         let per_replica: usize = rules.limiters().iter().map(|l| l.bytes()).sum();
-        // Each replica's sampler, and a twin no larger than all its limiters.
-        let bytes = k * 2 * per_replica as u128;
+        // Each replica's sampler and a twin no larger than all its limiters, and the probe.
+        let bytes = (2 * k + 1) * per_replica as u128;
         over_budget(a.duration, calls, bytes)?;
         let ticks_per_second = 1_000_000_000 / tick_nanos;
         let row_seconds = a.duration.as_secs().div_ceil(MAX_ROWS).max(1);
