@@ -34,7 +34,7 @@ pub(crate) struct CheckArgs {
 }
 
 pub(crate) fn run(args: &CheckArgs) -> Result<ExitCode, Failure> {
-    let config = SamplingConfig::from_path(&args.file).map_err(|e| Failure::File(e.to_string()))?;
+    let config = SamplingConfig::from_path(&args.file)?;
     println!("{}: ok", args.file.display());
     let names: Vec<&str> = match &args.service {
         Some(name) => vec![name.as_str()],

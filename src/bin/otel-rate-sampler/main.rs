@@ -18,6 +18,7 @@ use std::process::ExitCode;
 
 use clap::error::ErrorKind;
 use clap::{Parser, Subcommand};
+use otel_rate_sampler::{ConfigError, LimitError};
 
 /// Check a sampling rule file (TOML or Jaeger JSON) and simulate loads against it.
 ///
@@ -65,6 +66,18 @@ enum Failure {
     Usage(String),
     /// The file did not load, or the sampler could not be built from it (exit 1).
     File(String),
+}
+
+impl From<ConfigError> for Failure {
+    fn from(e: ConfigError) -> Self {
+        Failure::File(e.to_string())
+    }
+}
+
+impl From<LimitError> for Failure {
+    fn from(e: LimitError) -> Self {
+        Failure::File(e.to_string())
+    }
 }
 
 /// One line on stderr and exit 2.

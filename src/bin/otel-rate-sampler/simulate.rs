@@ -116,7 +116,7 @@ enum Decider {
 }
 
 pub(crate) fn run(a: &SimulateArgs) -> Result<ExitCode, Failure> {
-    let config = SamplingConfig::from_path(&a.file).map_err(|e| Failure::File(e.to_string()))?;
+    let config = SamplingConfig::from_path(&a.file)?;
     let span = Span {
         name: a.span.clone(),
         kind: a.kind.into(),
@@ -158,8 +158,7 @@ pub(crate) fn run(a: &SimulateArgs) -> Result<ExitCode, Failure> {
 /// Asks a fresh sampler (its own clock, so every limiter has room) once: if it keeps
 /// the span, the `sampler.rule` it records names the deciding rule.
 fn probe(config: &SamplingConfig, service: &str, span: &Span) -> Result<Decider, Failure> {
-    let sampler = RuleBasedSampler::with_clock(config, service, ManualClock::new())
-        .map_err(|e| Failure::File(e.to_string()))?;
+    let sampler = RuleBasedSampler::with_clock(config, service, ManualClock::new())?;
     let result =
         sampler.should_sample(None, KEEP_ID, &span.name, &span.kind, &span.attributes, &[]);
     if result.decision != SamplingDecision::RecordAndSample {
@@ -222,16 +221,14 @@ impl Replica {
         (index, replicas): (u32, NonZeroU32),
         fleet_rate: f64,
     ) -> Result<Self, Failure> {
-        let file = |e: &dyn std::fmt::Display| Failure::File(e.to_string());
         let twin = match decider {
-            Decider::Limit(_, limit, algorithm) => Some(
-                AnyLimiter::with_clock(*algorithm, *limit, clock.clone()).map_err(|e| file(&e))?,
-            ),
+            Decider::Limit(_, limit, algorithm) => {
+                Some(AnyLimiter::with_clock(*algorithm, *limit, clock.clone())?)
+            }
             _ => None,
         };
         Ok(Self {
-            sampler: RuleBasedSampler::with_clock(config, service, clock.clone())
-                .map_err(|e| file(&e))?,
+            sampler: RuleBasedSampler::with_clock(config, service, clock.clone())?,
             twin,
             per_second: fleet_rate / f64::from(replicas.get()),
             phase: f64::from(index) / f64::from(replicas.get()),
