@@ -388,6 +388,34 @@ fn a_huge_rate_over_an_hour_finishes() {
 }
 
 #[test]
+fn a_simulation_over_the_memory_budget_is_refused_before_it_starts() {
+    // A 64 MiB sliding log: two replicas, their twins and the probe take 320 MiB.
+    let file = TempFile::new(
+        "huge.toml",
+        "[default]\nlimit = 4194303\nwindow = \"1h\"\nalgorithm = \"sliding-log\"\n",
+    );
+    let two = run(&[
+        "simulate",
+        file.path(),
+        "--service",
+        "s",
+        "--rate",
+        "10",
+        "--duration",
+        "1s",
+        "--replicas",
+        "2",
+    ]);
+    assert_eq!(code(&two), 2);
+    let err = stderr(&two);
+    assert!(
+        err.contains("MiB of limiters, over the budget of 256 MiB"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+#[test]
 fn hostile_arguments_are_one_line_errors_with_exit_code_2() {
     let file = example("sampling.toml");
     let base = ["simulate", &file, "--service", "checkout"];
