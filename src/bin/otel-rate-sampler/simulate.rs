@@ -127,6 +127,8 @@ pub(crate) fn run(a: &SimulateArgs) -> Result<ExitCode, Failure> {
             .collect(),
     };
     let rules = config.effective_rules(&a.service);
+    // Before the probe builds a sampler.
+    memory(&rules, a.replicas)?;
     let decider = probe(&config, &a.service, &span)?;
     let plan = Plan::new(a, &decider, &rules)?;
     let clock = ManualClock::new();
@@ -359,10 +361,8 @@ impl Plan {
         });
         let k = u128::from(a.replicas.get());
         let calls = k * (3 * ticks + 2 * admissions);
-        let per_replica: usize = rules.limiters().iter().map(|l| l.bytes()).sum();
-        // Each replica's sampler and a twin no larger than all its limiters, and the probe.
-        let bytes = (2 * k + 1) * per_replica as u128;
-        over_budget(a.duration, calls, bytes)?;
+        let bytes = memory(rules, a.replicas)?;
+        over_budget(a.duration, calls)?;
         let ticks_per_second = 1_000_000_000 / tick_nanos;
         let row_seconds = a.duration.as_secs().div_ceil(MAX_ROWS).max(1);
         Ok(Self {
@@ -415,15 +415,23 @@ fn tick_for(shortest: Option<u64>) -> u64 {
     ms * 1_000_000
 }
 
-/// Refuses a run over [`MAX_CALLS`] or [`MAX_BYTES`], with the duration that fits.
-fn over_budget(duration: Duration, calls: u128, bytes: u128) -> Result<(), Failure> {
+/// The bytes of limiters a run builds: each replica's sampler and a twin no larger
+/// than all its limiters, and the probe's sampler. Refused over [`MAX_BYTES`].
+fn memory(rules: &EffectiveRules, replicas: NonZeroU32) -> Result<u128, Failure> {
+    let per_sampler: usize = rules.limiters().iter().map(|l| l.bytes()).sum();
+    let bytes = (2 * u128::from(replicas.get()) + 1) * per_sampler as u128;
     if bytes > MAX_BYTES {
         return Err(Failure::Usage(format!(
-            "simulate would build {} MiB of limiters, over the budget of {} MiB; use fewer --replicas",
+            "simulate would build {} MiB of limiters, over the budget of {} MiB; use fewer --replicas or smaller sliding logs",
             bytes >> 20,
             MAX_BYTES >> 20
         )));
     }
+    Ok(bytes)
+}
+
+/// Refuses a run over [`MAX_CALLS`], with the duration that fits.
+fn over_budget(duration: Duration, calls: u128) -> Result<(), Failure> {
     if calls > MAX_CALLS {
         // Calls grow about linearly with the duration.
         let fits = duration.as_secs_f64() * (MAX_CALLS as f64 / calls as f64);
