@@ -40,7 +40,9 @@ pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock, PreciseClock};
 #[cfg(feature = "reload")]
 pub use config::ConfigWatcher;
 #[cfg(feature = "config")]
-pub use config::{env, ConfigError, ConfigErrorKind, RuleBasedSampler, SamplingConfig};
+pub use config::{
+    env, lint, summary, ConfigError, ConfigErrorKind, RuleBasedSampler, SamplingConfig,
+};
 pub use limit::{Limit, LimitError};
 pub use limiter::{
     Algorithm, AnyLimiter, FixedWindow, ParseAlgorithmError, RateLimiter, SlidingLog,

@@ -119,6 +119,18 @@ impl Limit {
         self.window.get()
     }
 
+    /// This limit divided across `replicas` processes: the rate
+    /// `per_second_rate() / replicas` through [`Limit::per_second`]'s arithmetic, so the
+    /// replicas together never enforce more than this limit (50/s across 3 is 17 per
+    /// 1.02 s each).
+    ///
+    /// # Errors
+    ///
+    /// [`Limit::per_second`]'s, when the divided rate is out of its range.
+    pub fn per_replica(self, replicas: NonZeroU32) -> Result<Limit, LimitError> {
+        Limit::per_second(self.per_second_rate() / f64::from(replicas.get()))
+    }
+
     /// The limit as a rate per second, `permits / window` (the `sampler.param` value).
     pub fn per_second_rate(&self) -> f64 {
         f64::from(self.permits.get()) * 1e9 / self.window.get() as f64

@@ -1,16 +1,19 @@
 //! The rule layer: per-service sampling rules by operation and attribute, loaded from
 //! TOML or Jaeger strategy files and the environment, compiled into the
-//! [`RuleBasedSampler`] on top of the sampler layer.
+//! [`RuleBasedSampler`] on top of the sampler layer, and inspected by the lints and
+//! summaries the `otel-rate-sampler` command prints.
 
 pub mod env;
 mod error;
 mod from_jaeger;
 mod from_toml;
+pub mod lint;
 mod matcher;
 mod model;
 mod pattern;
 mod rule_based;
 mod rule_set;
+pub mod summary;
 mod validate;
 #[cfg(feature = "reload")]
 mod watch;

@@ -145,7 +145,7 @@ impl SamplingConfig {
     }
 
     /// The effective rules for `service`, in evaluation order, for people to read (what
-    /// the `check` example prints).
+    /// the `otel-rate-sampler check` command prints).
     pub fn describe(&self, service: &str) -> impl fmt::Display + '_ {
         Describe(
             self.service(service),

@@ -1,0 +1,333 @@
+//! [`EffectiveRules`]: a service's settings as its sampler applies them, as values a
+//! tool can compute with (what [`SamplingConfig::describe`] prints as text), and the
+//! memory of the limiters they build.
+
+use std::mem::size_of;
+
+use super::model::{LimitSpec, Policy, SamplingConfig, ServiceConfig};
+use crate::clock::MonotonicClock;
+use crate::limit::Limit;
+use crate::limiter::{Algorithm, AnyLimiter};
+
+/// Bytes a sliding log keeps per permit: a sequence number and a timestamp.
+const SLIDING_LOG_BYTES_PER_PERMIT: usize = 16;
+
+/// What a rule (or a service's default) does with the spans it decides.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum RulePolicy {
+    /// Keep at most `limit`, enforced by `algorithm`'s limiter.
+    Limit {
+        /// The permits per window.
+        limit: Limit,
+        /// The limiter that enforces it.
+        algorithm: Algorithm,
+    },
+    /// Keep a trace with this probability, decided on its trace id.
+    Probability(f64),
+}
+
+impl From<Policy> for RulePolicy {
+    fn from(policy: Policy) -> Self {
+        match policy {
+            Policy::Limit(spec) => RulePolicy::Limit {
+                limit: spec.limit,
+                algorithm: spec.algorithm,
+            },
+            Policy::Probability(p) => RulePolicy::Probability(p),
+        }
+    }
+}
+
+/// One rule of a service, as its sampler applies it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EffectiveRule {
+    name: String,
+    policy: RulePolicy,
+    floor: u32,
+}
+
+impl EffectiveRule {
+    /// The rule's name (the `sampler.rule` value of the spans it keeps).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its limit or probability.
+    pub fn policy(&self) -> RulePolicy {
+        self.policy
+    }
+
+    /// The permits reserved for it in each window of the service cap (0: none).
+    pub fn floor(&self) -> u32 {
+        self.floor
+    }
+}
+
+/// A service's effective settings: its rules in evaluation order, its default and its
+/// cap, from [`SamplingConfig::effective_rules`].
+///
+/// ```
+/// use otel_rate_sampler::{RulePolicy, SamplingConfig};
+///
+/// let config = SamplingConfig::from_toml_str(r#"
+///     [default]
+///     rate = 10.0
+///     [[service]]
+///     name = "checkout"
+///     cap = { rate = 100.0 }
+///     [[service.rule]]
+///     name = "pay"
+///     span_name = "POST /pay"
+///     limit = 50
+///     floor = 20
+/// "#, "inline")?;
+/// let rules = config.effective_rules("checkout");
+/// assert_eq!(rules.rules()[0].name(), "pay");
+/// assert_eq!(rules.rules()[0].floor(), 20);
+/// assert!(matches!(rules.default(), Some(RulePolicy::Limit { .. })));
+/// // The rule's limiter, its floor, the default's limiter and the cap's shared pool.
+/// assert_eq!(rules.limiters().len(), 4);
+/// # Ok::<(), otel_rate_sampler::ConfigError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct EffectiveRules {
+    service: String,
+    listed: bool,
+    cap: Option<(Limit, Algorithm)>,
+    rules: Vec<EffectiveRule>,
+    default: Option<RulePolicy>,
+}
+
+/// One limiter a service's sampler builds, and the memory it takes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LimiterMemory {
+    role: String,
+    limit: Limit,
+    algorithm: Algorithm,
+    bytes: usize,
+}
+
+impl LimiterMemory {
+    fn new(role: String, spec: LimitSpec) -> Self {
+        let slots = match spec.algorithm {
+            Algorithm::SlidingLog => {
+                SLIDING_LOG_BYTES_PER_PERMIT.saturating_mul(spec.limit.permits() as usize)
+            }
+            _ => 0,
+        };
+        // The limiter sits in an `Arc`: two counters, then the (cache-padded) struct.
+        let fixed = 2 * size_of::<usize>() + size_of::<AnyLimiter<MonotonicClock>>();
+        Self {
+            role,
+            limit: spec.limit,
+            algorithm: spec.algorithm,
+            bytes: fixed.saturating_add(slots),
+        }
+    }
+
+    /// What the limiter is for: `rule "NAME"`, `floor of rule "NAME"`, `default` or
+    /// `cap shared pool`.
+    pub fn role(&self) -> &str {
+        &self.role
+    }
+
+    /// The limit it enforces.
+    pub fn limit(&self) -> Limit {
+        self.limit
+    }
+
+    /// Its algorithm.
+    pub fn algorithm(&self) -> Algorithm {
+        self.algorithm
+    }
+
+    /// Its memory in bytes, as laid out on this target: the cache-padded limiter in its
+    /// `Arc`, plus 16 bytes per permit for a sliding log.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl SamplingConfig {
+    /// The settings `service`'s sampler applies: its own if the file lists it, else the
+    /// file default's (as [`RuleBasedSampler::new`](crate::RuleBasedSampler::new)).
+    pub fn effective_rules(&self, service: &str) -> EffectiveRules {
+        EffectiveRules::of(
+            &self.service(service),
+            self.services.iter().any(|s| s.name == service),
+        )
+    }
+}
+
+impl EffectiveRules {
+    pub(crate) fn of(s: &ServiceConfig, listed: bool) -> Self {
+        Self {
+            service: s.name.clone(),
+            listed,
+            cap: s.cap.map(|c| (c.limit, c.algorithm)),
+            rules: s
+                .rules
+                .iter()
+                .map(|r| EffectiveRule {
+                    name: r.name.clone(),
+                    policy: r.policy.into(),
+                    floor: r.floor,
+                })
+                .collect(),
+            default: s.policy.map(RulePolicy::from),
+        }
+    }
+
+    /// The service's name.
+    pub fn service(&self) -> &str {
+        &self.service
+    }
+
+    /// Whether the file lists the service (else these are the file default's settings).
+    pub fn listed(&self) -> bool {
+        self.listed
+    }
+
+    /// The service cap, if any: every kept span also takes a permit from it.
+    pub fn cap(&self) -> Option<(Limit, Algorithm)> {
+        self.cap
+    }
+
+    /// The rules, in evaluation order (the first that matches decides).
+    pub fn rules(&self) -> &[EffectiveRule] {
+        &self.rules
+    }
+
+    /// The policy for spans no rule matches (`None`: they are dropped).
+    pub fn default(&self) -> Option<RulePolicy> {
+        self.default
+    }
+
+    /// Every limit the file sets for this service, named: each limit rule's (by rule
+    /// name), the default's (`default`) and the cap's (`cap`). Floors and the shared
+    /// pool are derived from the cap and are not listed.
+    pub fn limits(&self) -> impl Iterator<Item = (&str, Limit)> + '_ {
+        self.rules
+            .iter()
+            .map(|r| (r.name(), r.policy()))
+            .chain(self.default.map(|p| ("default", p)))
+            .filter_map(|(name, policy)| match policy {
+                RulePolicy::Limit { limit, .. } => Some((name, limit)),
+                RulePolicy::Probability(_) => None,
+            })
+            .chain(self.cap.map(|(limit, _)| ("cap", limit)))
+    }
+
+    /// Every limiter the service's sampler builds, in the order it builds them: each
+    /// limit rule's, each floor's (a fixed window in the cap's window), the default's,
+    /// and the cap's shared pool (the cap less the floors, when that is not zero).
+    pub fn limiters(&self) -> Vec<LimiterMemory> {
+        let mut out = Vec::new();
+        for rule in &self.rules {
+            if let RulePolicy::Limit { limit, algorithm } = rule.policy {
+                out.push(LimiterMemory::new(
+                    format!("rule {:?}", rule.name),
+                    LimitSpec { limit, algorithm },
+                ));
+            }
+        }
+        if let Some((cap, _)) = self.cap {
+            for rule in self.rules.iter().filter(|r| r.floor > 0) {
+                if let Ok(limit) = Limit::per_window(rule.floor, cap.window()) {
+                    out.push(LimiterMemory::new(
+                        format!("floor of rule {:?}", rule.name),
+                        LimitSpec {
+                            limit,
+                            algorithm: Algorithm::FixedWindow,
+                        },
+                    ));
+                }
+            }
+        }
+        if let Some(RulePolicy::Limit { limit, algorithm }) = self.default {
+            out.push(LimiterMemory::new(
+                "default".to_owned(),
+                LimitSpec { limit, algorithm },
+            ));
+        }
+        if let Some(shared) = self.shared_pool() {
+            out.push(LimiterMemory::new("cap shared pool".to_owned(), shared));
+        }
+        out
+    }
+
+    /// The sum of the rules' floors.
+    pub(crate) fn floors(&self) -> u64 {
+        self.rules.iter().map(|r| u64::from(r.floor)).sum()
+    }
+
+    /// The cap's shared pool: the cap's permits less the floors, if any are left.
+    fn shared_pool(&self) -> Option<LimitSpec> {
+        let (cap, algorithm) = self.cap?;
+        let left = u64::from(cap.permits()).checked_sub(self.floors())?;
+        let limit = Limit::per_window(u32::try_from(left).ok()?, cap.window()).ok()?;
+        Some(LimitSpec { limit, algorithm })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sliding_log_costs_sixteen_bytes_per_permit_and_the_others_a_constant() {
+        let text = r#"
+[default]
+limit = 1000
+window = "1s"
+algorithm = "sliding-log"
+[[default.rule]]
+name = "small"
+span_name = "a"
+limit = 1000
+algorithm = "sliding"
+"#;
+        let config = SamplingConfig::from_toml_str(text, "t.toml").unwrap();
+        let limiters = config.effective_rules("any").limiters();
+        let roles: Vec<&str> = limiters.iter().map(LimiterMemory::role).collect();
+        assert_eq!(roles, ["rule \"small\"", "default"]);
+        assert_eq!(limiters[1].bytes() - limiters[0].bytes(), 16 * 1000);
+        assert!(limiters[0].bytes() >= 64, "{}", limiters[0].bytes());
+    }
+
+    #[test]
+    fn floors_and_the_shared_pool_are_limiters_of_the_cap_window() {
+        let text = r#"
+[default]
+rate = 1.0
+cap = { limit = 10, window = "2s", algorithm = "sliding" }
+[[default.rule]]
+name = "a"
+span_name = "a"
+probability = 1.0
+floor = 4
+"#;
+        let config = SamplingConfig::from_toml_str(text, "t.toml").unwrap();
+        let rules = config.effective_rules("other");
+        assert!(!rules.listed());
+        let limiters = rules.limiters();
+        let shape: Vec<(&str, u32, Algorithm)> = limiters
+            .iter()
+            .map(|l| (l.role(), l.limit().permits(), l.algorithm()))
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                ("floor of rule \"a\"", 4, Algorithm::FixedWindow),
+                ("default", 1, Algorithm::FixedWindow),
+                ("cap shared pool", 6, Algorithm::SlidingWindow),
+            ]
+        );
+        assert!(limiters.iter().filter(|l| l.role() != "default").all(|l| l
+            .limit()
+            .window()
+            .as_secs()
+            == 2));
+    }
+}

@@ -1,0 +1,493 @@
+//! The `otel-rate-sampler` binary, run as a user runs it: `check` on the example files,
+//! on a broken file and on files that trip each lint; `simulate` with kept counts known
+//! in advance; and hostile arguments, each a one-line error with exit code 2.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_otel-rate-sampler");
+
+fn example(name: &str) -> String {
+    format!("{}/examples/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A file in the temp directory, unique to this process and test, removed on drop.
+struct TempFile(PathBuf);
+
+impl TempFile {
+    fn new(name: &str, text: &str) -> Self {
+        let path = std::env::temp_dir().join(format!(
+            "otel-rate-sampler-cli-{}-{name}",
+            std::process::id()
+        ));
+        std::fs::write(&path, text).expect("the temp dir is writable");
+        Self(path)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().expect("a UTF-8 temp path")
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn code(out: &Output) -> i32 {
+    out.status
+        .code()
+        .expect("the binary exits, it is not killed")
+}
+
+/// The table rows of a `simulate` run: (offered, admitted by the rule, refused by the
+/// cap, kept), one per row of seconds.
+fn rows(out: &Output) -> Vec<[u64; 4]> {
+    stdout(out)
+        .lines()
+        .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+        .map(|l| {
+            let cells: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(cells.len(), 6, "{l}");
+            [1, 2, 3, 4].map(|i| cells[i].parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn check_prints_the_effective_rules_of_the_toml_example() {
+    let out = run(&["check", &example("sampling.toml")]);
+    let text = stdout(&out);
+    assert_eq!(code(&out), 0, "{text}{}", stderr(&out));
+    for want in [
+        "sampling.toml: ok",
+        "service \"checkout\"",
+        "1. rule \"payments\": name ~ \"POST /api/pay*\"",
+        "otherwise: keep 20 per 1s",
+        "service \"(any other service)\" (not listed: the file default)",
+        "memory: 6 limiters",
+        "largest: rule \"payments\" (sliding-log, 50 per 1s)",
+        // The example reserves 1/s for a rule of 0.5/s: a warning, not an error.
+        "warning: service \"checkout\": rule \"admin-users\": floor 1 per cap window",
+        "0 error(s), 1 warning(s)",
+    ] {
+        assert!(text.contains(want), "{want:?} not in\n{text}");
+    }
+}
+
+#[test]
+fn check_reads_jaeger_strategies_and_splits_limits_across_replicas() {
+    let out = run(&["check", &example("strategies.json"), "--replicas", "3"]);
+    let text = stdout(&out);
+    assert_eq!(code(&out), 0, "{text}{}", stderr(&out));
+    for want in [
+        "service \"foo\"",
+        "2. rule \"op2\": name ~ \"op2\" => keep 1 per 2s",
+        "default: 5 per 1s -> 2 per 1.2s each (1.667/s), 5.000/s together",
+        "lints: none",
+    ] {
+        assert!(text.contains(want), "{want:?} not in\n{text}");
+    }
+    let one = run(&["check", &example("sampling.toml"), "--service", "search"]);
+    assert_eq!(code(&one), 0);
+    assert!(!stdout(&one).contains("checkout"), "{}", stdout(&one));
+}
+
+#[test]
+fn a_file_that_does_not_load_exits_1_with_file_line_column_key_message() {
+    let file = TempFile::new("broken.toml", "[default]\nrate = -1\n");
+    for command in ["check", "simulate"] {
+        let mut args = vec![command, file.path()];
+        if command == "simulate" {
+            args.extend(["--service", "s", "--rate", "1", "--duration", "1s"]);
+        }
+        let out = run(&args);
+        assert_eq!(code(&out), 1, "{}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.starts_with(&format!("{}:2:8: default.rate: ", file.path())),
+            "{err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+    let missing = run(&["check", "/nonexistent/sampling.toml"]);
+    assert_eq!(code(&missing), 1);
+    assert!(stderr(&missing).starts_with("/nonexistent/sampling.toml:0:0: "));
+}
+
+#[test]
+fn rules_that_never_decide_are_errors() {
+    let file = TempFile::new(
+        "dead.toml",
+        r#"
+[default]
+rate = 1.0
+[[service]]
+name = "s"
+[[service.rule]]
+name = "api"
+span_name = "GET /api/*"
+rate = 5.0
+[[service.rule]]
+name = "orders"
+span_name = "GET /api/orders"
+rate = 1.0
+[[service.rule]]
+name = "all"
+rate = 2.0
+[[service.rule]]
+name = "late"
+kind = "client"
+rate = 3.0
+"#,
+    );
+    let out = run(&["check", file.path()]);
+    let text = stdout(&out);
+    assert_eq!(code(&out), 1, "{text}");
+    for want in [
+        "error: service \"s\": rule \"orders\": rule 2 never decides: rule 1 \"api\" before it matches every span this rule matches",
+        "error: service \"s\": rule \"late\": rule 4 never decides: rule 3 \"all\" before it matches every span;",
+        "2 error(s), 0 warning(s)",
+    ] {
+        assert!(text.contains(want), "{want:?} not in\n{text}");
+    }
+    // Checking one service lints only that one.
+    let other = run(&["check", file.path(), "--service", "other"]);
+    assert_eq!(code(&other), 0, "{}", stdout(&other));
+}
+
+#[test]
+fn floors_over_limits_and_big_sliding_logs_warn_and_unsplittable_limits_fail() {
+    let file = TempFile::new(
+        "warn.toml",
+        r#"
+[default]
+limit = 2000000
+window = "1s"
+algorithm = "sliding-log"
+[[service]]
+name = "s"
+rate = 1.0
+cap = { limit = 100, window = "1s" }
+[[service.rule]]
+name = "greedy"
+span_name = "a"
+limit = 5
+window = "1s"
+floor = 10
+"#,
+    );
+    let out = run(&["check", file.path()]);
+    let text = stdout(&out);
+    assert_eq!(code(&out), 0, "{text}");
+    for want in [
+        "warning: service \"s\": rule \"greedy\": floor 10 per cap window (10/s) is more than the rule's own limit of 5 per 1s (5/s)",
+        "warning: [default]: its limiters take 30 MiB (over 16 MiB)",
+        "0 error(s), 2 warning(s)",
+    ] {
+        assert!(text.contains(want), "{want:?} not in\n{text}");
+    }
+    let rare = TempFile::new("rare.toml", "[default]\nlimit = 1\nwindow = \"4000000h\"\n");
+    let out = run(&["check", rare.path(), "--replicas", "3"]);
+    assert_eq!(code(&out), 1, "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(
+            "error: [default]: rule \"default\": 1 per 14400000000s split across 3 replicas: rate"
+        ),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn a_limit_rule_keeps_exactly_its_limit_each_second() {
+    // search's "GET /search" rule: 5 per second, offered 50 per second.
+    let out = run(&[
+        "simulate",
+        &example("sampling.toml"),
+        "--service",
+        "search",
+        "--span",
+        "GET /search",
+        "--rate",
+        "50",
+        "--duration",
+        "5s",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(stdout(&out).contains("decided by: rule \"rule-1\", keep 5 per 1s (fixed)"));
+    assert!(stdout(&out).contains("exact:"));
+    assert_eq!(rows(&out), vec![[50, 5, 0, 5]; 5], "{}", stdout(&out));
+    // checkout's payments: 50 per sliding second under a cap of 100.
+    let out = run(&[
+        "simulate",
+        &example("sampling.toml"),
+        "--service",
+        "checkout",
+        "--span",
+        "POST /api/pay",
+        "--kind",
+        "server",
+        "--rate",
+        "500",
+        "--duration",
+        "3s",
+    ]);
+    assert_eq!(rows(&out), vec![[500, 50, 0, 50]; 3], "{}", stdout(&out));
+    // Attributes: checkout's admin-users rule.
+    let out = run(&[
+        "simulate",
+        &example("sampling.toml"),
+        "--service",
+        "checkout",
+        "--rate",
+        "0.5",
+        "--duration",
+        "4s",
+        "--attr",
+        "http.route=/admin/x",
+        "--attr",
+        "user.tier=gold",
+    ]);
+    // One per two seconds, offered one per two seconds.
+    assert!(
+        stdout(&out).contains("rule \"admin-users\""),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(rows(&out), [[1, 1, 0, 1], [0; 4], [1, 1, 0, 1], [0; 4]]);
+}
+
+#[test]
+fn permits_a_rule_spends_on_spans_the_cap_refuses_are_not_given_back() {
+    let file = TempFile::new(
+        "capped.toml",
+        r#"
+[default]
+rate = 1.0
+[[service]]
+name = "s"
+cap = { limit = 1, window = "1s" }
+[[service.rule]]
+name = "slow"
+span_name = "a"
+limit = 10
+window = "10s"
+"#,
+    );
+    let out = run(&[
+        "simulate",
+        file.path(),
+        "--service",
+        "s",
+        "--span",
+        "a",
+        "--rate",
+        "100",
+        "--duration",
+        "20s",
+    ]);
+    let rows = rows(&out);
+    assert_eq!(rows.len(), 20, "{}", stdout(&out));
+    for (second, row) in rows.iter().enumerate() {
+        // The rule admits its 10 at once; the cap keeps one, and the rule has nothing
+        // left for the next nine seconds.
+        let want = if second % 10 == 0 {
+            [100, 10, 9, 1]
+        } else {
+            [100, 0, 0, 0]
+        };
+        assert_eq!(*row, want, "second {second}");
+    }
+}
+
+#[test]
+fn a_probability_keeps_its_expected_share_and_says_it_is_an_estimate() {
+    // search's default: probability 0.01, no cap.
+    let out = run(&[
+        "simulate",
+        &example("sampling.toml"),
+        "--service",
+        "search",
+        "--rate",
+        "1000",
+        "--duration",
+        "3s",
+    ]);
+    assert!(stdout(&out).contains("estimated:"), "{}", stdout(&out));
+    assert_eq!(rows(&out), vec![[1000, 10, 0, 10]; 3], "{}", stdout(&out));
+}
+
+#[test]
+fn replicas_each_have_their_own_sampler() {
+    let out = run(&[
+        "simulate",
+        &example("sampling.toml"),
+        "--service",
+        "search",
+        "--span",
+        "GET /search",
+        "--rate",
+        "60",
+        "--duration",
+        "5s",
+        "--replicas",
+        "3",
+    ]);
+    let text = stdout(&out);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(rows(&out), vec![[60, 15, 0, 15]; 5], "{text}");
+    for want in [
+        "replica 1: offered 100, kept 25 (5.0/s)",
+        "replica 3: offered 100, kept 25 (5.0/s)",
+        "total (3 replica(s)): offered 300, kept 75 (15.0/s)",
+    ] {
+        assert!(text.contains(want), "{want:?} not in\n{text}");
+    }
+}
+
+#[test]
+fn a_huge_rate_over_an_hour_finishes() {
+    // A hang guard: no step per offered trace. No speed is asserted.
+    for span in ["simulated", "POST /api/pay"] {
+        let out = run(&[
+            "simulate",
+            &example("sampling.toml"),
+            "--service",
+            "checkout",
+            "--span",
+            span,
+            "--rate",
+            "1e12",
+            "--duration",
+            "1h",
+        ]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert!(
+            stdout(&out).contains("offered 3600000000000000,"),
+            "{}",
+            stdout(&out)
+        );
+    }
+}
+
+#[test]
+fn a_simulation_over_the_memory_budget_is_refused_before_it_starts() {
+    // A 64 MiB sliding log: two replicas, their twins and the probe take 320 MiB.
+    let file = TempFile::new(
+        "huge.toml",
+        "[default]\nlimit = 4194303\nwindow = \"1h\"\nalgorithm = \"sliding-log\"\n",
+    );
+    let two = run(&[
+        "simulate",
+        file.path(),
+        "--service",
+        "s",
+        "--rate",
+        "10",
+        "--duration",
+        "1s",
+        "--replicas",
+        "2",
+    ]);
+    assert_eq!(code(&two), 2);
+    let err = stderr(&two);
+    assert!(
+        err.contains("MiB of limiters, over the budget of 256 MiB"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+#[test]
+fn hostile_arguments_are_one_line_errors_with_exit_code_2() {
+    let file = example("sampling.toml");
+    let base = ["simulate", &file, "--service", "checkout"];
+    let mut cases: Vec<Vec<&str>> = Vec::new();
+    for rate in [
+        "18446744073709551615",
+        "1e300",
+        "-5",
+        "NaN",
+        "inf",
+        "-inf",
+        "0",
+        "",
+        "x",
+    ] {
+        cases.push([&base[..], &["--rate", rate, "--duration", "10s"]].concat());
+    }
+    for duration in [
+        "18446744073709551615s",
+        "1e300",
+        "-1s",
+        "0s",
+        "",
+        "10",
+        "100000h",
+    ] {
+        cases.push([&base[..], &["--rate", "10", "--duration", duration]].concat());
+    }
+    let ok = ["--rate", "10", "--duration", "1s"];
+    for replicas in ["0", "-1", "18446744073709551615", "1e300", "NaN", "1001"] {
+        cases.push([&base[..], &ok, &["--replicas", replicas]].concat());
+        cases.push(vec!["check", &file, "--replicas", replicas]);
+    }
+    for extra in [
+        &["--kind", "bogus"][..],
+        &["--attr", "novalue"],
+        &["--attr", "=x"],
+        &["--span"],
+        &["--replicas"],
+        &["--bogus"],
+    ] {
+        cases.push([&base[..], &ok, extra].concat());
+    }
+    cases.push([&base[..], &["--rate", "--duration", "1s"]].concat());
+    cases.push(vec!["simulate", &file, "--rate", "1", "--duration", "1s"]);
+    cases.push(vec!["check"]);
+    cases.push(vec![]);
+    cases.push(vec!["frobnicate"]);
+    for args in &cases {
+        let out = run(args);
+        let err = stderr(&out);
+        assert_eq!(code(&out), 2, "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(
+            err.starts_with("otel-rate-sampler: error: "),
+            "{args:?}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{args:?}: {}", stdout(&out));
+    }
+}
+
+#[test]
+fn help_and_version_exit_0() {
+    for args in [
+        &["--help"][..],
+        &["--version"],
+        &["check", "--help"],
+        &["simulate", "-h"],
+    ] {
+        let out = run(args);
+        assert_eq!(code(&out), 0, "{args:?}");
+        assert!(!out.stdout.is_empty());
+    }
+    assert!(Path::new(BIN).exists());
+}
