@@ -129,7 +129,8 @@ impl SamplingConfig {
     ///
     /// ```
     /// use std::num::NonZeroU32;
-    /// use otel_rate_sampler::{LintKind, SamplingConfig};
+    /// use otel_rate_sampler::lint::LintKind;
+    /// use otel_rate_sampler::SamplingConfig;
     ///
     /// let config = SamplingConfig::from_toml_str(r#"
     ///     [default]

@@ -68,7 +68,8 @@ impl EffectiveRule {
 /// cap, from [`SamplingConfig::effective_rules`].
 ///
 /// ```
-/// use otel_rate_sampler::{RulePolicy, SamplingConfig};
+/// use otel_rate_sampler::summary::RulePolicy;
+/// use otel_rate_sampler::SamplingConfig;
 ///
 /// let config = SamplingConfig::from_toml_str(r#"
 ///     [default]
