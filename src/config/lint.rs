@@ -41,7 +41,7 @@ pub enum LintKind {
     FloorOverLimit,
     /// Warning: a service's limiters take more than [`LARGE_MEMORY_BYTES`].
     LargeMemory,
-    /// Error: a limit divided by the replica count is out of [`Limit::per_second`]'s
+    /// Error: a limit divided by the replica count is out of [`Limit::per_second`](crate::Limit::per_second)'s
     /// range, so no per-replica limit expresses it.
     CannotSplit,
 }
