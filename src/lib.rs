@@ -6,6 +6,9 @@
 mod clock;
 #[cfg(feature = "config")]
 mod config;
+// The lease word is also built under loom (without the feature) for its model tests.
+#[cfg(any(feature = "redis", all(test, loom)))]
+mod fleet;
 mod limit;
 mod limiter;
 mod sampler;
@@ -19,6 +22,10 @@ pub use config::{
     ConfigError, ConfigErrorKind, SamplingConfig, DEFAULT_TRACES_PER_SECOND,
     OTEL_RATE_SAMPLER_CONFIG, OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG,
     PARENTBASED_RATELIMITING, RATELIMITING,
+};
+#[cfg(feature = "redis")]
+pub use fleet::{
+    FleetError, FleetLimiter, FleetLimiterBuilder, FleetStats, RedisUrls, DEFAULT_FLEET_PREFIX,
 };
 pub use limit::{Limit, LimitError, MIN_WINDOW};
 pub use limiter::{

@@ -1,0 +1,146 @@
+//! The lease script: one atomic round trip that heartbeats, reports, leases and reads
+//! the server's clock.
+//!
+//! Keys (all under the rule's hash tag `{prefix:key}`, so one Redis Cluster slot):
+//!
+//! * `{p}:w:<window id>`: a hash, per instance id what that instance holds for the
+//!   window (grants plus fallback spending it reported), and `#`, their total. Expires
+//!   3 windows after its last write.
+//! * `{p}:members`: a sorted set, instance id → server time (ms) of its last call. Gives
+//!   `k`, the instance's rank (by id), and who is stale.
+//! * `{p}:since`: the first window id this Redis's memory covers, set when absent. A
+//!   Redis that restarted empty (or was flushed) sets it anew, and then hands out nothing
+//!   for that window (its accounting was lost: instances may still hold earlier grants
+//!   for it) and, for the next `young` windows, no more than each instance's fallback
+//!   share (instances not yet back may be spending theirs).
+//!
+//! Arguments: instance id, window id, N, permits wanted (0: heartbeat and report only),
+//! what the instance holds for the window, its last known `k` and rank (0, 0: none),
+//! window length (ms), young windows, stale age (ms), prune age (ms).
+//!
+//! The grant is `min(want, N − total − reserved, young cap)`, where `reserved` is a
+//! share `⌈N/k⌉` for every other member whose last call is older than the stale age:
+//! it may be in fallback, spending its share unrecorded.
+//!
+//! Reply: `{granted, total, k, rank, since, young, seconds, microseconds}`.
+
+/// The script's source.
+pub(crate) const LEASE_LUA: &str = r#"
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local id = ARGV[1]
+local w = tonumber(ARGV[2])
+local n = tonumber(ARGV[3])
+local want = tonumber(ARGV[4])
+local held = tonumber(ARGV[5])
+local krep = tonumber(ARGV[6])
+local rrep = tonumber(ARGV[7])
+local wms = tonumber(ARGV[8])
+local young_windows = tonumber(ARGV[9])
+local stale_ms = tonumber(ARGV[10])
+local prune_ms = tonumber(ARGV[11])
+
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms - prune_ms)
+local members = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
+local k = 1
+local rank = 0
+local stale = 0
+for i = 1, #members, 2 do
+  local m = members[i]
+  if m ~= id then
+    k = k + 1
+    if m < id then rank = rank + 1 end
+    if now_ms - tonumber(members[i + 1]) > stale_ms then stale = stale + 1 end
+  end
+end
+redis.call('ZADD', KEYS[2], now_ms, id)
+redis.call('PEXPIRE', KEYS[2], prune_ms * 2)
+
+local since = redis.call('GET', KEYS[3])
+if since then
+  since = tonumber(since)
+else
+  since = w
+  redis.call('SET', KEYS[3], w)
+end
+redis.call('PEXPIRE', KEYS[3], math.max(3600000, wms * 4))
+
+local mine = tonumber(redis.call('HGET', KEYS[1], id) or '0')
+local total = tonumber(redis.call('HGET', KEYS[1], '#') or '0')
+if held > mine then
+  total = total + held - mine
+  mine = held
+end
+local young = 0
+if w <= since + young_windows then young = 1 end
+local g = 0
+if want > 0 and w > since then
+  local cap = n - total - stale * math.ceil(n / k)
+  if young == 1 then
+    local kk, rr = krep, rrep
+    if kk <= 0 then kk, rr = k, rank end
+    local share = math.floor(n / kk)
+    if ((w % kk) + (rr % kk)) % kk < (n % kk) then share = share + 1 end
+    cap = math.min(cap, share - mine)
+  end
+  g = math.max(0, math.min(want, cap))
+end
+mine = mine + g
+total = total + g
+redis.call('HSET', KEYS[1], id, mine, '#', total)
+redis.call('PEXPIRE', KEYS[1], wms * 3)
+return {g, total, k, rank, since, young, tonumber(t[1]), tonumber(t[2])}
+"#;
+
+/// The arguments of one lease call.
+#[derive(Clone, Debug)]
+pub(crate) struct LeaseRequest {
+    pub(crate) window: u64,
+    pub(crate) want: u64,
+    pub(crate) held: u64,
+    pub(crate) known_instances: u64,
+    pub(crate) known_rank: u64,
+}
+
+/// The reply of one lease call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LeaseReply {
+    pub(crate) granted: u64,
+    pub(crate) total: u64,
+    pub(crate) instances: u64,
+    pub(crate) rank: u64,
+    pub(crate) since: u64,
+    pub(crate) young: bool,
+    pub(crate) server_unix_nanos: u64,
+}
+
+impl LeaseReply {
+    /// Parses the script's reply (integers); `None` if it has the wrong shape.
+    pub(crate) fn from_values(v: &[i64]) -> Option<Self> {
+        let u = |i: usize| v.get(i).and_then(|&x| u64::try_from(x).ok());
+        Some(Self {
+            granted: u(0)?,
+            total: u(1)?,
+            instances: u(2)?.max(1),
+            rank: u(3)?,
+            since: u(4)?,
+            young: u(5)? == 1,
+            server_unix_nanos: super::time::time_to_nanos(u(6)?, u(7)?),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_reply_and_refuses_a_bad_one() {
+        let r = LeaseReply::from_values(&[3, 10, 2, 1, 99, 0, 1_700_000_000, 5]).unwrap();
+        assert_eq!((r.granted, r.total, r.instances, r.rank), (3, 10, 2, 1));
+        assert!(!r.young);
+        assert_eq!(r.server_unix_nanos, 1_700_000_000_000_005_000);
+        assert_eq!(LeaseReply::from_values(&[1, 2]), None);
+        assert_eq!(LeaseReply::from_values(&[-1, 0, 0, 0, 0, 0, 0, 0]), None);
+    }
+}
