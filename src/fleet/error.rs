@@ -14,7 +14,9 @@ pub enum FleetError {
     #[error("no Redis URL given; pass one URL (redis://host:port) or the seed nodes of a cluster")]
     NoUrl,
     /// A Redis URL could not be parsed.
-    #[error("invalid Redis URL {url:?}: {reason}; expected redis://[user:password@]host:port[/db]")]
+    #[error(
+        "invalid Redis URL {url:?}: {reason}; expected redis://[user:password@]host:port[/db]"
+    )]
     InvalidUrl {
         /// The URL given (with any password replaced by `***`).
         url: String,
@@ -22,7 +24,9 @@ pub enum FleetError {
         reason: String,
     },
     /// The rule key was empty or held a character that would break the hash tag.
-    #[error("invalid fleet key {key:?}: it must be non-empty and hold no '{{', '}}' or whitespace")]
+    #[error(
+        "invalid fleet key {key:?}: it must be non-empty and hold no '{{', '}}' or whitespace"
+    )]
     InvalidKey {
         /// The key given.
         key: String,
@@ -56,7 +60,12 @@ pub(crate) fn redact(url: &str) -> String {
     let rest = &url[scheme_end + 3..];
     match (rest.find('@'), rest.find(':')) {
         (Some(at), Some(colon)) if colon < at => {
-            format!("{}{}:***{}", &url[..scheme_end + 3], &rest[..colon], &rest[at..])
+            format!(
+                "{}{}:***{}",
+                &url[..scheme_end + 3],
+                &rest[..colon],
+                &rest[at..]
+            )
         }
         _ => url.to_owned(),
     }

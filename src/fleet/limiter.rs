@@ -405,9 +405,8 @@ impl<C: Clock> FleetLimiterBuilder<C> {
         if self.urls.is_empty() {
             return Err(FleetError::NoUrl);
         }
-        let bad_part = |s: &str| {
-            s.is_empty() || s.contains(['{', '}']) || s.chars().any(char::is_whitespace)
-        };
+        let bad_part =
+            |s: &str| s.is_empty() || s.contains(['{', '}']) || s.chars().any(char::is_whitespace);
         if bad_part(&self.key) {
             return Err(FleetError::InvalidKey { key: self.key });
         }

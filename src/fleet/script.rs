@@ -7,27 +7,41 @@
 //!   window (grants plus fallback spending it reported), and `#`, their total. Expires
 //!   3 windows after its last write.
 //! * `{p}:members`: a sorted set, instance id → server time (ms) of its last call. Gives
-//!   `k`, the instance's rank (by id), and who is stale.
+//!   `k`, the instance's rank (by id), and who is stale. A member is forgotten once it
+//!   has been silent for the prune age *while others called* (measured from the
+//!   freshest member's last call, so a pause or outage that silences everyone forgets
+//!   no one).
 //! * `{p}:since`: the first window id this Redis's memory covers, set when absent. A
 //!   Redis that restarted empty (or was flushed) sets it anew, and then hands out nothing
-//!   for that window (its accounting was lost: instances may still hold earlier grants
-//!   for it) and, for the next `young` windows, no more than each instance's fallback
-//!   share (instances not yet back may be spending theirs).
+//!   for that window and the next (their accounting was lost: instances may still hold
+//!   grants the old Redis made for them, the next one through a prefetch), and up to
+//!   window `since + young`, no more than each instance's fallback share (instances not
+//!   yet back may be spending theirs).
 //!
 //! Arguments: instance id, window id, N, permits wanted (0: heartbeat and report only),
 //! what the instance holds for the window, its last known `k` and rank (0, 0: none),
-//! window length (ms), young windows, stale age (ms), prune age (ms).
+//! window length (ms), young windows, stale age (ms), prune age (ms), the fleet time
+//! (ms) the call was sent at, and the expiry (ms).
+//!
+//! **Expired calls.** A call the server runs more than the expiry after it was sent
+//! (queued behind `DEBUG SLEEP`, `CLIENT PAUSE`, a slow network) changes nothing and
+//! answers "expired": its sender has given up on it (the expiry is half the response
+//! timeout), and a heartbeat it wrote would make Redis think an instance that is by
+//! now spending its fallback share is live, and lease that share to others.
 //!
 //! The grant is `min(want, N − total − reserved, young cap)`, where `reserved` is a
 //! share `⌈N/k⌉` for every other member whose last call is older than the stale age:
 //! it may be in fallback, spending its share unrecorded.
 //!
-//! Reply: `{granted, total, k, rank, since, young, seconds, microseconds}`.
+//! Reply: `{granted, total, k, rank, since, young, seconds, microseconds, expired}`.
 
 /// The script's source.
 pub(crate) const LEASE_LUA: &str = r#"
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if now_ms - tonumber(ARGV[12]) > tonumber(ARGV[13]) then
+  return {0, 0, 0, 0, 0, 0, tonumber(t[1]), tonumber(t[2]), 1}
+end
 local id = ARGV[1]
 local w = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
@@ -40,7 +54,13 @@ local young_windows = tonumber(ARGV[9])
 local stale_ms = tonumber(ARGV[10])
 local prune_ms = tonumber(ARGV[11])
 
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms - prune_ms)
+-- Prune members silent for prune_ms *before the freshest member's last call*, not
+-- before now: after a pause or an outage nobody could call, and the members may all
+-- be spending their fallback shares; they must stay counted (and reserved).
+local top = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+if #top == 2 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. (tonumber(top[2]) - prune_ms))
+end
 local members = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
 local k = 1
 local rank = 0
@@ -54,7 +74,7 @@ for i = 1, #members, 2 do
   end
 end
 redis.call('ZADD', KEYS[2], now_ms, id)
-redis.call('PEXPIRE', KEYS[2], prune_ms * 2)
+redis.call('PEXPIRE', KEYS[2], math.max(3600000, prune_ms * 2))
 
 local since = redis.call('GET', KEYS[3])
 if since then
@@ -74,7 +94,7 @@ end
 local young = 0
 if w <= since + young_windows then young = 1 end
 local g = 0
-if want > 0 and w > since then
+if want > 0 and w > since + 1 then
   local cap = n - total - stale * math.ceil(n / k)
   if young == 1 then
     local kk, rr = krep, rrep
@@ -89,7 +109,7 @@ mine = mine + g
 total = total + g
 redis.call('HSET', KEYS[1], id, mine, '#', total)
 redis.call('PEXPIRE', KEYS[1], wms * 3)
-return {g, total, k, rank, since, young, tonumber(t[1]), tonumber(t[2])}
+return {g, total, k, rank, since, young, tonumber(t[1]), tonumber(t[2]), 0}
 "#;
 
 /// The arguments of one lease call.
@@ -100,6 +120,8 @@ pub(crate) struct LeaseRequest {
     pub(crate) held: u64,
     pub(crate) known_instances: u64,
     pub(crate) known_rank: u64,
+    /// Fleet Unix milliseconds when the call was planned.
+    pub(crate) sent_ms: u64,
 }
 
 /// The reply of one lease call.
@@ -112,6 +134,7 @@ pub(crate) struct LeaseReply {
     pub(crate) since: u64,
     pub(crate) young: bool,
     pub(crate) server_unix_nanos: u64,
+    pub(crate) expired: bool,
 }
 
 impl LeaseReply {
@@ -126,6 +149,7 @@ impl LeaseReply {
             since: u(4)?,
             young: u(5)? == 1,
             server_unix_nanos: super::time::time_to_nanos(u(6)?, u(7)?),
+            expired: u(8)? == 1,
         })
     }
 }
@@ -136,11 +160,11 @@ mod tests {
 
     #[test]
     fn parses_a_reply_and_refuses_a_bad_one() {
-        let r = LeaseReply::from_values(&[3, 10, 2, 1, 99, 0, 1_700_000_000, 5]).unwrap();
+        let r = LeaseReply::from_values(&[3, 10, 2, 1, 99, 0, 1_700_000_000, 5, 0]).unwrap();
         assert_eq!((r.granted, r.total, r.instances, r.rank), (3, 10, 2, 1));
-        assert!(!r.young);
+        assert!(!r.young && !r.expired);
         assert_eq!(r.server_unix_nanos, 1_700_000_000_000_005_000);
         assert_eq!(LeaseReply::from_values(&[1, 2]), None);
-        assert_eq!(LeaseReply::from_values(&[-1, 0, 0, 0, 0, 0, 0, 0]), None);
+        assert_eq!(LeaseReply::from_values(&[-1, 0, 0, 0, 0, 0, 0, 0, 0]), None);
     }
 }

@@ -280,7 +280,11 @@ mod loom_tests {
                 }
             }
             let granted_1 = 1 + u64::from(added == Added::Installed);
-            assert!(spent[1] <= granted_1, "window 1 spent {} > {granted_1}", spent[1]);
+            assert!(
+                spent[1] <= granted_1,
+                "window 1 spent {} > {granted_1}",
+                spent[1]
+            );
             // Window 2's lease is installed once, by a decider or by the roll.
             assert!(spent[2] <= 1, "window 2 spent {}", spent[2]);
             let (w, remaining) = l.snapshot();

@@ -114,12 +114,17 @@ impl Target {
                 .map_err(|e| (urls.join(","), e.to_string()))?;
             Ok(Self::Cluster(client))
         } else {
-            let info = infos.pop().ok_or_else(|| (String::new(), "no URL".to_owned()))?;
+            let info = infos
+                .pop()
+                .ok_or_else(|| (String::new(), "no URL".to_owned()))?;
             let client = redis::Client::open(info).map_err(|e| (urls[0].clone(), e.to_string()))?;
             let config = ConnectionManagerConfig::new()
                 .set_response_timeout(Some(response_timeout))
                 .set_connection_timeout(Some(connect_timeout))
-                .set_number_of_retries(1)
+                // One attempt per call: the worker paces its own retries (one per
+                // sync interval) and makes a fresh manager after a failure.
+                .set_number_of_retries(0)
+                .set_min_delay(Duration::from_millis(1))
                 .set_max_delay(connect_timeout);
             Ok(Self::Single(client, config))
         }
@@ -176,7 +181,10 @@ pub(crate) fn spawn<C: Clock>(
 enum Call {
     /// Sample the server's clock (before the first lease: window ids need it).
     Time,
-    Lease { window: u64, want: u64 },
+    Lease {
+        window: u64,
+        want: u64,
+    },
 }
 
 struct Worker<C> {
@@ -270,7 +278,9 @@ impl<C: Clock> Worker<C> {
                     break;
                 };
                 let now = inner.clock.now_nanos();
-                self.plan(&inner, now).map(|call| (call, self.request(call), now))
+                let sent_ms = inner.time.fleet_nanos(now).unwrap_or(0) / 1_000_000;
+                self.plan(&inner, now)
+                    .map(|call| (call, self.request(call, sent_ms), now))
             };
             if let Some((call, request, t0)) = planned {
                 let result = self.call(call, request.as_ref()).await;
@@ -279,6 +289,7 @@ impl<C: Clock> Worker<C> {
                     break;
                 };
                 let t1 = inner.clock.now_nanos();
+                self.last_attempt = Some(t0);
                 self.apply(&inner, call, request.as_ref(), result, t0, t1);
                 continue;
             }
@@ -321,7 +332,10 @@ impl<C: Clock> Worker<C> {
         }
         // Relaxed: display values (see `StatCells`).
         inner.stats.window.store(self.cur, Ordering::Relaxed);
-        inner.stats.granted.store(self.installed_cur, Ordering::Relaxed);
+        inner
+            .stats
+            .granted
+            .store(self.installed_cur, Ordering::Relaxed);
 
         if self.last_failed || self.fallback {
             // Paced above: one attempt per interval, a heartbeat that also reports.
@@ -371,7 +385,11 @@ impl<C: Clock> Worker<C> {
     /// Moves the accounting to window `cw` and, in fallback, installs its share.
     fn roll_and_fall_back(&mut self, inner: &Inner<C>, cw: u64) {
         if cw > self.cur {
-            self.spent_prev = if self.cur + 1 == cw { self.spent_seen } else { 0 };
+            self.spent_prev = if self.cur + 1 == cw {
+                self.spent_seen
+            } else {
+                0
+            };
             if self.next_w == cw {
                 // Installed by a decision already, or now by us: at most once either way.
                 inner.lease.roll_to(cw, self.installed_next);
@@ -396,7 +414,7 @@ impl<C: Clock> Worker<C> {
         }
     }
 
-    fn request(&self, call: Call) -> Option<LeaseRequest> {
+    fn request(&self, call: Call, sent_ms: u64) -> Option<LeaseRequest> {
         match call {
             Call::Time => None,
             Call::Lease { window, want } => {
@@ -414,6 +432,7 @@ impl<C: Clock> Worker<C> {
                     held,
                     known_instances: k,
                     known_rank: rank,
+                    sent_ms,
                 })
             }
         }
@@ -441,18 +460,36 @@ impl<C: Clock> Worker<C> {
                 (Call::Lease { .. }, Some(req)) => {
                     let values = match conn {
                         Conn::Single(c) => {
-                            invoke(&self.script, &self.cfg, &self.keys, self.young_windows, req, c)
-                                .await
+                            invoke(
+                                &self.script,
+                                &self.cfg,
+                                &self.keys,
+                                self.young_windows,
+                                req,
+                                c,
+                            )
+                            .await
                         }
                         Conn::Cluster(c) => {
-                            invoke(&self.script, &self.cfg, &self.keys, self.young_windows, req, c)
-                                .await
+                            invoke(
+                                &self.script,
+                                &self.cfg,
+                                &self.keys,
+                                self.young_windows,
+                                req,
+                                c,
+                            )
+                            .await
                         }
                     }
                     .map_err(|e| e.to_string())?;
-                    LeaseReply::from_values(&values)
-                        .map(Reply::Lease)
-                        .ok_or_else(|| format!("unexpected lease script reply {values:?}"))
+                    match LeaseReply::from_values(&values) {
+                        Some(reply) if reply.expired => {
+                            Err("the call reached Redis too late and was refused".to_owned())
+                        }
+                        Some(reply) => Ok(Reply::Lease(reply)),
+                        None => Err(format!("unexpected lease script reply {values:?}")),
+                    }
                 }
                 (Call::Lease { .. }, None) => Err("no request".to_owned()),
             }
@@ -477,7 +514,6 @@ impl<C: Clock> Worker<C> {
     ) {
         // Relaxed (stats): display counters.
         inner.stats.redis_calls.fetch_add(1, Ordering::Relaxed);
-        self.last_attempt = Some(t1);
         let reply = match result {
             Ok(reply) => reply,
             Err(error) => {
@@ -567,6 +603,13 @@ async fn connect<'a>(conn: &'a mut Option<Conn>, target: &Target) -> Result<&'a 
     conn.as_mut().ok_or_else(|| "no connection".to_owned())
 }
 
+/// A call the server runs later than this after it was sent is refused by the script.
+fn expiry_ms(response_timeout: Duration) -> u64 {
+    u64::try_from(response_timeout.as_millis() / 2)
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
+
 enum Reply {
     Time(u64),
     Lease(LeaseReply),
@@ -580,7 +623,9 @@ async fn invoke<Con: ConnectionLike>(
     req: &LeaseRequest,
     con: &mut Con,
 ) -> redis::RedisResult<Vec<i64>> {
-    let interval_ms = u64::try_from(cfg.interval.as_millis()).unwrap_or(u64::MAX).max(1);
+    let interval_ms = u64::try_from(cfg.interval.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1);
     let window_ms = (cfg.window_nanos / 1_000_000).max(1);
     let mut inv = script.prepare_invoke();
     inv.key(format!("{}:w:{}", cfg.tag, req.window))
@@ -596,6 +641,8 @@ async fn invoke<Con: ConnectionLike>(
         .arg(window_ms)
         .arg(young)
         .arg(STALE_AFTER_INTERVALS * interval_ms)
-        .arg(PRUNE_AFTER_INTERVALS * interval_ms);
+        .arg(PRUNE_AFTER_INTERVALS * interval_ms)
+        .arg(req.sent_ms)
+        .arg(expiry_ms(cfg.response_timeout));
     inv.invoke_async(con).await
 }

@@ -1,0 +1,187 @@
+//! Redis down, killed and restarted empty, paused: the fleet stays under N per window,
+//! decisions never block, and leasing resumes.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use otel_rate_sampler::FleetLimiter;
+
+use crate::load::{self, assert_capped, drive, inner_windows, INTERVAL, N, WINDOW};
+use crate::server::Server;
+
+/// Waits until `pred` holds for every limiter; returns how long that took.
+fn time_until(fleet: &[FleetLimiter], pred: impl Fn(&FleetLimiter) -> bool) -> Duration {
+    let start = Instant::now();
+    while !fleet.iter().all(&pred) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "condition never reached: {:?}",
+            fleet.iter().map(|l| l.stats()).collect::<Vec<_>>()
+        );
+        thread::sleep(Duration::from_millis(1));
+    }
+    start.elapsed()
+}
+
+/// Killed mid-run, then restarted EMPTY on the same port: no window passes N (the new
+/// Redis does not hand out a second N for windows whose accounting it lost), every
+/// instance falls back to its share, and leasing resumes after the restart.
+#[test]
+fn killed_and_restarted_empty_stays_under_n() {
+    let mut server = Server::start();
+    let fleet = load::fleet(&[server.url()], "restart", 4);
+    load::warm_up(&fleet, 4);
+    let mut fallback_seen = false;
+    let mut recovery = Duration::ZERO;
+    let (per_window, first, last) = drive(&fleet, 3.0 * f64::from(N), WINDOW * 16, || {
+        thread::sleep(WINDOW * 4 + WINDOW / 3);
+        server.kill();
+        // Long enough for every instance to fall back (3 intervals), across windows.
+        thread::sleep(WINDOW * 4);
+        fallback_seen = fleet.iter().all(|l| l.stats().fallback_active);
+        server.restart_empty();
+        recovery = time_until(&fleet, |l| !l.stats().fallback_active);
+    });
+    let max = assert_capped(&per_window, "kill + restart empty");
+    println!(
+        "restart: windows {:?}, max {max}, leasing resumed {recovery:?} after the restart",
+        inner_windows(&per_window, first, last)
+    );
+    assert!(
+        fallback_seen,
+        "the instances did not fall back while Redis was down"
+    );
+    // Recovery: one attempt per interval; the first attempt after the restart succeeds.
+    assert!(
+        recovery <= INTERVAL * 2 + Duration::from_millis(50),
+        "leasing resumed only after {recovery:?}"
+    );
+    // In fallback each instance spent its share: the fleet kept sampling.
+    let inner = inner_windows(&per_window, first, last);
+    assert!(
+        inner.iter().filter(|&&n| n > 0).count() >= inner.len() / 2,
+        "{inner:?}"
+    );
+    // After the recovery windows, leasing fills N again.
+    let tail = &inner[inner.len().saturating_sub(2)..];
+    for n in tail {
+        assert!(
+            *n * 10 >= u64::from(N) * 9,
+            "not refilled after restart: {inner:?}"
+        );
+    }
+}
+
+/// Restarted empty so fast that no instance falls back: the instances still hold the
+/// old Redis's grants for the window, which the new Redis cannot know until each one
+/// reports. It must hand out nothing more for that window (nor the next).
+#[test]
+fn quick_restart_does_not_hand_out_a_second_n() {
+    let mut server = Server::start();
+    let fleet = load::fleet(&[server.url()], "quick", 4);
+    load::warm_up(&fleet, 4);
+    let (per_window, first, last) = drive(&fleet, 3.0 * f64::from(N), WINDOW * 14, || {
+        for _ in 0..3 {
+            thread::sleep(WINDOW * 3 + WINDOW / 4);
+            server.restart_empty();
+        }
+    });
+    let max = assert_capped(&per_window, "quick restart");
+    let inner = inner_windows(&per_window, first, last);
+    println!("quick restarts: windows {inner:?}, max {max}");
+    assert!(fleet.iter().all(|l| l.stats().lease_errors > 0));
+}
+
+/// Redis paused with `DEBUG SLEEP`: calls time out (bounded), the instances fall back,
+/// decisions keep answering at once, and leasing resumes after the pause.
+#[test]
+fn paused_with_debug_sleep_stays_under_n() {
+    let server = Server::start();
+    let fleet = load::fleet(&[server.url()], "pause", 4);
+    load::warm_up(&fleet, 4);
+    let mut recovery = Duration::ZERO;
+    let mut slowest_decision = Duration::ZERO;
+    let (per_window, first, last) = drive(&fleet, 3.0 * f64::from(N), WINDOW * 14, || {
+        thread::sleep(WINDOW * 4);
+        let port = server.port;
+        let sleeper = thread::spawn(move || {
+            std::process::Command::new("redis-cli")
+                .args(["-p", &port.to_string(), "DEBUG", "SLEEP", "1.2"])
+                .output()
+                .expect("redis-cli")
+        });
+        thread::sleep(INTERVAL * 5);
+        // Decisions never wait for Redis.
+        for _ in 0..1000 {
+            let t = Instant::now();
+            let _ = fleet[0].acquire_window();
+            slowest_decision = slowest_decision.max(t.elapsed());
+        }
+        sleeper.join().expect("sleeper");
+        recovery = time_until(&fleet, |l| !l.stats().fallback_active);
+    });
+    let max = assert_capped(&per_window, "DEBUG SLEEP");
+    println!(
+        "pause: windows {:?}, max {max}, leasing resumed {recovery:?} after the pause, \
+         slowest decision {slowest_decision:?}",
+        inner_windows(&per_window, first, last)
+    );
+    assert!(fleet.iter().all(|l| l.stats().lease_errors > 0));
+    assert!(
+        recovery <= INTERVAL * 2 + Duration::from_millis(50),
+        "leasing resumed only after {recovery:?}"
+    );
+}
+
+/// `CLIENT PAUSE` (all commands): the same cap; the fleet goes on.
+#[test]
+fn client_pause_stays_under_n() {
+    let server = Server::start();
+    let fleet = load::fleet(&[server.url()], "cpause", 2);
+    load::warm_up(&fleet, 4);
+    let (per_window, first, last) = drive(&fleet, 5.0 * f64::from(N), WINDOW * 10, || {
+        thread::sleep(WINDOW * 3);
+        server.cli(&["CLIENT", "PAUSE", "800", "ALL"]);
+    });
+    let max = assert_capped(&per_window, "CLIENT PAUSE");
+    let inner = inner_windows(&per_window, first, last);
+    println!("client pause: windows {inner:?}, max {max}");
+    let tail = &inner[inner.len().saturating_sub(2)..];
+    for n in tail {
+        assert!(
+            *n * 10 >= u64::from(N) * 9,
+            "not refilled after the pause: {inner:?}"
+        );
+    }
+}
+
+/// Redis down at start: nothing admitted, no panic; when it comes up, leasing starts
+/// within two intervals.
+#[test]
+fn down_at_start_then_up() {
+    let port = crate::server::free_port();
+    let fleet: Vec<_> = (0..2)
+        .map(|i| {
+            FleetLimiter::builder(format!("redis://127.0.0.1:{port}"), "late", load::limit())
+                .sync_interval(INTERVAL)
+                .instance_id(format!("late-{i}"))
+                .build()
+                .unwrap()
+        })
+        .collect();
+    thread::sleep(WINDOW);
+    assert!(fleet.iter().all(|l| l.acquire_window().is_none()));
+    let _server = Server::start_with(port, &[]);
+    let up = time_until(&fleet, |l| l.stats().clock_synced);
+    println!("down at start: first successful call {up:?} after the server answered");
+    assert!(up <= INTERVAL * 2 + Duration::from_millis(50), "{up:?}");
+    // The first two windows of a fresh Redis grant nothing; then permits flow.
+    thread::sleep(WINDOW * 4);
+    let (per_window, first, last) = drive(&fleet, 2.0 * f64::from(N), WINDOW * 5, || {});
+    assert_capped(&per_window, "late start");
+    let inner = inner_windows(&per_window, first, last);
+    assert!(
+        inner.iter().all(|n| *n * 10 >= u64::from(N) * 9),
+        "{inner:?}"
+    );
+}
