@@ -4,8 +4,10 @@
 //! before and after the call, the server time is taken to be at the midpoint, so
 //! `offset = server_unix_nanos − (t0 + t1) / 2` and `fleet_now = local_now + offset`.
 //! The error of one sample is at most half the round trip (`(t1 − t0) / 2`), plus the
-//! drift of the local clock against the server's until the next sample (one sync
-//! interval; a few µs at typical crystal drift). That error moves the *edges* of a
+//! drift of the local clock against the server's until the next sample (a few µs per
+//! second at typical crystal drift). The worker keeps only samples whose round trip is
+//! within twice the fastest recent one plus 1 ms (or when the mapping is 10 sync
+//! intervals old), so a call slowed by a pause or a queue does not drag the mapping. That error moves the *edges* of a
 //! window by at most that much for this instance; it never changes how many permits are
 //! counted per window id: a lease names its window id, and a decision spends only the
 //! lease of the window id it computes (or, when its reading is behind, of the newer one

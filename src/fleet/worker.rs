@@ -220,6 +220,9 @@ struct Worker<C> {
     last_warn: Option<u64>,
     errors_since_warn: u64,
     rtt: u64,
+    // The fastest recent round trip, and when the clock mapping was last sampled.
+    best_rtt: u64,
+    last_sample: Option<u64>,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -264,6 +267,8 @@ impl<C: Clock> Worker<C> {
             last_warn: None,
             errors_since_warn: 0,
             rtt: 0,
+            best_rtt: u64::MAX,
+            last_sample: None,
             cfg,
         }
     }
@@ -539,12 +544,12 @@ impl<C: Clock> Worker<C> {
         self.rtt = t1.saturating_sub(t0);
         let reply = match reply {
             Reply::Time(server) => {
-                inner.time.sample(server, t0, t1);
+                self.sample_time(inner, server, t0, t1);
                 return;
             }
             Reply::Lease(reply) => reply,
         };
-        inner.time.sample(reply.server_unix_nanos, t0, t1);
+        self.sample_time(inner, reply.server_unix_nanos, t0, t1);
         if self.fallback {
             self.fallback = false;
             inner.stats.fallback.store(false, Ordering::Relaxed);
@@ -608,6 +613,23 @@ fn expiry_ms(response_timeout: Duration) -> u64 {
     u64::try_from(response_timeout.as_millis() / 2)
         .unwrap_or(u64::MAX)
         .max(1)
+}
+
+impl<C: Clock> Worker<C> {
+    /// Maps the local clock onto the server's `TIME` from this call, if its round trip
+    /// is close to the fastest recent one (a call slowed by a pause or a queue would
+    /// move the mapping by half its round trip), or the mapping is 10 intervals old.
+    fn sample_time(&mut self, inner: &Inner<C>, server: u64, t0: u64, t1: u64) {
+        let rtt = t1.saturating_sub(t0);
+        let old = self
+            .last_sample
+            .is_none_or(|t| t1.saturating_sub(t) >= 10 * self.interval);
+        if old || rtt <= self.best_rtt.saturating_mul(2).saturating_add(1_000_000) {
+            inner.time.sample(server, t0, t1);
+            self.best_rtt = if old { rtt } else { self.best_rtt.min(rtt) };
+            self.last_sample = Some(t1);
+        }
+    }
 }
 
 enum Reply {

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use otel_rate_sampler::FleetLimiter;
 
 use crate::load::{self, assert_capped, drive, inner_windows, INTERVAL, N, WINDOW};
+use crate::proxy::Proxy;
 use crate::server::Server;
 
 /// Waits until `pred` holds for every limiter; returns how long that took.
@@ -184,4 +185,76 @@ fn down_at_start_then_up() {
         inner.iter().all(|n| *n * 10 >= u64::from(N) * 9),
         "{inner:?}"
     );
+}
+
+/// A fleet of 4 where instance 3 reaches Redis through a freezable proxy.
+fn fleet_with_one_behind_a_proxy(server: &Server, key: &str) -> (Vec<FleetLimiter>, Proxy) {
+    let proxy = Proxy::start(server.port);
+    let mut fleet = load::fleet(&[server.url()], key, 3);
+    fleet.push(
+        FleetLimiter::builder(proxy.url(), key, load::limit())
+            .sync_interval(INTERVAL)
+            .response_timeout(INTERVAL)
+            .instance_id(format!("{key}-3"))
+            .build()
+            .expect("build"),
+    );
+    load::warm_up(&fleet, 4);
+    (fleet, proxy)
+}
+
+/// One instance cut off while the others still reach Redis: it falls back to its share,
+/// and Redis reserves that share (the instance's heartbeat is stale), so the others
+/// cannot lease it. Its calls held in the network arrive late and are refused.
+#[test]
+fn one_instance_cut_off_stays_under_n() {
+    let server = Server::start();
+    let (fleet, proxy) = fleet_with_one_behind_a_proxy(&server, "partition");
+    let mut cut_off_fell_back = false;
+    let (per_window, first, last) = drive(&fleet, 3.0 * f64::from(N), WINDOW * 12, || {
+        thread::sleep(WINDOW * 3 + WINDOW / 3);
+        proxy.freeze();
+        // Past the fallback (3 intervals), within the prune horizon (20 intervals).
+        thread::sleep(INTERVAL * 14);
+        cut_off_fell_back = fleet[3].stats().fallback_active;
+        proxy.thaw();
+        time_until(&fleet, |l| !l.stats().fallback_active);
+    });
+    let max = assert_capped(&per_window, "one instance cut off");
+    let inner = inner_windows(&per_window, first, last);
+    println!("partition: windows {inner:?}, max {max}");
+    assert!(cut_off_fell_back, "{:?}", fleet[3].stats());
+    assert!(fleet[..3].iter().all(|l| !l.stats().fallback_active));
+}
+
+/// Redis restarted empty while one instance, holding the old Redis's grants for the
+/// window, cannot reach it yet (but not long enough to fall back): the others reconnect
+/// at once and report theirs; the new Redis must still grant nothing more for that
+/// window, or the fleet would pass N by what the slow instance holds.
+#[test]
+fn restart_while_one_instance_is_slow_to_return_stays_under_n() {
+    let mut server = Server::start();
+    let (fleet, proxy) = fleet_with_one_behind_a_proxy(&server, "slowback");
+    // Instance 3 takes 4/7 of the load (one thread per entry; clones share a limiter),
+    // so the grants it holds early in a window exceed its share N/4: the others' share
+    // caps alone would not cover them.
+    let weighted: Vec<FleetLimiter> = (0..7).map(|i| fleet[i.min(3)].clone()).collect();
+    let (per_window, first, last) = drive(&weighted, 3.0 * f64::from(N), WINDOW * 14, || {
+        for _ in 0..3 {
+            // Early in a window: instance 3 holds a lease it has not spent yet.
+            let w = fleet[0].current_window().expect("synced");
+            while fleet[0].current_window() == Some(w) {
+                thread::sleep(Duration::from_millis(1));
+            }
+            thread::sleep(WINDOW / 8);
+            proxy.freeze();
+            server.restart_empty();
+            thread::sleep(INTERVAL * 2);
+            proxy.thaw();
+            thread::sleep(WINDOW * 3);
+        }
+    });
+    let max = assert_capped(&per_window, "restart with a slow instance");
+    let inner = inner_windows(&per_window, first, last);
+    println!("restart, one slow: windows {inner:?}, max {max}");
 }

@@ -6,5 +6,6 @@
 mod cluster;
 mod faults;
 mod load;
+mod proxy;
 mod server;
 mod single;
