@@ -246,6 +246,11 @@ impl<C: Clock> FleetLimiter<C> {
 
 impl<C: Clock> RateLimiter for FleetLimiter<C> {
     #[inline]
+    fn try_acquire(&self) -> bool {
+        self.acquire_window().is_some()
+    }
+
+    #[inline]
     fn acquire_stamped(&self) -> Option<u64> {
         let inner = &*self.inner;
         let now = inner.clock.now_nanos();

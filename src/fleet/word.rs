@@ -83,23 +83,30 @@ impl LeaseWord {
     /// multiplication against the word's window (a division only on a new window).
     #[inline]
     pub(crate) fn try_spend_at(&self, fleet_nanos: u64, window_nanos: u64) -> Option<u64> {
-        // Relaxed: a hint for the window id only; `try_spend` re-reads the word.
-        let (window, _) = unpack(self.word.load(Ordering::Relaxed));
+        // Relaxed: see the module's "Memory ordering".
+        let current = self.word.load(Ordering::Relaxed);
+        let (window, _) = unpack(current);
         let start = window.saturating_mul(window_nanos);
         let now_window = if fleet_nanos >= start && fleet_nanos - start < window_nanos {
             window
         } else {
             (fleet_nanos / window_nanos).min(MAX_WINDOW_ID)
         };
-        self.try_spend(now_window)
+        self.spend_from(current, now_window)
     }
 
     /// Spends one permit for a call made in fleet window `now_window`. Returns the window
     /// id it was counted in: `now_window`, or the word's newer window for a stale caller.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn try_spend(&self, now_window: u64) -> Option<u64> {
+        // Relaxed: see the module's "Memory ordering".
+        self.spend_from(self.word.load(Ordering::Relaxed), now_window)
+    }
+
+    /// The spend loop, from `current`, a value the word held.
+    #[inline]
+    fn spend_from(&self, mut current: u64, now_window: u64) -> Option<u64> {
         // Relaxed (all here): see the module's "Memory ordering".
-        let mut current = self.word.load(Ordering::Relaxed);
         loop {
             let (window, remaining) = unpack(current);
             let next = if now_window > window {
