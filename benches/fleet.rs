@@ -74,7 +74,7 @@ impl Redis {
 
     /// A fleet limiter for `key` whose Redis memory counts as old (see the module docs).
     fn limiter(&self, key: &str, limit: Limit) -> FleetLimiter {
-        self.cli(&["SET", &format!("{{otel-rate:{key}}}:since"), "0"]);
+        self.cli(&["HSET", &format!("{{otel-rate:{key}}}:meta"), "since", "0"]);
         let l = FleetLimiter::builder(self.url(), key, limit)
             .build()
             .expect("build");

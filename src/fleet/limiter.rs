@@ -45,9 +45,10 @@ pub const DEFAULT_FLEET_PREFIX: &str = "otel-rate";
 ///   nothing (they might be windows whose accounting a restart lost).
 /// * **Fallback**: after 3 sync intervals without a successful call, an instance spends
 ///   its last known share, `N/k` with `k` the live replicas it last saw (integer parts
-///   rotated over windows so shares of one window add up to exactly `N`), for windows
-///   after the last one it leased in; when Redis answers again (within one interval
-///   plus the response timeout) leasing resumes and what the fallback spent is reported.
+///   rotated over windows so shares of one window add up to exactly `N`), from the
+///   window after the one it fell back in (Redis reserves that share for it one interval
+///   before); when Redis answers again (within one interval plus the response timeout)
+///   leasing resumes and what the fallback spent is reported.
 ///
 /// # Memory ordering
 ///

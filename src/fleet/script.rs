@@ -7,16 +7,19 @@
 //!   window (grants plus fallback spending it reported), and `#`, their total. Expires
 //!   3 windows after its last write.
 //! * `{p}:members`: a sorted set, instance id → server time (ms) of its last call. Gives
-//!   `k`, the instance's rank (by id), and who is stale. A member is forgotten once it
-//!   has been silent for the prune age *while others called* (measured from the
-//!   freshest member's last call, so a pause or outage that silences everyone forgets
-//!   no one).
-//! * `{p}:since`: the first window id this Redis's memory covers, set when absent. A
-//!   Redis that restarted empty (or was flushed) sets it anew, and then hands out nothing
-//!   for that window and the next (their accounting was lost: instances may still hold
-//!   grants the old Redis made for them, the next one through a prefetch), and up to
-//!   window `since + young`, no more than each instance's fallback share (instances not
-//!   yet back may be spending theirs).
+//!   `k`, the instance's rank (by id), and who is stale.
+//! * `{p}:seen`: the same members scored by the *live clock* (below) at their last call;
+//!   a member silent for the prune age of live clock is forgotten (from both sets).
+//! * `{p}:meta`: a hash. `since`: the first window id this Redis's memory covers, set
+//!   when absent. A Redis that restarted empty (or was flushed) sets it anew, and then
+//!   hands out nothing for that window and the next (their accounting was lost:
+//!   instances may still hold grants the old Redis made for them, the next one through
+//!   a prefetch), and up to window `since + young`, no more than each instance's
+//!   fallback share (instances not yet back may be spending theirs). `live` and `last`:
+//!   the live clock, Redis time that passed while the fleet was calling (gaps between
+//!   calls capped at the stale age), and the time of the last call. An outage or pause
+//!   that silences every member barely moves it, so it forgets no one: they may all be
+//!   spending fallback shares that must stay reserved.
 //!
 //! Arguments: instance id, window id, N, permits wanted (0: heartbeat and report only),
 //! what the instance holds for the window, its last known `k` and rank (0, 0: none),
@@ -54,12 +57,18 @@ local young_windows = tonumber(ARGV[9])
 local stale_ms = tonumber(ARGV[10])
 local prune_ms = tonumber(ARGV[11])
 
--- Prune members silent for prune_ms *before the freshest member's last call*, not
--- before now: after a pause or an outage nobody could call, and the members may all
--- be spending their fallback shares; they must stay counted (and reserved).
-local top = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
-if #top == 2 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. (tonumber(top[2]) - prune_ms))
+-- The live clock: Redis time that passed while the fleet was calling, i.e. with the
+-- gaps between calls capped at the stale age. An outage or a pause that silences
+-- everyone barely moves it, so nobody is pruned for it: the members may all be
+-- spending their fallback shares, and must stay counted and reserved.
+local meta = KEYS[3]
+local live = tonumber(redis.call('HGET', meta, 'live') or '0')
+local last = tonumber(redis.call('HGET', meta, 'last') or tostring(now_ms))
+live = live + math.min(math.max(now_ms - last, 0), stale_ms)
+local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', '(' .. (live - prune_ms))
+for _, m in ipairs(gone) do
+  redis.call('ZREM', KEYS[4], m)
+  redis.call('ZREM', KEYS[2], m)
 end
 local members = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
 local k = 1
@@ -74,16 +83,19 @@ for i = 1, #members, 2 do
   end
 end
 redis.call('ZADD', KEYS[2], now_ms, id)
-redis.call('PEXPIRE', KEYS[2], math.max(3600000, prune_ms * 2))
+redis.call('ZADD', KEYS[4], live, id)
 
-local since = redis.call('GET', KEYS[3])
+local since = redis.call('HGET', meta, 'since')
 if since then
   since = tonumber(since)
 else
   since = w
-  redis.call('SET', KEYS[3], w)
 end
-redis.call('PEXPIRE', KEYS[3], math.max(3600000, wms * 4))
+redis.call('HSET', meta, 'since', since, 'live', live, 'last', now_ms)
+local keep = math.max(3600000, prune_ms * 2, wms * 4)
+redis.call('PEXPIRE', meta, keep)
+redis.call('PEXPIRE', KEYS[2], keep)
+redis.call('PEXPIRE', KEYS[4], keep)
 
 local mine = tonumber(redis.call('HGET', KEYS[1], id) or '0')
 local total = tonumber(redis.call('HGET', KEYS[1], '#') or '0')

@@ -192,7 +192,7 @@ struct Worker<C> {
     stop: Arc<Stop>,
     cfg: WorkerConfig,
     script: Script,
-    keys: (String, String),
+    keys: [String; 3],
     conn: Option<Conn>,
     interval: u64,
     tick: Duration,
@@ -216,6 +216,8 @@ struct Worker<C> {
     // (k, rank) from the last reply outside a restart's recovery windows.
     view: Option<(u64, u64)>,
     fallback: bool,
+    // The first window the current fallback may spend in, and the last one it did.
+    fallback_from: u64,
     fallback_for: u64,
     last_warn: Option<u64>,
     errors_since_warn: u64,
@@ -240,7 +242,11 @@ impl<C: Clock> Worker<C> {
             + nanos(cfg.response_timeout)
             + nanos(cfg.connect_timeout);
         let young_windows = recovery.div_ceil(cfg.window_nanos) + 2;
-        let keys = (format!("{}:members", cfg.tag), format!("{}:since", cfg.tag));
+        let keys = [
+            format!("{}:members", cfg.tag),
+            format!("{}:meta", cfg.tag),
+            format!("{}:seen", cfg.tag),
+        ];
         Self {
             inner,
             stop,
@@ -263,6 +269,7 @@ impl<C: Clock> Worker<C> {
             leased_upto: 0,
             view: None,
             fallback: false,
+            fallback_from: u64::MAX,
             fallback_for: 0,
             last_warn: None,
             errors_since_warn: 0,
@@ -318,17 +325,18 @@ impl<C: Clock> Worker<C> {
         let paced = |last: Option<u64>| last.is_none_or(|t| now.saturating_sub(t) >= interval);
         if self.last_failed && !paced(self.last_attempt) {
             // While failing, one attempt per sync interval.
-            self.update_fallback(inner, now);
             if let Some(fleet) = inner.time.fleet_nanos(now) {
-                self.roll_and_fall_back(inner, fleet / self.cfg.window_nanos);
+                let cw = fleet / self.cfg.window_nanos;
+                self.update_fallback(inner, now, cw);
+                self.roll_and_fall_back(inner, cw);
             }
             return None;
         }
         let Some(fleet) = inner.time.fleet_nanos(now) else {
             return paced(self.last_attempt).then_some(Call::Time);
         };
-        self.update_fallback(inner, now);
         let cw = fleet / self.cfg.window_nanos;
+        self.update_fallback(inner, now, cw);
         self.roll_and_fall_back(inner, cw);
         let (ww, remaining) = inner.lease.snapshot();
         let remaining = if ww == self.cur { remaining } else { 0 };
@@ -372,12 +380,18 @@ impl<C: Clock> Worker<C> {
         })
     }
 
-    fn update_fallback(&mut self, inner: &Inner<C>, now: u64) {
+    /// Enters fallback after [`FALLBACK_AFTER_INTERVALS`] without a successful call. The
+    /// share is spent only from the next window on (`cw + 1`): Redis starts reserving
+    /// this instance's share [`STALE_AFTER_INTERVALS`] after its last call, one interval
+    /// before this, so every lease the others got for a window that starts later
+    /// already left the share out; in the current window they may not have.
+    fn update_fallback(&mut self, inner: &Inner<C>, now: u64, cw: u64) {
         let stale = self
             .last_ok
             .is_none_or(|t| now.saturating_sub(t) >= FALLBACK_AFTER_INTERVALS * self.interval);
         if stale && !self.fallback && self.view.is_some() {
             self.fallback = true;
+            self.fallback_from = cw + 1;
             inner.stats.fallback.store(true, Ordering::Relaxed);
             let (k, _) = self.view.unwrap_or((1, 0));
             tracing::warn!(target: "otel_rate_sampler::fleet", key = %self.cfg.tag,
@@ -408,7 +422,12 @@ impl<C: Clock> Worker<C> {
             self.spent_seen = 0;
             self.lease_retry_at = 0;
         }
-        if self.fallback && cw == self.cur && cw > self.leased_upto && self.fallback_for < cw {
+        if self.fallback
+            && cw == self.cur
+            && cw > self.leased_upto
+            && cw >= self.fallback_from
+            && self.fallback_for < cw
+        {
             if let Some((k, rank)) = self.view {
                 let s = share(self.cfg.permits, k, rank, cw);
                 if inner.lease.add(cw, s) == Added::Installed {
@@ -640,7 +659,7 @@ enum Reply {
 async fn invoke<Con: ConnectionLike>(
     script: &Script,
     cfg: &WorkerConfig,
-    keys: &(String, String),
+    keys: &[String; 3],
     young: u64,
     req: &LeaseRequest,
     con: &mut Con,
@@ -651,8 +670,9 @@ async fn invoke<Con: ConnectionLike>(
     let window_ms = (cfg.window_nanos / 1_000_000).max(1);
     let mut inv = script.prepare_invoke();
     inv.key(format!("{}:w:{}", cfg.tag, req.window))
-        .key(&keys.0)
-        .key(&keys.1)
+        .key(&keys[0])
+        .key(&keys[1])
+        .key(&keys[2])
         .arg(&cfg.instance_id)
         .arg(req.window)
         .arg(cfg.permits)

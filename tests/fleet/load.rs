@@ -77,9 +77,25 @@ pub(crate) fn drive(
         .collect();
     during();
     let mut total = PerWindow::new();
+    let mut each = Vec::new();
     for h in handles {
-        for (w, n) in h.join().expect("load thread") {
-            *total.entry(w).or_default() += n;
+        let counts = h.join().expect("load thread");
+        for (w, n) in &counts {
+            *total.entry(*w).or_default() += n;
+        }
+        each.push(counts);
+    }
+    // For a failure's diagnosis: who admitted what in a window over N.
+    for (w, n) in &total {
+        if *n > u64::from(N) {
+            let per: Vec<u64> = each
+                .iter()
+                .map(|c| c.get(w).copied().unwrap_or(0))
+                .collect();
+            println!("window {w}: {n} admitted, per load thread {per:?}");
+            for (i, l) in fleet.iter().enumerate() {
+                println!("  limiter {i}: {:?}", l.stats());
+            }
         }
     }
     let last = fleet[0].current_window().expect("synced");
