@@ -31,6 +31,9 @@
 mod clock;
 #[cfg(feature = "config")]
 mod config;
+// The lease word is also built under loom (without the feature) for its model tests.
+#[cfg(any(feature = "redis", all(test, loom)))]
+mod fleet;
 mod limit;
 mod limiter;
 mod sampler;
@@ -42,6 +45,10 @@ pub use config::ConfigWatcher;
 #[cfg(feature = "config")]
 pub use config::{
     env, lint, summary, ConfigError, ConfigErrorKind, RuleBasedSampler, SamplingConfig,
+};
+#[cfg(feature = "redis")]
+pub use fleet::{
+    FleetError, FleetLimiter, FleetLimiterBuilder, FleetStats, RedisUrls, DEFAULT_FLEET_PREFIX,
 };
 pub use limit::{Limit, LimitError};
 pub use limiter::{

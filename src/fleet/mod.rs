@@ -1,0 +1,34 @@
+//! Fleet-wide limits: permits leased from Redis, spent lock-free (feature `redis`).
+//!
+//! * `word.rs`: the lock-free decision side (one atomic word per instance); also built
+//!   under `--cfg loom` without the feature, for its model tests.
+//! * `share.rs`: fallback shares and chunk sizes (pure arithmetic).
+//! * `script.rs`: the Lua lease script and its reply.
+//! * `time.rs`: Redis `TIME` mapped onto the local clock.
+//! * `worker.rs`: the background thread, its runtime and connection.
+//! * `limiter.rs`: the public handle, builder and statistics.
+//! * `error.rs`: `FleetError`.
+
+// Under loom without the feature only the word is built, for its model; the rest of
+// the crate does not use it then.
+#![cfg_attr(not(feature = "redis"), allow(dead_code))]
+
+mod word;
+
+#[cfg(feature = "redis")]
+mod error;
+#[cfg(feature = "redis")]
+mod limiter;
+#[cfg(feature = "redis")]
+mod script;
+#[cfg(feature = "redis")]
+mod share;
+#[cfg(feature = "redis")]
+mod time;
+#[cfg(feature = "redis")]
+mod worker;
+
+#[cfg(feature = "redis")]
+pub use error::FleetError;
+#[cfg(feature = "redis")]
+pub use limiter::{FleetLimiter, FleetLimiterBuilder, FleetStats, RedisUrls, DEFAULT_FLEET_PREFIX};

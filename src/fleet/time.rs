@@ -1,0 +1,78 @@
+//! The fleet's time: Redis `TIME`, carried between samples by the local monotonic clock.
+//!
+//! Every lease call returns the server's `TIME`. With `t0`/`t1` the local clock read
+//! before and after the call, the server time is taken to be at the midpoint, so
+//! `offset = server_unix_nanos − (t0 + t1) / 2` and `fleet_now = local_now + offset`.
+//! The error of one sample is at most half the round trip (`(t1 − t0) / 2`), plus the
+//! drift of the local clock against the server's until the next sample (a few µs per
+//! second at typical crystal drift). The worker keeps only samples whose round trip is
+//! within twice the fastest recent one plus 1 ms (or when the mapping is 10 sync
+//! intervals old), so a call slowed by a pause or a queue does not drag the mapping. That error moves the *edges* of a
+//! window by at most that much for this instance; it never changes how many permits are
+//! counted per window id: a lease names its window id, and a decision spends only the
+//! lease of the window id it computes (or, when its reading is behind, of the newer one
+//! the lease word already names).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The offset from the local clock to the fleet's Unix nanoseconds; 0 until the first
+/// sample (the decision path then admits nothing).
+#[derive(Debug, Default)]
+pub(crate) struct TimeMap {
+    // Relaxed: a single value, read as a value; a stale offset only moves an edge by the
+    // difference of two samples, and the lease word keeps window ids monotonic.
+    offset: AtomicU64,
+}
+
+impl TimeMap {
+    /// The fleet's Unix nanoseconds at local clock time `local`, if known.
+    #[inline]
+    pub(crate) fn fleet_nanos(&self, local: u64) -> Option<u64> {
+        match self.offset.load(Ordering::Relaxed) {
+            0 => None,
+            offset => Some(local.wrapping_add(offset)),
+        }
+    }
+
+    /// The local clock time at fleet Unix nanoseconds `fleet` (saturating at 0).
+    pub(crate) fn local_nanos(&self, fleet: u64) -> Option<u64> {
+        match self.offset.load(Ordering::Relaxed) {
+            0 => None,
+            offset => Some(fleet.saturating_sub(offset)),
+        }
+    }
+
+    /// Records a sample: the server said `server_unix_nanos` during the call made from
+    /// local time `t0` to `t1`. Returns the sample's error bound (half the round trip).
+    pub(crate) fn sample(&self, server_unix_nanos: u64, t0: u64, t1: u64) -> u64 {
+        let t1 = t1.max(t0);
+        let mid = t0 + (t1 - t0) / 2;
+        // Unix time (~1.7e18 ns) is far above any monotonic uptime: the offset is > 0.
+        let offset = server_unix_nanos.saturating_sub(mid).max(1);
+        self.offset.store(offset, Ordering::Relaxed);
+        (t1 - t0) / 2
+    }
+}
+
+/// Redis `TIME` (seconds, microseconds) as Unix nanoseconds.
+pub(crate) fn time_to_nanos(seconds: u64, micros: u64) -> u64 {
+    seconds
+        .saturating_mul(1_000_000_000)
+        .saturating_add(micros.saturating_mul(1_000))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_local_to_fleet_time_through_the_midpoint() {
+        let map = TimeMap::default();
+        assert_eq!(map.fleet_nanos(5), None);
+        let server = time_to_nanos(1_700_000_000, 250_000);
+        let err = map.sample(server, 1_000, 3_000);
+        assert_eq!(err, 1_000);
+        assert_eq!(map.fleet_nanos(2_000), Some(server));
+        assert_eq!(map.local_nanos(server + 10), Some(2_010));
+    }
+}

@@ -1,0 +1,321 @@
+//! The decision side of a lease: one `AtomicU64` the hot path spends lock-free.
+//!
+//! ```text
+//!  63                         22 21                  0
+//! +-----------------------------+---------------------+
+//! | fleet window id (42 bits)   |  remaining (22 bits)|
+//! +-----------------------------+---------------------+
+//! ```
+//!
+//! The window id is the fleet window `unix_nanos / W` (Redis `TIME`, see `time.rs`);
+//! 42 bits of 1 ms windows since 1970 last until the year 2109 (it saturates, never
+//! wraps). `remaining` is what this instance may still spend *in that window id and no
+//! other*: the permits Redis granted it for the window (or, in fallback, its local
+//! share), minus what was spent. What was granted per window is kept by the worker, so
+//! `spent = granted − remaining` is exact; the word stays one atomic.
+//!
+//! A second word, `next`, holds a lease prefetched for the next window (same layout);
+//! the first decision of that window (or the worker, whichever comes first) installs it
+//! by a compare-exchange that only succeeds from an older window, so it is installed at
+//! most once.
+//!
+//! # Memory ordering
+//!
+//! Every access is `Relaxed`. The words publish no other memory (the decision returns
+//! only what it read from the word itself), and each word's modification order already
+//! serialises the compare-exchanges: every write is a compare-exchange from the exact
+//! word the new value was computed from, so no spend, top-up or roll can be lost or land
+//! in the wrong window. A refusal only loads.
+
+use crossbeam_utils::CachePadded;
+
+use crate::sync::{AtomicU64, Ordering};
+
+/// Bits of the remaining field.
+const REMAINING_BITS: u32 = 22;
+/// Mask of the remaining field.
+const REMAINING_MASK: u64 = (1 << REMAINING_BITS) - 1;
+/// The largest window id the word holds.
+pub(crate) const MAX_WINDOW_ID: u64 = u64::MAX >> REMAINING_BITS;
+/// The most permits per window a fleet limit may have: 4 194 303.
+pub(crate) const MAX_FLEET_PERMITS: u32 = REMAINING_MASK as u32;
+
+#[inline]
+pub(crate) const fn pack(window: u64, remaining: u64) -> u64 {
+    (window << REMAINING_BITS) | remaining
+}
+
+#[inline]
+pub(crate) const fn unpack(word: u64) -> (u64, u64) {
+    (word >> REMAINING_BITS, word & REMAINING_MASK)
+}
+
+/// The lease words of one instance.
+#[derive(Debug)]
+pub(crate) struct LeaseWord {
+    // Invariant: the window field never decreases; `remaining` only decreases by
+    // decisions and only increases by the worker adding a grant (or a share) for the
+    // very window the word names.
+    word: CachePadded<AtomicU64>,
+    // A lease for a window not yet started; installed at most once (see module docs).
+    next: AtomicU64,
+}
+
+/// What [`LeaseWord::add`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Added {
+    /// The grant is in the word for its window.
+    Installed,
+    /// The word already names a newer window: the grant was not installed (it expired).
+    Expired,
+}
+
+impl LeaseWord {
+    pub(crate) fn new() -> Self {
+        Self {
+            word: CachePadded::new(AtomicU64::new(pack(0, 0))),
+            next: AtomicU64::new(pack(0, 0)),
+        }
+    }
+
+    /// Spends one permit for a call made at fleet time `fleet_nanos` with windows of
+    /// `window_nanos`: [`try_spend`](Self::try_spend) of its window id, computed by a
+    /// multiplication against the word's window (a division only on a new window).
+    #[inline]
+    pub(crate) fn try_spend_at(&self, fleet_nanos: u64, window_nanos: u64) -> Option<u64> {
+        // Relaxed: see the module's "Memory ordering".
+        let current = self.word.load(Ordering::Relaxed);
+        let (window, _) = unpack(current);
+        let start = window.saturating_mul(window_nanos);
+        let now_window = if fleet_nanos >= start && fleet_nanos - start < window_nanos {
+            window
+        } else {
+            (fleet_nanos / window_nanos).min(MAX_WINDOW_ID)
+        };
+        self.spend_from(current, now_window)
+    }
+
+    /// Spends one permit for a call made in fleet window `now_window`. Returns the window
+    /// id it was counted in: `now_window`, or the word's newer window for a stale caller.
+    #[cfg(test)]
+    pub(crate) fn try_spend(&self, now_window: u64) -> Option<u64> {
+        // Relaxed: see the module's "Memory ordering".
+        self.spend_from(self.word.load(Ordering::Relaxed), now_window)
+    }
+
+    /// The spend loop, from `current`, a value the word held.
+    #[inline]
+    fn spend_from(&self, mut current: u64, now_window: u64) -> Option<u64> {
+        // Relaxed (all here): see the module's "Memory ordering".
+        loop {
+            let (window, remaining) = unpack(current);
+            let next = if now_window > window {
+                // The word's lease is for an older window: never spend it here. Only a
+                // prefetched lease for exactly this window may start it.
+                let (next_window, granted) = unpack(self.next.load(Ordering::Relaxed));
+                if next_window != now_window || granted == 0 {
+                    return None;
+                }
+                pack(now_window, granted - 1)
+            } else if remaining > 0 {
+                // This window, or (stale caller) the newer one the word names.
+                current - 1
+            } else {
+                return None;
+            };
+            match self.word.compare_exchange_weak(
+                current,
+                next,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Some(unpack(next).0),
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// Publishes a lease of `granted` permits for the future window `window`.
+    pub(crate) fn publish_next(&self, window: u64, granted: u64) {
+        // Relaxed: read by decisions only as a value; its single use is enforced by the
+        // compare-exchange on `word` (window only moves forward).
+        self.next
+            .store(pack(window, granted.min(REMAINING_MASK)), Ordering::Relaxed);
+    }
+
+    /// Starts `window` with `granted` permits if the word names an older window.
+    /// Returns `true` if this call started it (`false`: it had already started, for
+    /// example by a decision installing the prefetched lease, or a newer one had).
+    pub(crate) fn roll_to(&self, window: u64, granted: u64) -> bool {
+        let mut current = self.word.load(Ordering::Relaxed);
+        loop {
+            if unpack(current).0 >= window {
+                return false;
+            }
+            let next = pack(window, granted.min(REMAINING_MASK));
+            match self.word.compare_exchange_weak(
+                current,
+                next,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// Adds `granted` permits to `window`, starting it if the word names an older one.
+    pub(crate) fn add(&self, window: u64, granted: u64) -> Added {
+        let mut current = self.word.load(Ordering::Relaxed);
+        loop {
+            let (w, remaining) = unpack(current);
+            let next = if w == window {
+                pack(window, (remaining + granted).min(REMAINING_MASK))
+            } else if w < window {
+                pack(window, granted.min(REMAINING_MASK))
+            } else {
+                return Added::Expired;
+            };
+            match self.word.compare_exchange_weak(
+                current,
+                next,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Added::Installed,
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// The word's (window id, remaining), a snapshot.
+    pub(crate) fn snapshot(&self) -> (u64, u64) {
+        // Relaxed: a snapshot; nothing is read through it.
+        unpack(self.word.load(Ordering::Relaxed))
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spends_only_in_the_window_it_names() {
+        let l = LeaseWord::new();
+        assert_eq!(l.add(10, 2), Added::Installed);
+        assert_eq!(l.try_spend(10), Some(10));
+        // A newer window does not spend the old lease.
+        assert_eq!(l.try_spend(11), None);
+        assert_eq!(l.snapshot(), (10, 1));
+        // A stale caller counts in the word's window.
+        assert_eq!(l.try_spend(9), Some(10));
+        assert_eq!(l.try_spend(10), None);
+        // A grant for an older window expires.
+        assert_eq!(l.add(9, 5), Added::Expired);
+    }
+
+    #[test]
+    fn prefetched_lease_is_installed_once() {
+        let l = LeaseWord::new();
+        l.add(1, 1);
+        l.publish_next(2, 2);
+        assert_eq!(l.try_spend(2), Some(2));
+        // The worker's roll finds it started and does not add it again.
+        assert!(!l.roll_to(2, 2));
+        assert_eq!(l.try_spend(2), Some(2));
+        assert_eq!(l.try_spend(2), None);
+        // A lease published for window 2 never starts window 3.
+        assert_eq!(l.try_spend(3), None);
+    }
+
+    #[test]
+    fn refusals_do_not_write() {
+        let l = LeaseWord::new();
+        l.add(5, 0);
+        let before = l.word.load(Ordering::Relaxed);
+        for _ in 0..100 {
+            assert_eq!(l.try_spend(5), None);
+            assert_eq!(l.try_spend(6), None);
+        }
+        assert_eq!(l.word.load(Ordering::Relaxed), before);
+    }
+
+    #[test]
+    fn layout_round_trips() {
+        for (w, r) in [(0, 0), (MAX_WINDOW_ID, REMAINING_MASK), (1 << 40, 7)] {
+            assert_eq!(unpack(pack(w, r)), (w, r));
+        }
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use loom::sync::Arc;
+    use loom::thread;
+
+    use super::*;
+
+    /// A decider spends in window 1 then in window 2 (where only the prefetched lease may
+    /// start the window) while the worker tops up window 1 and rolls to window 2: window
+    /// 1 spends at most what was installed for it, window 2's lease is installed exactly
+    /// once (by the decider or by the roll), and nothing granted for window 1 is spent
+    /// in window 2. Exhaustive (two threads).
+    #[test]
+    fn loom_spend_vs_top_up_vs_roll() {
+        loom::model(|| {
+            let l = Arc::new(LeaseWord::new());
+            l.add(1, 1);
+            l.publish_next(2, 1);
+            let decider = {
+                let l = l.clone();
+                thread::spawn(move || {
+                    [1, 1, 2, 2]
+                        .iter()
+                        .filter_map(|&w| l.try_spend(w))
+                        .collect::<Vec<_>>()
+                })
+            };
+            // The worker: a top-up of 1 for window 1, then the roll to window 2.
+            let added = l.add(1, 1);
+            l.roll_to(2, 1);
+            let mut spent = [0u64; 3];
+            for w in decider.join().unwrap() {
+                spent[w as usize] += 1;
+            }
+            let granted_1 = 1 + u64::from(added == Added::Installed);
+            assert!(
+                spent[1] <= granted_1,
+                "window 1 spent {} > {granted_1}",
+                spent[1]
+            );
+            let (w, remaining) = l.snapshot();
+            assert_eq!(w, 2);
+            assert_eq!(
+                spent[2] + remaining,
+                1,
+                "window 2's lease installed twice or lost"
+            );
+        });
+    }
+
+    /// Two deciders race for the last permits of a window while the worker tops it up:
+    /// every permit installed is spent at most once, none is lost. Exhaustive.
+    #[test]
+    fn loom_two_deciders_vs_top_up() {
+        loom::model(|| {
+            let l = Arc::new(LeaseWord::new());
+            l.add(7, 1);
+            let decider = {
+                let l = l.clone();
+                thread::spawn(move || (0..2).filter(|_| l.try_spend(7).is_some()).count())
+            };
+            let mine = usize::from(l.try_spend(7).is_some());
+            assert_eq!(l.add(7, 1), Added::Installed);
+            let mine = mine + usize::from(l.try_spend(7).is_some());
+            let theirs = decider.join().unwrap();
+            let (_, remaining) = l.snapshot();
+            assert_eq!(mine + theirs + remaining as usize, 2);
+        });
+    }
+}

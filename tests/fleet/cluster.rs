@@ -1,0 +1,75 @@
+//! A 3-node Redis Cluster on loopback: the same cap per fleet window.
+
+use std::process::Command;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::load::{self, assert_capped, drive, inner_windows, N, WINDOW};
+use crate::server::{free_port, Server};
+
+fn start_cluster() -> Vec<Server> {
+    let nodes: Vec<Server> = (0..3)
+        .map(|_| {
+            let port = free_port();
+            let conf = format!("nodes-{port}.conf");
+            Server::start_with(
+                port,
+                &["--cluster-enabled", "yes", "--cluster-config-file", &conf],
+            )
+        })
+        .collect();
+    let addrs: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
+    let out = Command::new("redis-cli")
+        .arg("--cluster")
+        .arg("create")
+        .args(&addrs)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .output()
+        .expect("redis-cli --cluster create");
+    assert!(
+        out.status.success(),
+        "cluster create failed: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for node in &nodes {
+        while !node.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok") {
+            assert!(Instant::now() < deadline, "cluster_state never ok");
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+    nodes
+}
+
+#[test]
+fn cluster_of_three_nodes_stays_under_n() {
+    let nodes = start_cluster();
+    let urls: Vec<String> = nodes.iter().map(Server::url).collect();
+    let fleet = load::fleet(&urls, "cluster", 4);
+    load::warm_up(&fleet, 4);
+    for offered in [0.8, 3.0] {
+        let (per_window, first, last) = drive(&fleet, offered * f64::from(N), WINDOW * 8, || {});
+        let max = assert_capped(&per_window, "cluster");
+        let inner = inner_windows(&per_window, first, last);
+        println!("cluster offered={offered}N: windows {inner:?}, max {max}");
+        if offered >= 2.0 {
+            assert!(
+                inner.iter().all(|n| *n * 10 >= u64::from(N) * 9),
+                "{inner:?}"
+            );
+        }
+    }
+    // The rule's keys share one slot (hash tag): all on one node.
+    let holders = nodes
+        .iter()
+        .filter(|n| n.cli(&["DBSIZE"]).trim().parse::<u64>().unwrap_or(0) > 0)
+        .count();
+    assert_eq!(
+        holders, 1,
+        "the rule's keys are spread over {holders} nodes"
+    );
+    assert!(fleet.iter().all(|l| l.stats().lease_errors == 0));
+}

@@ -1,0 +1,11 @@
+//! Fleet-wide limits against a real `redis-server` (feature `redis`).
+//!
+//! Every test starts its own server(s) on free loopback ports; `redis-server` and
+//! `redis-cli` must be on PATH (the tests fail, with a message, if not).
+
+mod cluster;
+mod faults;
+mod load;
+mod proxy;
+mod server;
+mod single;

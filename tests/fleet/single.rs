@@ -1,0 +1,226 @@
+//! One Redis server: the cap per fleet window and the utilisation, for k = 2, 4, 8
+//! instances under 0.8 N to 10 N offered; lifecycle; bad input; the sampler.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use otel_rate_sampler::{FleetError, FleetLimiter, Limit, RateLimiter, RateLimitingSampler};
+
+use crate::load::{self, assert_capped, drive, inner_windows, N, WINDOW};
+use crate::server::Server;
+
+/// For each offered load (× N per window): cap in 100 % of windows, and ≥ 90 % of N
+/// used in every window fully under load when 2 N or more is offered.
+fn caps_and_fills(k: usize) {
+    let server = Server::start();
+    let key = format!("cap-k{k}");
+    let fleet = load::fleet(&[server.url()], &key, k);
+    load::warm_up(&fleet, 4);
+    for offered in [0.8, 2.0, 10.0] {
+        let (per_window, first, last) = drive(&fleet, offered * f64::from(N), WINDOW * 8, || {});
+        let max = assert_capped(&per_window, &format!("k={k} offered={offered}N"));
+        let inner = inner_windows(&per_window, first, last);
+        let min = inner.iter().copied().min().unwrap_or(0);
+        let calls: u64 = fleet.iter().map(|l| l.stats().redis_calls).sum();
+        println!(
+            "k={k} offered={offered}N: windows {:?}, max {max}, min(inner) {min}, \
+             redis calls so far {calls}",
+            inner
+        );
+        assert!(inner.len() >= 5, "too few windows measured: {inner:?}");
+        if offered >= 2.0 {
+            for n in &inner {
+                assert!(
+                    *n * 10 >= u64::from(N) * 9,
+                    "k={k} offered={offered}N: a window used {n} < 90 % of N = {N}: {inner:?}"
+                );
+            }
+        }
+    }
+    for l in &fleet {
+        let s = l.stats();
+        assert_eq!(s.instances, k as u64, "{s:?}");
+        // A call may time out on a loaded machine (a fault the limiter rides out);
+        // it must not have left the instance in fallback.
+        assert!(!s.fallback_active, "{s:?}");
+    }
+}
+
+#[test]
+fn two_instances_stay_under_n_and_fill_it() {
+    caps_and_fills(2);
+}
+
+#[test]
+fn four_instances_stay_under_n_and_fill_it() {
+    caps_and_fills(4);
+}
+
+#[test]
+fn eight_instances_stay_under_n_and_fill_it() {
+    caps_and_fills(8);
+}
+
+/// At saturation an instance makes a handful of Redis calls per window, not one per
+/// decision.
+#[test]
+fn calls_per_window_at_saturation_are_a_handful() {
+    let server = Server::start();
+    let fleet = load::fleet(&[server.url()], "calls", 2);
+    load::warm_up(&fleet, 4);
+    // Ramp demand up first, then measure.
+    drive(&fleet, 4.0 * f64::from(N), WINDOW * 3, || {});
+    let before: Vec<u64> = fleet.iter().map(|l| l.stats().redis_calls).collect();
+    let (per_window, first, last) = drive(&fleet, 4.0 * f64::from(N), WINDOW * 8, || {});
+    let windows = (last - first + 1) as f64;
+    for (l, b) in fleet.iter().zip(before) {
+        let per = (l.stats().redis_calls - b) as f64 / windows;
+        println!("calls per instance per window at 4N offered: {per:.1}");
+        assert!(per <= 12.0, "{per} Redis calls per window");
+    }
+    let admitted: u64 = per_window.values().sum();
+    assert!(admitted > 0);
+}
+
+/// `build` returns at once with Redis down; nothing is admitted until the first
+/// successful call (the documented initial state).
+#[test]
+fn build_does_not_wait_for_redis_and_admits_nothing_before_it() {
+    let port = crate::server::free_port();
+    let started = Instant::now();
+    let l = FleetLimiter::builder(format!("redis://127.0.0.1:{port}"), "down", load::limit())
+        .sync_interval(load::INTERVAL)
+        .build()
+        .expect("build never talks to Redis");
+    assert!(started.elapsed() < Duration::from_millis(200));
+    let until = Instant::now() + WINDOW * 3;
+    while Instant::now() < until {
+        assert!(!l.try_acquire(), "admitted with no Redis ever seen");
+        thread::sleep(Duration::from_millis(2));
+    }
+    let s = l.stats();
+    assert!(s.lease_errors >= 1 && !s.clock_synced, "{s:?}");
+}
+
+/// Dropping the last handle stops the worker: its heartbeat stops within an interval.
+#[test]
+fn dropping_the_last_handle_stops_the_thread() {
+    let server = Server::start();
+    let l = FleetLimiter::builder(server.url(), "drop", load::limit())
+        .sync_interval(load::INTERVAL)
+        .instance_id("dropper")
+        .build()
+        .unwrap();
+    load::warm_up(std::slice::from_ref(&l), 1);
+    let clone = l.clone();
+    drop(l);
+    // A clone keeps it alive: the heartbeat still moves.
+    let score = || server.cli(&["ZSCORE", "{otel-rate:drop}:members", "dropper"]);
+    let a = score();
+    thread::sleep(load::INTERVAL * 3);
+    assert_ne!(a, score(), "the worker stopped while a clone was alive");
+    drop(clone);
+    thread::sleep(load::INTERVAL);
+    let b = score();
+    thread::sleep(load::INTERVAL * 4);
+    assert_eq!(
+        b,
+        score(),
+        "the worker still heartbeats after the last drop"
+    );
+}
+
+#[test]
+fn shutdown_stops_the_thread_and_is_idempotent() {
+    let server = Server::start();
+    let l = FleetLimiter::builder(server.url(), "shut", load::limit())
+        .sync_interval(load::INTERVAL)
+        .instance_id("shutter")
+        .build()
+        .unwrap();
+    load::warm_up(std::slice::from_ref(&l), 1);
+    l.shutdown(); // joins the thread
+    let score = || server.cli(&["ZSCORE", "{otel-rate:shut}:members", "shutter"]);
+    let a = score();
+    thread::sleep(load::INTERVAL * 4);
+    assert_eq!(a, score());
+    l.shutdown();
+    // The lease of the current window may still be spent, then nothing.
+    thread::sleep(WINDOW * 2);
+    assert!(!l.try_acquire());
+}
+
+#[test]
+fn bad_input_is_a_typed_error_not_a_panic() {
+    let limit = load::limit();
+    let err = |r: Result<FleetLimiter, FleetError>| r.expect_err("should fail");
+    assert!(matches!(
+        err(FleetLimiter::builder("nonsense://x", "k", limit).build()),
+        FleetError::InvalidUrl { .. }
+    ));
+    let e = err(FleetLimiter::builder("redis://u:secret@[bad", "k", limit).build());
+    assert!(!e.to_string().contains("secret"), "{e}");
+    assert!(matches!(
+        err(FleetLimiter::builder("redis://127.0.0.1:1", "a{b}", limit).build()),
+        FleetError::InvalidKey { .. }
+    ));
+    assert!(matches!(
+        err(FleetLimiter::builder("redis://127.0.0.1:1", "", limit).build()),
+        FleetError::InvalidKey { .. }
+    ));
+    assert!(matches!(
+        err(FleetLimiter::builder(Vec::<String>::new(), "k", limit).build()),
+        FleetError::NoUrl
+    ));
+    let big = Limit::per_window(5_000_000, Duration::from_secs(1)).unwrap();
+    assert!(matches!(
+        err(FleetLimiter::builder("redis://127.0.0.1:1", "k", big).build()),
+        FleetError::TooManyPermits { .. }
+    ));
+    assert!(matches!(
+        err(FleetLimiter::builder("redis://127.0.0.1:1", "k", limit)
+            .sync_interval(Duration::ZERO)
+            .build()),
+        FleetError::InvalidOption { .. }
+    ));
+}
+
+/// The sampler takes a fleet limiter unchanged, with or without an application runtime.
+#[test]
+fn sampler_over_a_fleet_limiter_inside_a_tokio_runtime() {
+    use opentelemetry::trace::{SpanKind, TraceId};
+    use opentelemetry_sdk::trace::ShouldSample;
+
+    let server = Server::start();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let l = rt.block_on(async {
+        FleetLimiter::builder(server.url(), "sampler", load::limit())
+            .sync_interval(load::INTERVAL)
+            .build()
+            .unwrap()
+    });
+    load::warm_up(std::slice::from_ref(&l), 4);
+    let sampler = RateLimitingSampler::new(l.clone());
+    let kept = (0..2 * N)
+        .filter(|i| {
+            let r = sampler.should_sample(
+                None,
+                TraceId::from(u128::from(*i) + 1),
+                "root",
+                &SpanKind::Server,
+                &[],
+                &[],
+            );
+            r.decision == opentelemetry_sdk::trace::SamplingDecision::RecordAndSample
+        })
+        .count();
+    assert!(kept > 0 && kept <= 2 * N as usize, "kept {kept}");
+    drop(rt);
+    let stamped = l.acquire_stamped();
+    if let Some(stamp) = stamped {
+        assert!(l.window_of(stamp).is_some());
+    }
+}
