@@ -272,7 +272,13 @@ mod loom_tests {
                 thread::spawn(move || {
                     [1, 1, 2, 2]
                         .iter()
-                        .filter_map(|&w| l.try_spend(w))
+                        .filter_map(|&w| {
+                            let got = l.try_spend(w)?;
+                            // Counted in the window asked for or a newer one, never an
+                            // older one's lease spent now.
+                            assert!(got >= w, "asked for window {w}, spent window {got}'s");
+                            Some(got)
+                        })
                         .collect::<Vec<_>>()
                 })
             };
