@@ -381,7 +381,10 @@ impl<C: Clock> FleetLimiterBuilder<C> {
     }
 
     /// The local clock the decisions read (windows are still Redis's; this clock carries
-    /// Redis `TIME` between samples). Default: [`MonotonicClock`].
+    /// Redis `TIME` between samples). Default: [`MonotonicClock`]. It must advance with
+    /// real time: the worker maps it onto Redis `TIME` at every call, so a
+    /// [`ManualClock`](crate::ManualClock) only makes sense in a test that drives it
+    /// in step with the wall clock.
     pub fn clock<C2: Clock>(self, clock: C2) -> FleetLimiterBuilder<C2> {
         FleetLimiterBuilder {
             urls: self.urls,
