@@ -324,7 +324,6 @@ impl<S: AsRef<str>> RedisUrls for Vec<S> {
 }
 
 /// Builds a [`FleetLimiter`]; from [`FleetLimiter::builder`].
-#[derive(Debug)]
 #[must_use]
 pub struct FleetLimiterBuilder<C = MonotonicClock> {
     urls: Vec<String>,
@@ -382,7 +381,10 @@ impl<C: Clock> FleetLimiterBuilder<C> {
     }
 
     /// The local clock the decisions read (windows are still Redis's; this clock carries
-    /// Redis `TIME` between samples). Default: [`MonotonicClock`].
+    /// Redis `TIME` between samples). Default: [`MonotonicClock`]. It must advance with
+    /// real time: the worker maps it onto Redis `TIME` at every call, so a
+    /// [`ManualClock`](crate::ManualClock) only makes sense in a test that drives it
+    /// in step with the wall clock.
     pub fn clock<C2: Clock>(self, clock: C2) -> FleetLimiterBuilder<C2> {
         FleetLimiterBuilder {
             urls: self.urls,
@@ -488,6 +490,25 @@ impl<C: Clock> FleetLimiterBuilder<C> {
             Err(poisoned) => *poisoned.into_inner() = Some(handle),
         }
         Ok(FleetLimiter { inner })
+    }
+}
+
+impl<C: fmt::Debug> fmt::Debug for FleetLimiterBuilder<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // URLs with their passwords masked.
+        let urls: Vec<String> = self.urls.iter().map(|u| redact(u)).collect();
+        f.debug_struct("FleetLimiterBuilder")
+            .field("urls", &urls)
+            .field("key", &self.key)
+            .field("limit", &self.limit)
+            .field("prefix", &self.prefix)
+            .field("cluster", &self.cluster)
+            .field("sync_interval", &self.sync_interval)
+            .field("response_timeout", &self.response_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("instance_id", &self.instance_id)
+            .field("clock", &self.clock)
+            .finish()
     }
 }
 

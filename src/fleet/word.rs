@@ -147,6 +147,7 @@ impl LeaseWord {
     /// Returns `true` if this call started it (`false`: it had already started, for
     /// example by a decision installing the prefetched lease, or a newer one had).
     pub(crate) fn roll_to(&self, window: u64, granted: u64) -> bool {
+        // Relaxed (load and CAS): see the module's "Memory ordering".
         let mut current = self.word.load(Ordering::Relaxed);
         loop {
             if unpack(current).0 >= window {
@@ -167,6 +168,7 @@ impl LeaseWord {
 
     /// Adds `granted` permits to `window`, starting it if the word names an older one.
     pub(crate) fn add(&self, window: u64, granted: u64) -> Added {
+        // Relaxed (load and CAS): see the module's "Memory ordering".
         let mut current = self.word.load(Ordering::Relaxed);
         loop {
             let (w, remaining) = unpack(current);
@@ -272,7 +274,13 @@ mod loom_tests {
                 thread::spawn(move || {
                     [1, 1, 2, 2]
                         .iter()
-                        .filter_map(|&w| l.try_spend(w))
+                        .filter_map(|&w| {
+                            let got = l.try_spend(w)?;
+                            // Counted in the window asked for or a newer one, never an
+                            // older one's lease spent now.
+                            assert!(got >= w, "asked for window {w}, spent window {got}'s");
+                            Some(got)
+                        })
                         .collect::<Vec<_>>()
                 })
             };

@@ -160,6 +160,8 @@ fn bad_input_is_a_typed_error_not_a_panic() {
     ));
     let e = err(FleetLimiter::builder("redis://u:secret@[bad", "k", limit).build());
     assert!(!e.to_string().contains("secret"), "{e}");
+    let builder = FleetLimiter::builder("redis://u:secret@host:1", "k", limit);
+    assert!(!format!("{builder:?}").contains("secret"), "{builder:?}");
     assert!(matches!(
         err(FleetLimiter::builder("redis://127.0.0.1:1", "a{b}", limit).build()),
         FleetError::InvalidKey { .. }
