@@ -31,14 +31,6 @@ pub enum FleetError {
         /// The key given.
         key: String,
     },
-    /// The limit allows more permits per window than a lease word holds.
-    #[error("{permits} permits per window is more than a fleet limiter holds (at most {max})")]
-    TooManyPermits {
-        /// The permits asked for.
-        permits: u32,
-        /// The most a fleet limiter accepts.
-        max: u32,
-    },
     /// An option was out of its accepted range.
     #[error("invalid option {option}: {reason}")]
     InvalidOption {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::error::{redact, FleetError};
 use super::time::TimeMap;
-use super::word::{LeaseWord, MAX_FLEET_PERMITS};
+use super::word::LeaseWord;
 use super::worker::{self, Target, WorkerConfig};
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::Limit;
@@ -406,7 +406,7 @@ impl<C: Clock> FleetLimiterBuilder<C> {
     /// # Errors
     ///
     /// [`FleetError::NoUrl`], [`FleetError::InvalidUrl`], [`FleetError::InvalidKey`] (or
-    /// a bad prefix), [`FleetError::TooManyPermits`] above 4 194 303 permits per window,
+    /// a bad prefix),
     /// [`FleetError::InvalidOption`] for a zero interval or timeout, and
     /// [`FleetError::Spawn`] if the thread cannot start.
     pub fn build(self) -> Result<FleetLimiter<C>, FleetError> {
@@ -420,12 +420,6 @@ impl<C: Clock> FleetLimiterBuilder<C> {
         }
         if bad_part(&self.prefix) {
             return Err(FleetError::InvalidKey { key: self.prefix });
-        }
-        if self.limit.permits() > MAX_FLEET_PERMITS {
-            return Err(FleetError::TooManyPermits {
-                permits: self.limit.permits(),
-                max: MAX_FLEET_PERMITS,
-            });
         }
         let window = self.limit.window();
         let interval = self.sync_interval.unwrap_or_else(|| {

@@ -37,8 +37,8 @@ const REMAINING_BITS: u32 = 22;
 const REMAINING_MASK: u64 = (1 << REMAINING_BITS) - 1;
 /// The largest window id the word holds.
 pub(crate) const MAX_WINDOW_ID: u64 = u64::MAX >> REMAINING_BITS;
-/// The most permits per window a fleet limit may have: 4 194 303.
-pub(crate) const MAX_FLEET_PERMITS: u32 = REMAINING_MASK as u32;
+// The remaining field holds every permit count a `Limit` accepts.
+const _: () = assert!(crate::limit::Limit::MAX_PERMITS as u64 <= REMAINING_MASK);
 
 #[inline]
 pub(crate) const fn pack(window: u64, remaining: u64) -> u64 {
