@@ -1,5 +1,6 @@
 //! The rule layer (feature `config`): files, errors, the environment, the rule-based
 //! sampler and hot reload (feature `reload`). One test binary, so the suite links once.
+#![cfg(feature = "config")]
 
 mod env;
 mod errors;
