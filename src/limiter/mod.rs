@@ -41,12 +41,26 @@ pub trait RateLimiter: Send + Sync + fmt::Debug {
 
     /// The limit this limiter enforces.
     fn limit(&self) -> Limit;
+
+    /// The admissions counted in the current window (for a sliding log, in the last
+    /// window's length), for statistics: a read that writes nothing, which a concurrent
+    /// call may make stale at once. `None` (the default) if the limiter cannot tell.
+    ///
+    /// The crate's limiters read their clock and one word (the sliding log scans its N
+    /// slots); no decision calls this.
+    fn count_in_window(&self) -> Option<u64> {
+        None
+    }
 }
 
 impl<L: RateLimiter + ?Sized> RateLimiter for Arc<L> {
     #[inline]
     fn try_acquire(&self) -> bool {
         (**self).try_acquire()
+    }
+
+    fn count_in_window(&self) -> Option<u64> {
+        (**self).count_in_window()
     }
 
     #[inline]
@@ -63,6 +77,10 @@ impl<L: RateLimiter + ?Sized> RateLimiter for Box<L> {
     #[inline]
     fn try_acquire(&self) -> bool {
         (**self).try_acquire()
+    }
+
+    fn count_in_window(&self) -> Option<u64> {
+        (**self).count_in_window()
     }
 
     #[inline]

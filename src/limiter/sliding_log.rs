@@ -88,7 +88,6 @@ impl<C: Clock> SlidingLog<C> {
 
     /// The admissions stamped after `now − W` (a snapshot for a reload; one still being
     /// written is not seen).
-    #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
     pub(crate) fn count_at(&self, now: u64) -> u64 {
         self.slots
             .iter()
@@ -185,6 +184,10 @@ impl<C: Clock> RateLimiter for SlidingLog<C> {
     #[inline]
     fn acquire_stamped(&self) -> Option<u64> {
         self.acquire_at(self.clock.now_nanos())
+    }
+
+    fn count_in_window(&self) -> Option<u64> {
+        Some(self.count_at(self.clock.now_nanos()))
     }
 
     fn limit(&self) -> Limit {
