@@ -34,6 +34,7 @@ mod config;
 mod limit;
 mod limiter;
 mod sampler;
+mod stats;
 mod sync;
 
 pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock, PreciseClock};
@@ -47,6 +48,9 @@ pub use limiter::{
     SlidingWindowCounter,
 };
 pub use sampler::{attributes, RateLimitingSampler, RateLimitingSamplerBuilder, RemoteParents};
+#[cfg(feature = "config")]
+pub use stats::{CapStats, ReloadStats, RuleBasedStats, RuleStats};
+pub use stats::{DecisionStats, DropReason, ParentOrigin, SamplerStats, WindowFill};
 
 // The README's code blocks, compiled as doctests without becoming the crate's docs
 // (its configuration example needs the `config` feature, CI's `--all-features`).

@@ -8,3 +8,4 @@ mod files;
 #[cfg(feature = "reload")]
 mod reload_watch;
 mod rule_sampler;
+mod stats;
