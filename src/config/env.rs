@@ -96,21 +96,24 @@ impl RuleBasedSampler {
         Self::new(&config, service).map(Some)
     }
 
-    /// Like [`from_env`](Self::from_env), but never fails: each problem is written to
-    /// stderr and the sampler falls back (a bad file or rate to
+    /// Like [`from_env`](Self::from_env), but never fails: each problem is logged as a
+    /// `tracing` warning (target `otel_rate_sampler`; the same message at most once a
+    /// minute) and the sampler falls back (a bad file or rate to
     /// [`DEFAULT_TRACES_PER_SECOND`], following remote parents).
     pub fn from_env_lossy(service: &str) -> Option<Self> {
         Self::from_lookup_lossy(
             service,
             |name| std::env::var(name).ok(),
             |e| {
-                eprintln!("otel-rate-sampler: {e}; falling back to {DEFAULT_TRACES_PER_SECOND} traces per second")
+                super::log::warn(&format!(
+                    "{e}; falling back to {DEFAULT_TRACES_PER_SECOND} traces per second"
+                ))
             },
         )
     }
 
     /// Like [`from_env_lossy`](Self::from_env_lossy), reading variables through
-    /// `lookup` and reporting each problem to `warn` instead of stderr.
+    /// `lookup` and reporting each problem to `warn` instead of the log.
     pub fn from_lookup_lossy(
         service: &str,
         lookup: impl Fn(&str) -> Option<String>,

@@ -6,6 +6,7 @@ pub mod env;
 mod error;
 mod from_jaeger;
 mod from_toml;
+mod log;
 mod matcher;
 mod model;
 mod pattern;
