@@ -10,6 +10,9 @@
 //! * Feature `config`: per-service rules from TOML or Jaeger strategy files and the
 //!   environment ([`SamplingConfig`], [`RuleBasedSampler`], [`env`](mod@env)); feature `reload`:
 //!   hot reload of the rule file.
+//! * Every sampler counts its decisions (kept, dropped and why) for a nanosecond or so:
+//!   [`RateLimitingSampler::stats`]; feature `metrics` reports them as OpenTelemetry
+//!   metrics (`SamplerMetrics`).
 //!
 //! ```
 //! use opentelemetry_sdk::trace::SdkTracerProvider;
@@ -33,6 +36,8 @@ mod clock;
 mod config;
 mod limit;
 mod limiter;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod sampler;
 mod stats;
 mod sync;
@@ -47,6 +52,8 @@ pub use limiter::{
     Algorithm, AnyLimiter, FixedWindow, ParseAlgorithmError, RateLimiter, SlidingLog,
     SlidingWindowCounter,
 };
+#[cfg(feature = "metrics")]
+pub use metrics::SamplerMetrics;
 pub use sampler::{attributes, RateLimitingSampler, RateLimitingSamplerBuilder, RemoteParents};
 #[cfg(feature = "config")]
 pub use stats::{CapStats, ReloadStats, RuleBasedStats, RuleStats};
