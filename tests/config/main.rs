@@ -5,6 +5,8 @@
 mod env;
 mod errors;
 mod files;
+#[cfg(feature = "metrics")]
+mod metrics;
 #[cfg(feature = "reload")]
 mod reload_watch;
 mod rule_sampler;
