@@ -60,7 +60,8 @@ pub use stats::{CapStats, ReloadStats, RuleBasedStats, RuleStats};
 pub use stats::{DecisionStats, DropReason, ParentOrigin, SamplerStats, WindowFill};
 
 // The README's code blocks, compiled as doctests without becoming the crate's docs
-// (its configuration example needs the `config` feature, CI's `--all-features`).
-#[cfg(all(doctest, feature = "config"))]
+// (its configuration and metrics examples need the `config` and `metrics` features,
+// CI's `--all-features`).
+#[cfg(all(doctest, feature = "config", feature = "metrics"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
