@@ -9,6 +9,7 @@
 //! Taking a slot allocates nothing on the Rust heap: the slot is a bit in one static word,
 //! and the thread-local holding it has no heap state.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// How many threads can own a slot at once.
@@ -17,58 +18,85 @@ pub(crate) const SLOTS: usize = 64;
 /// The slot id of a thread that owns none: its counts go to the shared overflow cells.
 pub(crate) const OVERFLOW: usize = SLOTS;
 
+/// A thread's slot before its first count.
+const UNASSIGNED: usize = usize::MAX;
+
 /// Bit `i` set: slot `i` is held by a live thread.
 static TAKEN: AtomicU64 = AtomicU64::new(0);
 
-/// A thread's slot; dropping it (at thread exit) frees the slot.
-struct Slot(usize);
-
-impl Slot {
-    fn take() -> Self {
-        // Relaxed: only a starting value for the compare-exchange below.
-        let mut taken = TAKEN.load(Ordering::Relaxed);
-        loop {
-            let free = !taken;
-            if free == 0 {
-                return Slot(OVERFLOW);
-            }
-            let bit = free.trailing_zeros() as usize;
-            // Acquire on success: pairs with the Release in `drop` of the slot's previous
-            // owner, so its last counts happen before this thread's first load of them.
-            match TAKEN.compare_exchange_weak(
-                taken,
-                taken | (1 << bit),
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return Slot(bit),
-                Err(actual) => taken = actual,
-            }
-        }
-    }
+thread_local! {
+    // `const` and without a destructor: reading it is one thread-local load, no lazy
+    // initialisation, and it stays readable while the thread is torn down.
+    static SLOT: Cell<usize> = const { Cell::new(UNASSIGNED) };
+    // Registered on the thread's first count; frees the slot when the thread exits.
+    static RELEASE: Release = const { Release };
 }
 
-impl Drop for Slot {
+/// Frees this thread's slot at thread exit.
+struct Release;
+
+impl Drop for Release {
     fn drop(&mut self) {
-        if self.0 < SLOTS {
+        // Counts after this point (from other thread-locals' destructors) go to the
+        // overflow row: the slot may belong to another thread by then.
+        let slot = SLOT.with(|s| s.replace(OVERFLOW));
+        if slot < SLOTS {
             // Release: this thread's counts (plain stores) happen before the next owner's
             // Acquire of the slot, so it continues from them and loses none.
-            TAKEN.fetch_and(!(1 << self.0), Ordering::Release);
+            TAKEN.fetch_and(!(1 << slot), Ordering::Release);
         }
     }
 }
 
-thread_local! {
-    static SLOT: Slot = Slot::take();
+/// Takes a free slot, or [`OVERFLOW`] if none is free.
+fn take() -> usize {
+    // Relaxed: only a starting value for the compare-exchange below.
+    let mut taken = TAKEN.load(Ordering::Relaxed);
+    loop {
+        let free = !taken;
+        if free == 0 {
+            return OVERFLOW;
+        }
+        let bit = free.trailing_zeros() as usize;
+        // Acquire on success: pairs with the Release in `Release::drop` of the slot's
+        // previous owner, so its last counts happen before this thread's first load of
+        // them.
+        match TAKEN.compare_exchange_weak(
+            taken,
+            taken | (1 << bit),
+            Ordering::Acquire,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => return bit,
+            Err(actual) => taken = actual,
+        }
+    }
 }
 
-/// This thread's slot, taken on first use; [`OVERFLOW`] if none is free, or while the
-/// thread is being torn down (a span ended from another thread-local's destructor).
+/// This thread's slot, taken on its first count; [`OVERFLOW`] if none is free, or if the
+/// thread is already being torn down (a span ended from another thread-local's
+/// destructor).
 #[inline]
 pub(crate) fn current() -> usize {
-    SLOT.try_with(|slot| slot.0).unwrap_or(OVERFLOW)
+    let slot = SLOT.with(Cell::get);
+    if slot != UNASSIGNED {
+        slot
+    } else {
+        assign()
+    }
 }
 
+#[cold]
+fn assign() -> usize {
+    // Register the release first: a thread that cannot (it is being torn down) must not
+    // hold a slot it would never give back.
+    let slot = match RELEASE.try_with(|_| ()) {
+        Ok(()) => take(),
+        Err(_) => OVERFLOW,
+    };
+    SLOT.with(|s| s.set(slot));
+    slot
+}
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
