@@ -103,6 +103,9 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     /// being decided during the swap use the old rules or the new ones, never a mix,
     /// and never wait.
     ///
+    /// Each rule's decision counters ([`stats`](Self::stats)) carry over by name too,
+    /// changed or not, so its metric series stay monotonic; a removed rule's go with it.
+    ///
     /// For a changed rule the carry-over is a snapshot: admissions the old limiter makes
     /// between the snapshot and the swap (by decisions already holding the old rules)
     /// are not carried, so in the window of the reload that rule keeps at most its new

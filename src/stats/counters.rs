@@ -5,7 +5,8 @@
 //! and store: no read-modify-write, and no line another thread writes, so counting adds
 //! about a nanosecond to a decision and nothing to the contention between threads. A
 //! thread without a slot (more than [`SLOTS`] live counting threads) counts into a shared
-//! overflow row with `fetch_add`. Nothing here allocates after construction.
+//! overflow row with `fetch_add`. Nothing here allocates after construction; a set of
+//! counters (one per sampler, one per rule) takes 65 rows of 128 bytes, about 8 KiB.
 //!
 //! Reading sums each cell over the rows: every sum is exact for the decisions that
 //! finished before the read, but the cells are not read at one instant.
