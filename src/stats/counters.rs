@@ -162,4 +162,30 @@ mod tests {
         assert_eq!(stats.dropped_for(DropReason::Parent), 40_000);
         assert_eq!(stats.total(), 80_000);
     }
+
+    #[test]
+    fn threads_beyond_the_slots_count_exactly_in_the_overflow_row() {
+        let counters = Counters::new();
+        let threads = SLOTS + 6;
+        // All alive at once, so at least 6 of them find no free slot.
+        let barrier = std::sync::Barrier::new(threads);
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {
+                    barrier.wait();
+                    for _ in 0..1_000 {
+                        counters.record(Event::dropped(DropReason::RateLimit, ParentOrigin::Root));
+                    }
+                    barrier.wait();
+                });
+            }
+        });
+        let overflow = &counters.overflow
+            [usize::from(Event::dropped(DropReason::RateLimit, ParentOrigin::Root).0)];
+        assert!(overflow.load(Ordering::Relaxed) >= 6_000);
+        assert_eq!(
+            counters.snapshot().dropped_for(DropReason::RateLimit),
+            threads as u64 * 1_000
+        );
+    }
 }
