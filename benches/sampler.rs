@@ -14,6 +14,14 @@
 //!   span processor, per sampler: what a decision costs against a span.
 //! * `sampler_threads_reject`: one vs two threads refused by one shared saturated
 //!   sampler; throughput in elements (decisions) per second.
+//! * `sampler_stats`: the cost of counting decisions for `stats()` (and the `metrics`
+//!   feature, whose instruments read the same counters): ours counting beside the same
+//!   sampler built with `count_decisions(false)`, admitting, refusing and following a
+//!   local parent, on the cached clock (the cheapest decisions, so the largest ratio);
+//!   with feature `metrics`, also refusing with `SamplerMetrics` registered on an SDK
+//!   meter provider.
+//! * `sampler_stats_threads_reject`: one vs two threads refused by one shared saturated
+//!   sampler, counting and not: counting must not stop two threads from scaling.
 //!
 //! **How "admit" stays an admit.** Every root case runs in chunks of [`CHUNK`] calls;
 //! the admitting cases get, before each chunk and outside the timer, a fresh sampler with
@@ -187,6 +195,17 @@ impl ShouldSample for GovernorSampler {
 fn ours<C: Clock>(per_hour: u32, clock: C) -> Boxed {
     let limit = Limit::per_window(per_hour, HOUR).unwrap();
     Box::new(RateLimitingSampler::builder(limit).clock(clock).build())
+}
+
+/// [`ours`], counting its decisions or not.
+fn ours_counting<C: Clock>(per_hour: u32, clock: C, count: bool) -> Boxed {
+    let limit = Limit::per_window(per_hour, HOUR).unwrap();
+    Box::new(
+        RateLimitingSampler::builder(limit)
+            .clock(clock)
+            .count_decisions(count)
+            .build(),
+    )
 }
 
 /// A sampler that has kept its one trace of the hour.
@@ -388,12 +407,88 @@ fn bench_threads(c: &mut Criterion, cached: &CachedClock) {
     g.finish();
 }
 
+fn bench_stats(c: &mut Criterion, cached: &CachedClock) {
+    let mut g = c.benchmark_group("sampler_stats");
+    let root = Context::new();
+    let call = |s: &&Boxed| sample(s.as_ref(), &root);
+    let call_fresh = |s: &Boxed| sample(s.as_ref(), &root);
+    for (label, count) in [("counted", true), ("uncounted", false)] {
+        g.bench_function(format!("admit_{label}"), |b| {
+            b.iter_custom(|iters| {
+                chunked(
+                    iters,
+                    || ours_counting(CHUNK, cached.clone(), count),
+                    call_fresh,
+                    true,
+                )
+            })
+        });
+        let spent_sampler = spent(ours_counting(1, cached.clone(), count));
+        g.bench_function(format!("reject_{label}"), |b| {
+            b.iter_custom(|iters| chunked(iters, || &spent_sampler, call, false))
+        });
+        let parent = SpanContext::new(
+            TRACE_ID,
+            SpanId::from(0x00f0_67aa_0ba9_02b7_u64),
+            TraceFlags::SAMPLED,
+            false,
+            TraceState::default(),
+        );
+        let cx = Context::new().with_remote_span_context(parent);
+        g.bench_function(format!("child_{label}"), |b| {
+            b.iter_custom(|iters| {
+                chunked(iters, || &spent_sampler, |s| sample(s.as_ref(), &cx), true)
+            })
+        });
+    }
+    #[cfg(feature = "metrics")]
+    {
+        use opentelemetry::metrics::MeterProvider as _;
+        use opentelemetry_sdk::metrics::{
+            InMemoryMetricExporter, PeriodicReader, SdkMeterProvider,
+        };
+        let limit = Limit::per_window(1, HOUR).unwrap();
+        let sampler = RateLimitingSampler::builder(limit)
+            .clock(cached.clone())
+            .build();
+        let meters = SdkMeterProvider::builder()
+            .with_reader(
+                PeriodicReader::builder(InMemoryMetricExporter::default())
+                    .with_interval(HOUR)
+                    .build(),
+            )
+            .build();
+        otel_rate_sampler::SamplerMetrics::with_meter(meters.meter("bench"))
+            .span_started(true)
+            .register(&sampler);
+        let spent_sampler = spent(Box::new(sampler));
+        g.bench_function("reject_counted_with_metrics", |b| {
+            b.iter_custom(|iters| chunked(iters, || &spent_sampler, call, false))
+        });
+    }
+    g.finish();
+
+    let mut g = c.benchmark_group("sampler_stats_threads_reject");
+    for (label, count) in [("counted", true), ("uncounted", false)] {
+        let sampler = spent(ours_counting(1, cached.clone(), count));
+        for threads in [1usize, 2] {
+            g.throughput(Throughput::Elements(threads as u64));
+            let param = format!("{threads}_thread{}", if threads == 1 { "" } else { "s" });
+            g.bench_function(BenchmarkId::new(label, &param), |b| {
+                b.iter_custom(|iters| concurrent(iters, threads, sampler.as_ref()))
+            });
+        }
+    }
+    g.finish();
+}
+
 fn benches(c: &mut Criterion) {
     let cached = CachedClock::start(Duration::from_millis(1)).expect("start the clock thread");
     bench_root(c, &cached);
     bench_child(c);
     bench_span(c);
     bench_threads(c, &cached);
+    bench_stats(c, &cached);
 }
 
 fn main() {

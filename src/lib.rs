@@ -10,6 +10,9 @@
 //! * Feature `config`: per-service rules from TOML or Jaeger strategy files and the
 //!   environment ([`SamplingConfig`], [`RuleBasedSampler`], [`env`](mod@env)); feature `reload`:
 //!   hot reload of the rule file.
+//! * Every sampler counts its decisions (kept, dropped and why) for a nanosecond or so:
+//!   [`RateLimitingSampler::stats`]; feature `metrics` reports them as OpenTelemetry
+//!   metrics (`SamplerMetrics`).
 //!
 //! ```
 //! use opentelemetry_sdk::trace::SdkTracerProvider;
@@ -36,7 +39,10 @@ mod config;
 mod fleet;
 mod limit;
 mod limiter;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod sampler;
+pub mod stats;
 mod sync;
 
 pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock, PreciseClock};
@@ -55,10 +61,13 @@ pub use limiter::{
     Algorithm, AnyLimiter, FixedWindow, ParseAlgorithmError, RateLimiter, SlidingLog,
     SlidingWindowCounter,
 };
+#[cfg(feature = "metrics")]
+pub use metrics::SamplerMetrics;
 pub use sampler::{attributes, RateLimitingSampler, RateLimitingSamplerBuilder, RemoteParents};
 
 // The README's code blocks, compiled as doctests without becoming the crate's docs
-// (its configuration example needs the `config` feature, CI's `--all-features`).
-#[cfg(all(doctest, feature = "config"))]
+// (its examples need the `config`, `metrics` and `redis` features: CI's
+// `--all-features`).
+#[cfg(all(doctest, feature = "config", feature = "metrics", feature = "redis"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

@@ -25,6 +25,13 @@ pub const PARENTBASED_RATELIMITING: &str = "parentbased_ratelimiting";
 /// The traces per second when `OTEL_TRACES_SAMPLER_ARG` is unset (or, leniently, bad).
 pub const DEFAULT_TRACES_PER_SECOND: f64 = 100.0;
 
+/// What [`RuleBasedSampler::from_env_lossy`] does with a problem: a rate-limited warning.
+fn log_fallback(e: &ConfigError) {
+    super::log::warn(&format!(
+        "{e}; falling back to {DEFAULT_TRACES_PER_SECOND} traces per second"
+    ));
+}
+
 impl RuleBasedSampler {
     /// The sampler the process environment asks for, for `service`.
     ///
@@ -96,21 +103,16 @@ impl RuleBasedSampler {
         Self::new(&config, service).map(Some)
     }
 
-    /// Like [`from_env`](Self::from_env), but never fails: each problem is written to
-    /// stderr and the sampler falls back (a bad file or rate to
+    /// Like [`from_env`](Self::from_env), but never fails: each problem is logged as a
+    /// `tracing` warning (target `otel_rate_sampler`; the same message at most once a
+    /// minute) and the sampler falls back (a bad file or rate to
     /// [`DEFAULT_TRACES_PER_SECOND`], following remote parents).
     pub fn from_env_lossy(service: &str) -> Option<Self> {
-        Self::from_lookup_lossy(
-            service,
-            |name| std::env::var(name).ok(),
-            |e| {
-                eprintln!("otel-rate-sampler: {e}; falling back to {DEFAULT_TRACES_PER_SECOND} traces per second")
-            },
-        )
+        Self::from_lookup_lossy(service, |name| std::env::var(name).ok(), log_fallback)
     }
 
     /// Like [`from_env_lossy`](Self::from_env_lossy), reading variables through
-    /// `lookup` and reporting each problem to `warn` instead of stderr.
+    /// `lookup` and reporting each problem to `warn` instead of the log.
     pub fn from_lookup_lossy(
         service: &str,
         lookup: impl Fn(&str) -> Option<String>,
@@ -175,5 +177,63 @@ impl SamplingConfig {
             },
             services: Vec::new(),
         })
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use tracing::field::{Field, Visit};
+    use tracing_subscriber::layer::{Context, SubscriberExt as _};
+    use tracing_subscriber::Layer;
+
+    use super::*;
+
+    /// Every event: (level, target, message).
+    #[derive(Clone, Default)]
+    struct Capture(Arc<Mutex<Vec<(tracing::Level, String, String)>>>);
+
+    struct Message(String);
+
+    impl Visit for Message {
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            if field.name() == "message" {
+                self.0 = format!("{value:?}");
+            }
+        }
+    }
+
+    impl<S: tracing::Subscriber> Layer<S> for Capture {
+        fn on_event(&self, event: &tracing::Event<'_>, _cx: Context<'_, S>) {
+            let mut message = Message(String::new());
+            event.record(&mut message);
+            let meta = event.metadata();
+            self.0
+                .lock()
+                .unwrap()
+                .push((*meta.level(), meta.target().to_owned(), message.0));
+        }
+    }
+
+    #[test]
+    fn the_lossy_fallback_is_a_tracing_warning_logged_once_per_interval() {
+        let capture = Capture::default();
+        let subscriber = tracing_subscriber::registry().with(capture.clone());
+        let error = SamplingConfig::from_toml_str("[default]\nrate = -1.0\n", "lossy-log.toml")
+            .unwrap_err();
+        tracing::subscriber::with_default(subscriber, || {
+            log_fallback(&error);
+            log_fallback(&error);
+        });
+        let events = capture.0.lock().unwrap().clone();
+        assert_eq!(events.len(), 1, "{events:?}");
+        let (level, target, message) = &events[0];
+        assert_eq!(*level, tracing::Level::WARN);
+        assert_eq!(target, "otel_rate_sampler");
+        assert!(
+            message.contains("lossy-log.toml") && message.contains("falling back"),
+            "{message}"
+        );
     }
 }

@@ -8,6 +8,7 @@ mod error;
 mod from_jaeger;
 mod from_toml;
 pub mod lint;
+mod log;
 mod matcher;
 mod model;
 mod pattern;

@@ -1,4 +1,5 @@
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -11,6 +12,7 @@ use super::model::SamplingConfig;
 use super::rule_set::RuleSet;
 use crate::clock::{Clock, MonotonicClock};
 use crate::sampler::apply_parent_policy;
+use crate::stats::{ReloadStats, RuleBasedStats};
 
 /// An OpenTelemetry sampler that applies a [`SamplingConfig`]'s rules for one service:
 /// the first matching rule's limit or probability, under the service's cap.
@@ -25,7 +27,8 @@ use crate::sampler::apply_parent_policy;
 /// * The rules can be replaced while the sampler runs ([`reload`](Self::reload)):
 ///   decisions read the current rule set through an atomic pointer and never wait.
 ///
-/// Clones share the rules and the limiters.
+/// Clones share the rules, the limiters and the decision counters
+/// ([`stats`](Self::stats)).
 ///
 /// ```
 /// use opentelemetry_sdk::trace::SdkTracerProvider;
@@ -50,6 +53,10 @@ struct Inner<C> {
     rules: ArcSwap<RuleSet<C>>,
     service: String,
     clock: C,
+    /// Reloads that replaced the rules (the generation of the rules in force).
+    reloads_succeeded: AtomicU64,
+    /// Reloads that failed.
+    reloads_failed: AtomicU64,
 }
 
 impl RuleBasedSampler {
@@ -82,6 +89,8 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
                 rules: ArcSwap::from_pointee(rules),
                 service: service.to_owned(),
                 clock,
+                reloads_succeeded: AtomicU64::new(0),
+                reloads_failed: AtomicU64::new(0),
             }),
         })
     }
@@ -93,6 +102,9 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     /// a new limiter that starts with the old one's count in its current window. Spans
     /// being decided during the swap use the old rules or the new ones, never a mix,
     /// and never wait.
+    ///
+    /// Each rule's decision counters ([`stats`](Self::stats)) carry over by name too,
+    /// changed or not, so its metric series stay monotonic; a removed rule's go with it.
     ///
     /// For a changed rule the carry-over is a snapshot: admissions the old limiter makes
     /// between the snapshot and the swap (by decisions already holding the old rules)
@@ -109,9 +121,21 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
             &self.inner.service,
             &self.inner.clock,
             Some(&current),
-        )?;
+        )
+        .inspect_err(|_| self.count_reload(false))?;
         self.inner.rules.store(Arc::new(next));
+        self.count_reload(true);
         Ok(())
+    }
+
+    fn count_reload(&self, succeeded: bool) {
+        let counter = if succeeded {
+            &self.inner.reloads_succeeded
+        } else {
+            &self.inner.reloads_failed
+        };
+        // Relaxed: a statistic; it publishes nothing (the rules go through the ArcSwap).
+        counter.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Loads `path` ([`SamplingConfig::from_path`]) and [`reload`](Self::reload)s it.
@@ -120,7 +144,61 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     ///
     /// The file's [`ConfigError`]; the old rules then stay in force.
     pub fn reload_from_path(&self, path: impl AsRef<std::path::Path>) -> Result<(), ConfigError> {
-        self.reload(&SamplingConfig::from_path(path)?)
+        let config = SamplingConfig::from_path(path).inspect_err(|_| self.count_reload(false))?;
+        self.reload(&config)
+    }
+
+    /// What this sampler (with all its clones) decided so far, per rule, with the
+    /// rules' and the cap's current windows, and the reloads.
+    ///
+    /// A snapshot, cheap to take (it sums each rule's counters and reads its limiters,
+    /// writing nothing): exact when no decision runs meanwhile; otherwise each counter
+    /// is individually exact but they are not read at one instant (see
+    /// [`DecisionStats`](crate::stats::DecisionStats)). A rule's counters carry over reloads as
+    /// long as a rule of its name exists.
+    ///
+    /// ```
+    /// use opentelemetry::trace::{SpanKind, TraceId};
+    /// use opentelemetry::Context;
+    /// use opentelemetry_sdk::trace::ShouldSample;
+    /// use otel_rate_sampler::stats::DropReason;
+    /// use otel_rate_sampler::{RuleBasedSampler, SamplingConfig};
+    ///
+    /// let config = SamplingConfig::from_toml_str(r#"
+    ///     [default]
+    ///     rate = 1.0
+    ///     [[default.rule]]
+    ///     name = "health"
+    ///     span_name = "/health"
+    ///     probability = 0.0
+    /// "#, "inline")?;
+    /// let sampler = RuleBasedSampler::new(&config, "checkout")?;
+    /// for name in ["/health", "GET /cart", "GET /cart"] {
+    ///     let root = Context::new();
+    ///     sampler.should_sample(Some(&root), TraceId::from(1), name, &SpanKind::Server, &[], &[]);
+    /// }
+    /// let stats = sampler.stats();
+    /// let health = stats.rule("health").unwrap();
+    /// assert_eq!(health.decisions.dropped_for(DropReason::Probability), 1);
+    /// let default = stats.rule("default").unwrap();
+    /// assert_eq!((default.decisions.kept(), default.decisions.dropped()), (1, 1));
+    /// assert_eq!(stats.total().total(), 3);
+    /// # Ok::<(), otel_rate_sampler::ConfigError>(())
+    /// ```
+    pub fn stats(&self) -> RuleBasedStats {
+        let rules = self.inner.rules.load();
+        let (rule_stats, unmatched, cap) = rules.stats();
+        // Relaxed: statistics, read on their own.
+        let succeeded = self.inner.reloads_succeeded.load(Ordering::Relaxed);
+        let failed = self.inner.reloads_failed.load(Ordering::Relaxed);
+        RuleBasedStats {
+            service: self.inner.service.clone(),
+            rules: rule_stats,
+            unmatched,
+            cap,
+            generation: succeeded,
+            reloads: ReloadStats { succeeded, failed },
+        }
     }
 
     /// The service whose rules this sampler applies.
@@ -159,9 +237,12 @@ impl<C: Clock> ShouldSample for RuleBasedSampler<C> {
     ) -> SamplingResult {
         // A lock-free read of the current rules (no reference count touched).
         let rules = self.inner.rules.load();
-        apply_parent_policy(parent_context, rules.remote_parents, |origin, state| {
-            rules.decide(origin, trace_id, name, span_kind, attributes, state)
-        })
+        apply_parent_policy(
+            parent_context,
+            rules.remote_parents,
+            Some(&rules.unmatched),
+            |origin, state| rules.decide(origin, trace_id, name, span_kind, attributes, state),
+        )
     }
 }
 

@@ -15,6 +15,7 @@ use crate::limit::{Limit, LimitError};
 use crate::limiter::{Algorithm, AnyLimiter, RateLimiter};
 use crate::sampler::attributes::{self, PROBABILISTIC, RATELIMITING};
 use crate::sampler::{drop_span, erase_threshold, Origin, RemoteParents};
+use crate::stats::{CapStats, Counters, DecisionStats, DropReason, Event, RuleStats, WindowFill};
 
 /// The rule name reported for spans no rule matched.
 const DEFAULT_RULE: &str = "default";
@@ -29,6 +30,9 @@ pub(crate) struct RuleSet<C> {
     /// The cap's shared pool (`None` without a cap, or when floors reserve all of it).
     shared: Option<Arc<AnyLimiter<C>>>,
     cap: Option<LimitSpec>,
+    /// Decisions no rule made (followed parents, no match without a default); kept
+    /// across reloads.
+    pub(crate) unmatched: Arc<Counters>,
 }
 
 struct Compiled<C> {
@@ -39,6 +43,8 @@ struct Compiled<C> {
     floor: Option<Arc<AnyLimiter<C>>>,
     /// What a kept span records.
     attributes: Vec<KeyValue>,
+    /// This rule's decisions; the previous rule of the same name's, after a reload.
+    counters: Arc<Counters>,
 }
 
 enum Action<C> {
@@ -99,6 +105,9 @@ impl<C: Clock + Clone> RuleSet<C> {
                     action,
                     floor,
                     attributes: attributes::kept_by_rule(kind, param, name),
+                    // By name, also when the rule changed: its metric series stay
+                    // monotonic.
+                    counters: old.map_or_else(Default::default, |o| Arc::clone(&o.counters)),
                 })
             };
         let rules = service
@@ -138,6 +147,7 @@ impl<C: Clock + Clone> RuleSet<C> {
             default,
             shared,
             cap: service.cap,
+            unmatched: previous.map_or_else(Default::default, |p| Arc::clone(&p.unmatched)),
         })
     }
 }
@@ -179,17 +189,21 @@ impl<C: Clock> RuleSet<C> {
             .first_match(origin, name, kind, attributes)
             .map(|i| &self.rules[i])
             .or(self.default.as_ref());
+        let origin = origin.into();
         let Some(chosen) = chosen else {
+            self.unmatched
+                .record(Event::dropped(DropReason::NoRule, origin));
             return drop_span(parent_state);
         };
-        let admitted = match &chosen.action {
-            Action::Limit(l) => l.try_acquire(),
+        let (admitted, refusal) = match &chosen.action {
+            Action::Limit(l) => (l.try_acquire(), DropReason::RateLimit),
             Action::Probability(threshold) => {
                 let low = u128::from_be_bytes(trace_id.to_bytes()) as u64;
-                (low >> 1) < *threshold
+                ((low >> 1) < *threshold, DropReason::Probability)
             }
         };
         if !admitted {
+            chosen.counters.record(Event::dropped(refusal, origin));
             return drop_span(parent_state);
         }
         // The cap: the rule's reserved floor first, then the shared pool.
@@ -197,13 +211,57 @@ impl<C: Clock> RuleSet<C> {
             && !(chosen.floor.as_ref().is_some_and(|f| f.try_acquire())
                 || self.shared.as_ref().is_some_and(|s| s.try_acquire()))
         {
+            chosen
+                .counters
+                .record(Event::dropped(DropReason::ServiceCap, origin));
             return drop_span(parent_state);
         }
+        chosen.counters.record(Event::kept(origin));
         SamplingResult {
             decision: SamplingDecision::RecordAndSample,
             attributes: chosen.attributes.clone(),
             trace_state: erase_threshold(parent_state),
         }
+    }
+
+    /// Each rule's decisions and windows (the default last), the unmatched decisions,
+    /// and the cap's.
+    pub(crate) fn stats(&self) -> (Vec<RuleStats>, DecisionStats, Option<CapStats>) {
+        let fill = |l: &AnyLimiter<C>| {
+            l.count_in_window().map(|used| WindowFill {
+                used,
+                permits: l.limit().permits(),
+            })
+        };
+        let rules: Vec<RuleStats> = self
+            .rules
+            .iter()
+            .chain(self.default.as_ref())
+            .map(|c| RuleStats {
+                name: c.name.clone(),
+                decisions: c.counters.snapshot(),
+                window: match &c.action {
+                    Action::Limit(l) => fill(l),
+                    Action::Probability(_) => None,
+                },
+                floor: c.floor.as_deref().and_then(fill),
+            })
+            .collect();
+        let cap = self.cap.map(|cap| {
+            let floors: u64 = rules.iter().filter_map(|r| r.floor.map(|f| f.used)).sum();
+            let shared = self.shared.as_deref().and_then(fill).map_or(0, |f| f.used);
+            CapStats {
+                dropped: rules
+                    .iter()
+                    .map(|r| r.decisions.dropped_for(DropReason::ServiceCap))
+                    .sum(),
+                window: WindowFill {
+                    used: floors + shared,
+                    permits: cap.limit.permits(),
+                },
+            }
+        });
+        (rules, self.unmatched.snapshot(), cap)
     }
 
     /// The rule names, for `Debug`.
@@ -212,5 +270,44 @@ impl<C: Clock> RuleSet<C> {
             .iter()
             .chain(self.default.as_ref())
             .map(|c| c.name.as_str())
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use opentelemetry::trace::{SpanKind, TraceId, TraceState};
+
+    use super::*;
+    use crate::config::model::SamplingConfig;
+    use crate::stats::ParentOrigin;
+    use crate::ManualClock;
+
+    #[test]
+    fn spans_no_rule_matches_are_counted_as_no_rule_without_a_default() {
+        let config = SamplingConfig::from_toml_str(
+            "[default]\nlimit = 1\n[[default.rule]]\nname = \"only\"\nspan_name = \"only\"\nlimit = 1\n",
+            "t.toml",
+        )
+        .unwrap();
+        let mut service = config.service("svc");
+        service.policy = None; // what no loader produces: rules without a default
+        let rules = RuleSet::compile(&service, &ManualClock::new(), None).unwrap();
+        let result = rules.decide(
+            Origin::Root,
+            TraceId::from(1u128),
+            "other",
+            &SpanKind::Server,
+            &[],
+            &TraceState::NONE,
+        );
+        assert_eq!(result.decision, SamplingDecision::Drop);
+        let (per_rule, unmatched, cap) = rules.stats();
+        assert_eq!(
+            unmatched.dropped_for_from(DropReason::NoRule, ParentOrigin::Root),
+            1
+        );
+        assert_eq!(per_rule.len(), 1);
+        assert_eq!(per_rule[0].decisions.total(), 0);
+        assert!(cap.is_none());
     }
 }

@@ -32,7 +32,9 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     ///
     /// `on_reload` is told the outcome of every reload: `Ok(())`, or the
     /// [`ConfigError`] of a file that failed to load, in which case the last good rules
-    /// stay in force. Decisions never wait for a reload: they read the rule set through
+    /// stay in force. Each outcome is also logged through `tracing` (target
+    /// `otel_rate_sampler`: info for a reload, a warning for a failure; the same message
+    /// at most once a minute), and counted in [`stats`](RuleBasedSampler::stats). Decisions never wait for a reload: they read the rule set through
     /// an atomic pointer swapped once the new rules are built.
     ///
     /// The file's directory is watched, so editors that save by writing a new file and
@@ -75,7 +77,15 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
                         .iter()
                         .any(|p| p.file_name().map(|n| n.to_os_string()) == name);
                 if relevant {
-                    on_reload(sampler.reload_from_path(&target));
+                    let outcome = sampler.reload_from_path(&target);
+                    match &outcome {
+                        Ok(()) => super::log::info(&format!(
+                            "reloaded the sampling rules from {}",
+                            target.display()
+                        )),
+                        Err(e) => super::log::warn(&format!("{e}; the rules in force stay")),
+                    }
+                    on_reload(outcome);
                 }
             })
             .map_err(io)?;

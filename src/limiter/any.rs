@@ -104,7 +104,6 @@ impl<C: Clock> AnyLimiter<C> {
 
     /// The admissions counted at `now` in the current window (for the sliding log, in
     /// the last window): what a reload carries over.
-    #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
     fn count_at(&self, now: u64) -> u64 {
         match &self.inner {
             Inner::Fixed(l) => l.count_at(now),
@@ -147,6 +146,10 @@ impl<C: Clock> RateLimiter for AnyLimiter<C> {
             Inner::Sliding(l) => l.acquire_stamped(),
             Inner::Log(l) => l.acquire_stamped(),
         }
+    }
+
+    fn count_in_window(&self) -> Option<u64> {
+        Some(self.count_at(self.clock().now_nanos()))
     }
 
     fn limit(&self) -> Limit {

@@ -72,9 +72,8 @@ impl<C: Clock> FixedWindow<C> {
 
     /// The admissions counted in the window that holds `now` (for a `now` older than
     /// the newest window, the newest window's count, as `acquire_at` would see it).
-    #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
     pub(crate) fn count_at(&self, now: u64) -> u64 {
-        // Relaxed: a snapshot for a reload, see "Memory ordering" on the type.
+        // Relaxed: a snapshot for a reload or for stats, see "Memory ordering" on the type.
         count_for(self.state.load(Ordering::Relaxed), now, self.window)
     }
 

@@ -41,6 +41,16 @@ pub trait RateLimiter: Send + Sync + fmt::Debug {
 
     /// The limit this limiter enforces.
     fn limit(&self) -> Limit;
+
+    /// The admissions counted in the current window (for a sliding log, in the last
+    /// window's length), for statistics: a read that writes nothing, which a concurrent
+    /// call may make stale at once. `None` (the default) if the limiter cannot tell.
+    ///
+    /// The crate's limiters read their clock and one word (the sliding log scans its N
+    /// slots); no decision calls this.
+    fn count_in_window(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Shared and boxed limiters are limiters: the same budget, whoever holds it.
@@ -60,14 +70,18 @@ macro_rules! forward_through {
             fn limit(&self) -> Limit {
                 (**self).limit()
             }
+
+            fn count_in_window(&self) -> Option<u64> {
+                (**self).count_in_window()
+            }
         }
     )*};
 }
 
 forward_through!(Arc, Box);
 
-/// `RateLimiter` for a limiter type with a `clock` field, a `limit` field and an
-/// `acquire_at(now)` method: one clock read per decision.
+/// `RateLimiter` for a limiter type with a `clock` field, a `limit` field, an
+/// `acquire_at(now)` method (one clock read per decision) and a `count_at(now)` read.
 macro_rules! clocked_rate_limiter {
     ($($limiter:ident),*) => {$(
         impl<C: crate::clock::Clock> crate::limiter::RateLimiter for $limiter<C> {
@@ -78,6 +92,10 @@ macro_rules! clocked_rate_limiter {
 
             fn limit(&self) -> Limit {
                 self.limit
+            }
+
+            fn count_in_window(&self) -> Option<u64> {
+                Some(self.count_at(self.clock.now_nanos()))
             }
         }
     )*};

@@ -87,7 +87,6 @@ impl<C: Clock> SlidingLog<C> {
 
     /// The admissions stamped after `now − W` (a snapshot for a reload; one still being
     /// written is not seen).
-    #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
     pub(crate) fn count_at(&self, now: u64) -> u64 {
         self.slots
             .iter()

@@ -79,9 +79,8 @@ impl<C: Clock> SlidingWindowCounter<C> {
 
     /// The admissions counted in the aligned window that holds `now` (for a `now` older
     /// than the newest window, the newest window's count).
-    #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
     pub(crate) fn count_at(&self, now: u64) -> u64 {
-        // Relaxed: a snapshot for a reload, see "Memory ordering" on the type.
+        // Relaxed: a snapshot for a reload or for stats, see "Memory ordering" on the type.
         count_for(self.state.load(Ordering::Relaxed), now, self.window)
     }
 

@@ -6,6 +6,8 @@ use opentelemetry::trace::{SpanContext, TraceContextExt, TraceState};
 use opentelemetry::Context;
 use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult};
 
+use crate::stats::{self, Counters, DropReason, Event, ParentOrigin};
+
 /// What the sampler does with a span whose parent came from another process.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -32,12 +34,24 @@ pub(crate) enum Origin {
     Remote,
 }
 
+impl From<Origin> for ParentOrigin {
+    #[inline]
+    fn from(origin: Origin) -> Self {
+        match origin {
+            Origin::Root => ParentOrigin::Root,
+            Origin::Remote => ParentOrigin::Remote,
+        }
+    }
+}
+
 /// Applies the parent policy: `decide(origin, parent_trace_state)` runs only for a span
-/// this process decides; the others follow their parent or are dropped.
+/// this process decides (and counts it); the others follow their parent or are dropped,
+/// and are counted in `counters` (if counting is on).
 #[inline]
 pub(crate) fn apply(
     parent_context: Option<&Context>,
     remote_parents: RemoteParents,
+    counters: Option<&Counters>,
     decide: impl FnOnce(Origin, &TraceState) -> SamplingResult,
 ) -> SamplingResult {
     let span = parent_context.map(|cx| cx.span());
@@ -48,12 +62,28 @@ pub(crate) fn apply(
         // A root: the SDK passes a context whose span context is invalid.
         return decide(Origin::Root, parent.trace_state());
     }
+    let origin = if parent.is_remote() {
+        ParentOrigin::Remote
+    } else {
+        ParentOrigin::Local
+    };
     match (parent.is_remote(), remote_parents) {
-        (false, _) | (true, RemoteParents::Follow) => follow(parent),
+        (false, _) | (true, RemoteParents::Follow) => {
+            let result = follow(parent);
+            let event = match result.decision {
+                SamplingDecision::RecordAndSample => Event::kept(origin),
+                _ => Event::dropped(DropReason::Parent, origin),
+            };
+            stats::record(counters, event);
+            result
+        }
         (true, RemoteParents::Cap) if parent.is_sampled() => {
             decide(Origin::Remote, parent.trace_state())
         }
-        (true, RemoteParents::Cap) => drop_span(parent.trace_state()),
+        (true, RemoteParents::Cap) => {
+            stats::record(counters, Event::dropped(DropReason::Parent, origin));
+            drop_span(parent.trace_state())
+        }
     }
 }
 

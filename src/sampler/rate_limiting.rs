@@ -6,11 +6,12 @@ use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult, ShouldSample};
 
 use super::attributes::{self, RATELIMITING};
-use super::parent::{self, drop_span, RemoteParents};
+use super::parent::{self, drop_span, Origin, RemoteParents};
 use super::trace_state::erase_threshold;
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::{Limit, LimitError};
 use crate::limiter::{Algorithm, AnyLimiter, RateLimiter};
+use crate::stats::{self, Counters, DropReason, Event, SamplerStats, WindowFill};
 
 /// An OpenTelemetry sampler that keeps at most `N` traces per window.
 ///
@@ -29,7 +30,9 @@ use crate::limiter::{Algorithm, AnyLimiter, RateLimiter};
 /// own decision it erases the OTEP 235 `ot=th` threshold from the trace state: a hard
 /// cap has no known sampling probability. The reject path allocates nothing.
 ///
-/// Clones share one limiter, so one budget.
+/// Clones share one limiter, so one budget, and one set of counters: [`stats`](Self::stats)
+/// says what was kept and what was dropped, and why, for a nanosecond or so per decision
+/// (per-thread counters, no write another thread makes; see `BENCHMARKS.md`).
 ///
 /// ```
 /// use opentelemetry::trace::{Tracer, TracerProvider};
@@ -50,6 +53,8 @@ struct Inner<L> {
     remote_parents: RemoteParents,
     /// `limiter.limit().per_second_rate()`, computed once.
     param: f64,
+    /// The decision counters (`None`: counting turned off).
+    counters: Option<Counters>,
 }
 
 impl RateLimitingSampler {
@@ -60,6 +65,7 @@ impl RateLimitingSampler {
             algorithm: Algorithm::default(),
             clock: MonotonicClock::new(),
             remote_parents: RemoteParents::default(),
+            count_decisions: true,
         }
     }
 
@@ -82,12 +88,59 @@ impl<L: RateLimiter> RateLimitingSampler<L> {
 
     /// A sampler asking `limiter`, treating remote parents as `remote_parents` says.
     pub fn with_remote_parents(limiter: L, remote_parents: RemoteParents) -> Self {
+        Self::with_options(limiter, remote_parents, true)
+    }
+
+    fn with_options(limiter: L, remote_parents: RemoteParents, count_decisions: bool) -> Self {
         let param = limiter.limit().per_second_rate();
         Self {
             inner: Arc::new(Inner {
                 limiter,
                 remote_parents,
                 param,
+                counters: count_decisions.then(Counters::new),
+            }),
+        }
+    }
+
+    /// What this sampler (with all its clones) decided so far, and how full the
+    /// limiter's current window is.
+    ///
+    /// A snapshot, cheap to take (it sums a few hundred counters and reads the limiter's
+    /// state, writing nothing): exact when no decision runs meanwhile; otherwise each
+    /// counter is individually exact but they are not read at one instant (see
+    /// [`DecisionStats`](crate::stats::DecisionStats)).
+    ///
+    /// ```
+    /// use opentelemetry::trace::{SpanKind, TraceId};
+    /// use opentelemetry::Context;
+    /// use opentelemetry_sdk::trace::ShouldSample;
+    /// use otel_rate_sampler::stats::{DropReason, ParentOrigin};
+    /// use otel_rate_sampler::RateLimitingSampler;
+    ///
+    /// let sampler = RateLimitingSampler::per_second(1.0)?;
+    /// for _ in 0..3 {
+    ///     let root = Context::new();
+    ///     sampler.should_sample(Some(&root), TraceId::from(1), "op", &SpanKind::Server, &[], &[]);
+    /// }
+    /// let stats = sampler.stats();
+    /// assert_eq!(stats.decisions.kept_from(ParentOrigin::Root), 1);
+    /// assert_eq!(stats.decisions.dropped_for(DropReason::RateLimit), 2);
+    /// assert_eq!(stats.window.map(|w| (w.used, w.permits)), Some((1, 1)));
+    /// # Ok::<(), otel_rate_sampler::LimitError>(())
+    /// ```
+    pub fn stats(&self) -> SamplerStats {
+        let limiter = &self.inner.limiter;
+        SamplerStats {
+            decisions: self
+                .inner
+                .counters
+                .as_ref()
+                .map(Counters::snapshot)
+                .unwrap_or_default(),
+            window: limiter.count_in_window().map(|used| WindowFill {
+                used,
+                permits: limiter.limit().permits(),
             }),
         }
     }
@@ -105,14 +158,20 @@ impl<L: RateLimiter> RateLimitingSampler<L> {
     /// The decision for a trace this sampler decides itself (a root, or a capped remote
     /// parent): ask the limiter.
     #[inline]
-    fn decide(&self, parent_state: &TraceState) -> SamplingResult {
+    fn decide(&self, origin: Origin, parent_state: &TraceState) -> SamplingResult {
+        let counters = self.inner.counters.as_ref();
         if self.inner.limiter.try_acquire() {
+            stats::record(counters, Event::kept(origin.into()));
             SamplingResult {
                 decision: SamplingDecision::RecordAndSample,
                 attributes: attributes::kept(RATELIMITING, self.inner.param),
                 trace_state: erase_threshold(parent_state),
             }
         } else {
+            stats::record(
+                counters,
+                Event::dropped(DropReason::RateLimit, origin.into()),
+            );
             drop_span(parent_state)
         }
     }
@@ -128,9 +187,12 @@ impl<L: RateLimiter + 'static> ShouldSample for RateLimitingSampler<L> {
         _attributes: &[KeyValue],
         _links: &[Link],
     ) -> SamplingResult {
-        parent::apply(parent_context, self.inner.remote_parents, |_, state| {
-            self.decide(state)
-        })
+        parent::apply(
+            parent_context,
+            self.inner.remote_parents,
+            self.inner.counters.as_ref(),
+            |origin, state| self.decide(origin, state),
+        )
     }
 }
 
@@ -171,9 +233,19 @@ pub struct RateLimitingSamplerBuilder<C = MonotonicClock> {
     algorithm: Algorithm,
     clock: C,
     remote_parents: RemoteParents,
+    count_decisions: bool,
 }
 
 impl<C: Clock> RateLimitingSamplerBuilder<C> {
+    /// Whether the sampler counts its decisions for [`stats`](RateLimitingSampler::stats)
+    /// (default `true`). Counting costs about a nanosecond per decision (see
+    /// `BENCHMARKS.md`); turned off, `stats` reports zero decisions (and still the
+    /// window).
+    pub fn count_decisions(mut self, count: bool) -> Self {
+        self.count_decisions = count;
+        self
+    }
+
     /// The limiting algorithm (default [`Algorithm::FixedWindow`]).
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
         self.algorithm = algorithm;
@@ -193,13 +265,14 @@ impl<C: Clock> RateLimitingSamplerBuilder<C> {
             algorithm: self.algorithm,
             clock,
             remote_parents: self.remote_parents,
+            count_decisions: self.count_decisions,
         }
     }
 
     /// Builds the sampler.
     pub fn build(self) -> RateLimitingSampler<AnyLimiter<C>> {
         let limiter = AnyLimiter::with_clock(self.algorithm, self.limit, self.clock);
-        RateLimitingSampler::with_remote_parents(limiter, self.remote_parents)
+        RateLimitingSampler::with_options(limiter, self.remote_parents, self.count_decisions)
     }
 }
 
@@ -329,5 +402,76 @@ mod tests {
         let s = RateLimitingSampler::per_second(0.5).unwrap();
         let r = sample(&s, None);
         assert!(r.attributes.contains(&KeyValue::new(SAMPLER_PARAM, 0.5)));
+    }
+
+    #[test]
+    fn stats_count_every_origin_and_reason() {
+        use crate::stats::{DropReason as R, ParentOrigin as O};
+        let follow = sampler(1, RemoteParents::Follow);
+        let root = Context::new();
+        sample(&follow, Some(&root)); // kept, root
+        sample(&follow, None); // rate limit, root
+        sample(&follow, Some(&root)); // rate limit, root
+        sample(&follow, Some(&parent(false, true, ""))); // kept, local
+        sample(&follow, Some(&parent(false, false, ""))); // parent, local
+        sample(&follow, Some(&parent(true, true, ""))); // kept, remote (followed)
+        sample(&follow, Some(&parent(true, false, ""))); // parent, remote
+        let d = follow.stats().decisions;
+        assert_eq!((d.kept(), d.dropped(), d.total()), (3, 4, 7));
+        assert_eq!(
+            O::ALL.map(|o| d.kept_from(o)),
+            [1, 1, 1],
+            "kept: root, local, remote"
+        );
+        assert_eq!(d.dropped_for_from(R::RateLimit, O::Root), 2);
+        assert_eq!(d.dropped_for_from(R::Parent, O::Local), 1);
+        assert_eq!(d.dropped_for_from(R::Parent, O::Remote), 1);
+        for reason in [R::ServiceCap, R::Probability, R::NoRule] {
+            assert_eq!(d.dropped_for(reason), 0, "{reason:?}");
+        }
+        // `iter` lists every possible pair once, and adds up.
+        assert_eq!(d.iter().count(), 3 + 2 * 5);
+        assert_eq!(d.iter().map(|(_, _, n)| n).sum::<u64>(), 7);
+
+        let cap = sampler(1, RemoteParents::Cap);
+        sample(&cap, Some(&parent(true, true, ""))); // kept, remote (ours)
+        sample(&cap, Some(&parent(true, true, ""))); // rate limit, remote
+        sample(&cap, Some(&parent(true, false, ""))); // parent, remote
+        let d = cap.stats().decisions;
+        assert_eq!(d.kept_from(O::Remote), 1);
+        assert_eq!(d.dropped_for_from(R::RateLimit, O::Remote), 1);
+        assert_eq!(d.dropped_for_from(R::Parent, O::Remote), 1);
+        assert_eq!(d.total(), 3);
+    }
+
+    #[test]
+    fn stats_report_the_window_and_clones_share_the_counters() {
+        let clock = ManualClock::new();
+        let s = RateLimitingSampler::builder(Limit::per_window(3, Duration::from_secs(1)).unwrap())
+            .clock(clock.clone())
+            .build();
+        let c = s.clone();
+        sample(&s, None);
+        sample(&c, None);
+        let stats = c.stats();
+        assert_eq!(stats.decisions.kept(), 2);
+        let window = stats.window.unwrap();
+        assert_eq!((window.used, window.permits), (2, 3));
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(s.stats().window.unwrap().used, 0, "a new window");
+        assert_eq!(s.stats().decisions.kept(), 2, "counts are not per window");
+    }
+
+    #[test]
+    fn counting_can_be_turned_off() {
+        let s = RateLimitingSampler::builder(Limit::per_window(1, Duration::from_secs(1)).unwrap())
+            .clock(ManualClock::new())
+            .count_decisions(false)
+            .build();
+        sample(&s, None);
+        sample(&s, None);
+        let stats = s.stats();
+        assert_eq!(stats.decisions.total(), 0);
+        assert_eq!(stats.window.unwrap().used, 1);
     }
 }

@@ -226,3 +226,35 @@ limit = 1
     assert_eq!(kept, 0, "a saturated rule set admitted a root");
     assert_eq!(events, 0, "2000 refused roots caused {events} heap events");
 }
+
+/// A thread's first decision takes the thread's counter slot: that allocates nothing
+/// either, for the plain sampler and for a parent-followed span.
+#[test]
+fn a_new_threads_first_refusal_allocates_nothing() {
+    let sampler =
+        RateLimitingSampler::builder(Limit::per_window(1, Duration::from_secs(1)).unwrap())
+            .clock(ManualClock::new())
+            .build();
+    let root_parent = Context::new();
+    assert_eq!(
+        sample_root(&sampler, Some(&root_parent)).decision,
+        SamplingDecision::RecordAndSample
+    );
+    for _ in 0..3 {
+        let events = std::thread::scope(|s| {
+            s.spawn(|| {
+                let (result, events) = heap_events(|| sample_root(&sampler, Some(&root_parent)));
+                assert_eq!(result.decision, SamplingDecision::Drop);
+                events
+            })
+            .join()
+            .unwrap()
+        });
+        assert_eq!(
+            events, 0,
+            "a new thread's first refusal caused {events} heap events"
+        );
+    }
+    let stats = sampler.stats();
+    assert_eq!((stats.decisions.kept(), stats.decisions.dropped()), (1, 3));
+}

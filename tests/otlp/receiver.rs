@@ -2,13 +2,16 @@
 //!
 //! [`Receiver::start`] stands up, on loopback ports chosen by the OS:
 //!
-//! * a gRPC server implementing the `TraceService` that `opentelemetry-proto` generates,
-//!   served by tonic on its own tokio runtime (the same stack a collector speaks);
-//! * an HTTP/1.1 endpoint that decodes `ExportTraceServiceRequest` bodies
+//! * a gRPC server implementing the `TraceService` and `MetricsService` that
+//!   `opentelemetry-proto` generates, served by tonic on its own tokio runtime (the same
+//!   stack a collector speaks);
+//! * an HTTP/1.1 endpoint that decodes `ExportTraceServiceRequest` bodies on
+//!   `/v1/traces` and `ExportMetricsServiceRequest` bodies on `/v1/metrics`
 //!   (`application/x-protobuf`) with prost, one thread per connection.
 //!
-//! Both keep every span they are sent, with the `service.name` of its resource, so the
-//! tests assert on what actually crossed the wire, not on what the SDK meant to send.
+//! Both keep every span they are sent, with the `service.name` of its resource, and
+//! every metrics request, so the tests assert on what actually crossed the wire, not on
+//! what the SDK meant to send.
 //!
 //! [`drive`] offers traffic from several threads in phases: every thread offers its
 //! share of one window, all meet at a barrier, the test advances a [`ManualClock`] by one
@@ -26,6 +29,12 @@ use std::time::Duration;
 
 use opentelemetry::trace::{SpanContext, SpanId, TraceId};
 use opentelemetry_otlp::{Protocol, WithExportConfig};
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
+    MetricsService, MetricsServiceServer,
+};
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
 };
@@ -77,13 +86,21 @@ impl ReceivedSpan {
     }
 }
 
-/// Where the spans go: shared by both servers.
+/// Where the spans and metrics go: shared by both servers.
 #[derive(Clone, Debug, Default)]
 struct Sink {
     spans: Arc<Mutex<Vec<ReceivedSpan>>>,
+    metrics: Arc<Mutex<Vec<ExportMetricsServiceRequest>>>,
 }
 
 impl Sink {
+    fn ingest_metrics(&self, request: ExportMetricsServiceRequest) {
+        self.metrics
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(request);
+    }
+
     fn ingest(&self, request: ExportTraceServiceRequest) {
         let mut received = Vec::new();
         for resource_spans in request.resource_spans {
@@ -140,6 +157,17 @@ impl TraceService for Sink {
     }
 }
 
+#[tonic::async_trait]
+impl MetricsService for Sink {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportMetricsServiceRequest>,
+    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+        self.ingest_metrics(request.into_inner());
+        Ok(tonic::Response::new(ExportMetricsServiceResponse::default()))
+    }
+}
+
 /// An OTLP receiver (gRPC and HTTP/protobuf) on loopback ports.
 #[derive(Debug)]
 pub struct Receiver {
@@ -168,6 +196,7 @@ impl Receiver {
         runtime.spawn(
             tonic::transport::Server::builder()
                 .add_service(service)
+                .add_service(MetricsServiceServer::new(sink.clone()))
                 .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
         );
 
@@ -202,6 +231,20 @@ impl Receiver {
     /// The HTTP/protobuf traces endpoint, `http://127.0.0.1:PORT/v1/traces`.
     pub fn http_endpoint(&self) -> String {
         format!("http://{}/v1/traces", self.http)
+    }
+
+    /// The HTTP/protobuf metrics endpoint, `http://127.0.0.1:PORT/v1/metrics`.
+    pub fn http_metrics_endpoint(&self) -> String {
+        format!("http://{}/v1/metrics", self.http)
+    }
+
+    /// Every metrics request received so far.
+    pub fn metrics(&self) -> Vec<ExportMetricsServiceRequest> {
+        self.sink
+            .metrics
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// The receiver's tokio runtime, also used to build gRPC exporters (tonic needs a
@@ -263,18 +306,30 @@ fn serve_http_connection(stream: TcpStream, sink: &Sink) -> io::Result<()> {
         }
         let mut body = vec![0; content_length];
         reader.read_exact(&mut body)?;
-        let decoded = (!encoded && request_line.starts_with("POST "))
-            .then(|| ExportTraceServiceRequest::decode(body.as_slice()).ok())
-            .flatten();
-        let (status, payload) = match decoded {
-            Some(request) => {
-                sink.ingest(request);
-                (
-                    "200 OK",
-                    ExportTraceServiceResponse::default().encode_to_vec(),
-                )
-            }
-            None => ("400 Bad Request", Vec::new()),
+        let path = request_line.split_whitespace().nth(1).unwrap_or("");
+        let post = !encoded && request_line.starts_with("POST ");
+        let (status, payload) = match path {
+            "/v1/metrics" if post => match ExportMetricsServiceRequest::decode(body.as_slice()) {
+                Ok(request) => {
+                    sink.ingest_metrics(request);
+                    (
+                        "200 OK",
+                        ExportMetricsServiceResponse::default().encode_to_vec(),
+                    )
+                }
+                Err(_) => ("400 Bad Request", Vec::new()),
+            },
+            _ if post => match ExportTraceServiceRequest::decode(body.as_slice()) {
+                Ok(request) => {
+                    sink.ingest(request);
+                    (
+                        "200 OK",
+                        ExportTraceServiceResponse::default().encode_to_vec(),
+                    )
+                }
+                Err(_) => ("400 Bad Request", Vec::new()),
+            },
+            _ => ("400 Bad Request", Vec::new()),
         };
         // One write: a header and a body in two small segments would wait on Nagle
         // and the client's delayed ACK.
@@ -316,6 +371,31 @@ pub fn exporter(receiver: &Receiver, transport: Transport) -> opentelemetry_otlp
             .build(),
     }
     .expect("build the OTLP exporter")
+}
+
+/// An OTLP metric exporter aimed at `receiver`.
+pub fn metric_exporter(
+    receiver: &Receiver,
+    transport: Transport,
+) -> opentelemetry_otlp::MetricExporter {
+    let builder = opentelemetry_otlp::MetricExporter::builder();
+    match transport {
+        Transport::Grpc => {
+            let _entered = receiver.runtime().enter();
+            builder
+                .with_tonic()
+                .with_endpoint(receiver.grpc_endpoint())
+                .with_timeout(Duration::from_secs(10))
+                .build()
+        }
+        Transport::Http => builder
+            .with_http()
+            .with_protocol(Protocol::HttpBinary)
+            .with_endpoint(receiver.http_metrics_endpoint())
+            .with_timeout(Duration::from_secs(10))
+            .build(),
+    }
+    .expect("build the OTLP metric exporter")
 }
 
 /// A provider named `service` that samples with `sampler` and batches to `exporter`,

@@ -1,0 +1,85 @@
+//! What one collection reports, read from a sampler's stats.
+
+use std::sync::Arc;
+
+use opentelemetry::KeyValue;
+
+use crate::limiter::RateLimiter;
+use crate::sampler::RateLimitingSampler;
+use crate::stats::{DecisionStats, WindowFill};
+
+use super::instruments::SamplerMetrics as M;
+
+/// Reload outcomes and the generation in force.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Reloads {
+    pub(super) succeeded: u64,
+    pub(super) failed: u64,
+    pub(super) generation: u64,
+}
+
+/// Everything the instruments report for one sampler, at one collection.
+#[derive(Debug, Default)]
+pub(super) struct Observation {
+    /// `service.name`, for the rule-based sampler.
+    pub(super) service: Option<KeyValue>,
+    /// Decisions, each with the attributes of who made them (the rule).
+    pub(super) decisions: Vec<(Vec<KeyValue>, DecisionStats)>,
+    /// Windows, each with the attributes of its limiter.
+    pub(super) windows: Vec<(Vec<KeyValue>, WindowFill)>,
+    /// Reload outcomes and the generation in force (rule-based sampler).
+    pub(super) reloads: Option<Reloads>,
+}
+
+/// Reads a sampler's numbers at each collection.
+pub(super) type Source = Arc<dyn Fn() -> Observation + Send + Sync>;
+
+pub(super) fn of_sampler<L: RateLimiter + 'static>(sampler: &RateLimitingSampler<L>) -> Source {
+    let sampler = sampler.clone();
+    Arc::new(move || {
+        let stats = sampler.stats();
+        Observation {
+            service: None,
+            decisions: vec![(Vec::new(), stats.decisions)],
+            windows: stats
+                .window
+                .map(|w| (vec![KeyValue::new(M::LIMITER, "sampler")], w))
+                .into_iter()
+                .collect(),
+            reloads: None,
+        }
+    })
+}
+
+#[cfg(feature = "config")]
+pub(super) fn of_rules<C: crate::Clock + Clone>(sampler: &crate::RuleBasedSampler<C>) -> Source {
+    let sampler = sampler.clone();
+    Arc::new(move || {
+        let stats = sampler.stats();
+        let rule = |name: &str| KeyValue::new(M::RULE, name.to_owned());
+        let mut decisions = vec![(Vec::new(), stats.unmatched)];
+        let mut windows = Vec::new();
+        for r in &stats.rules {
+            decisions.push((vec![rule(&r.name)], r.decisions));
+            if let Some(w) = r.window {
+                windows.push((vec![KeyValue::new(M::LIMITER, "rule"), rule(&r.name)], w));
+            }
+            if let Some(w) = r.floor {
+                windows.push((vec![KeyValue::new(M::LIMITER, "floor"), rule(&r.name)], w));
+            }
+        }
+        if let Some(cap) = stats.cap {
+            windows.push((vec![KeyValue::new(M::LIMITER, "cap")], cap.window));
+        }
+        Observation {
+            service: Some(KeyValue::new("service.name", stats.service)),
+            decisions,
+            windows,
+            reloads: Some(Reloads {
+                succeeded: stats.reloads.succeeded,
+                failed: stats.reloads.failed,
+                generation: stats.generation,
+            }),
+        }
+    })
+}
