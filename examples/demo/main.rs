@@ -54,6 +54,8 @@
 
 mod args;
 mod export;
+#[cfg(feature = "redis")]
+mod fleet;
 mod load;
 mod summary;
 #[path = "../support/mod.rs"]
@@ -73,7 +75,7 @@ use tracing_subscriber::layer::SubscriberExt as _;
 
 use args::{Config, Via};
 use export::{CountingExporter, OtlpExport, Tally};
-use load::{lock, Run, StampingLimiter, WorkerSlot, WorkerTotals, MAX_NAP};
+use load::{lock, DemoLimiter, Run, StampingLimiter, WorkerSlot, WorkerTotals, MAX_NAP};
 use windows::{AlignedClock, Report};
 
 /// The service name on the demo's spans.
@@ -101,6 +103,9 @@ struct Loaded {
     totals: WorkerTotals,
     report: Report,
     end: Instant,
+    /// Fleet mode: what the fleet's limiter did.
+    #[cfg(feature = "redis")]
+    fleet: Option<fleet::Outcome>,
 }
 
 fn run(config: &Config) -> Result<(), String> {
@@ -127,6 +132,13 @@ fn run(config: &Config) -> Result<(), String> {
 
     let local = lock(&local.received);
     let summary = summary::Summary::new(config, &loaded.totals, &loaded.report, &local, otlp);
+    #[cfg(feature = "redis")]
+    let summary = {
+        if let Some(outcome) = &loaded.fleet {
+            eprintln!("demo: {}", outcome.line());
+        }
+        summary.with_fleet(loaded.fleet)
+    };
     if loaded.report.after_end > 0 {
         eprintln!(
             "demo: {} window(s) after the end of the run hold traces offered before it \
@@ -192,6 +204,7 @@ fn offer_load(
             run.start,
             run.end,
         );
+        report.settle = run.settle;
         report_live(run, &slots, local, &mut report);
         let mut totals = WorkerTotals::default();
         for h in handles {
@@ -210,12 +223,14 @@ fn offer_load(
             totals,
             report,
             end: run.end_instant,
+            #[cfg(feature = "redis")]
+            fleet: run.fleet.as_ref().map(fleet::Watch::finish),
         })
     })
 }
 
-/// Builds the clock (right before the load starts), the limiter, the sampler and the
-/// provider, and the run the threads share.
+/// Builds the clock (right before the load starts), the limiter (in fleet mode, once
+/// Redis has answered), the sampler and the provider, and the run the threads share.
 fn build_run(
     config: &Config,
     local: &Arc<Tally>,
@@ -223,8 +238,22 @@ fn build_run(
 ) -> Result<(Run, SdkTracerProvider), String> {
     let window_nanos = config.limit.window_nanos();
     let clock = AlignedClock::new(window_nanos);
-    let inner = AnyLimiter::with_clock(config.algorithm, config.limit, clock);
-    let sampler = RateLimitingSampler::new(StampingLimiter { inner });
+    let inner = demo_limiter(config, clock)?;
+    #[cfg(feature = "redis")]
+    let fleet = match &inner {
+        DemoLimiter::Fleet(f) => Some(f.watch()),
+        DemoLimiter::Local(_) => None,
+    };
+    #[cfg(feature = "redis")]
+    let settle = fleet.as_ref().map_or(0, |_| {
+        u64::try_from(fleet::SETTLE.as_nanos()).unwrap_or(u64::MAX)
+    });
+    #[cfg(not(feature = "redis"))]
+    let settle = 0;
+    let sampler = RateLimitingSampler::new(StampingLimiter {
+        inner,
+        window_nanos,
+    });
     // The counting exporter behind a simple (synchronous) processor: a window's line
     // then counts what reached it by the time the window closes. OTLP, if any, behind a
     // batch processor, so the threads never wait on the network.
@@ -271,8 +300,26 @@ fn build_run(
         end_instant: start_instant + config.duration,
         rate: config.rate,
         ticket: AtomicU64::new(0),
+        settle,
+        #[cfg(feature = "redis")]
+        fleet,
     };
     Ok((run, provider))
+}
+
+/// The limiter: `--algorithm` on the demo's clock, or with `--redis` the fleet's.
+fn demo_limiter(config: &Config, clock: AlignedClock) -> Result<DemoLimiter, String> {
+    match &config.fleet {
+        None => Ok(DemoLimiter::Local(AnyLimiter::with_clock(
+            config.algorithm,
+            config.limit,
+            clock,
+        ))),
+        #[cfg(feature = "redis")]
+        Some(target) => fleet::Fleet::connect(target, config.limit, clock).map(DemoLimiter::Fleet),
+        #[cfg(not(feature = "redis"))]
+        Some(_) => Err("--redis needs the demo built with --features redis".into()),
+    }
 }
 
 /// Reports each window once every thread has moved past it, until every thread is done.
@@ -288,7 +335,11 @@ fn report_live(run: &Run, slots: &[WorkerSlot], local: &Tally, report: &mut Repo
         if watermark == u64::MAX {
             return; // every thread is done; the rest is reported once they are joined
         }
-        let close = report.close_of(report.next);
+        #[cfg(feature = "redis")]
+        if let Some(fleet) = &run.fleet {
+            fleet.observe();
+        }
+        let close = report.close_of(report.next).saturating_add(report.settle);
         if watermark >= close {
             report.finish_next(slots, &local.received);
             continue;
