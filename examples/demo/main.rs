@@ -8,7 +8,8 @@
 //!
 //! The parts: [`args`] (the command line), [`load`] (the generating threads and the
 //! stamping limiter), [`export`] (the counting exporter and OTLP), [`windows`] (the
-//! aligned clock and the per-window report), [`summary`] (the headline and the JSON line).
+//! aligned clock and the per-window report), [`summary`] (the headline and the JSON line),
+//! and with the `redis` feature `fleet` (fleet mode).
 //!
 //! Each trace is a root span and 3 children started under it through the SDK API, or
 //! with `--via tracing` through `tracing` spans (a few fields each) that
@@ -21,6 +22,12 @@
 //! ms, default 10000), whatever the collector does; one line says what it acknowledged,
 //! or that no collector answered.
 //!
+//! With `--redis redis://HOST:PORT` (feature `redis`) the limit is a fleet's: a
+//! `FleetLimiter` shared through that Redis with every demo on the same `--redis-key`.
+//! `per_window` then names the fleet's windows, so several demos' counts add up per
+//! window to the fleet's, and the summary adds the fleet's statistics (`redis_calls`,
+//! `lease_errors`, `fallback_seen`, `instances_seen`, ...).
+//!
 //! One line per window goes to stderr as the window closes, then the headline (what whole
 //! windows kept against the limit); at the end exactly one JSON line goes to stdout:
 //!
@@ -32,14 +39,16 @@
 //!
 //! **Window attribution.** A kept trace is attributed to the window the *limiter* counted
 //! it in: the limiter is wrapped in a `StampingLimiter`, which calls the inner
-//! `acquire_stamped()` and leaves the admission stamp in a thread-local cell that the
-//! generating thread reads right after starting the root. That window is also recorded on
+//! `acquire_stamped()` (in fleet mode `acquire_window()`, the fleet's window id) and
+//! leaves the window of the admission in a thread-local cell that the generating thread
+//! reads right after starting the root. That window is also recorded on
 //! the root span (`demo.window`), so the exporter counts exported traces per window by
 //! what it received. Offered traces are attributed by a read of the same clock, taken just
 //! before the root starts. Windows start on multiples of the window in Unix time (see
-//! [`windows`]), so a run's first and last windows are usually partial. A window's line
-//! is printed once every thread has read the clock past its end, so its counts are final
-//! when printed.
+//! [`windows`]), so a run's first and last windows are usually partial; a fleet's windows
+//! are the same ones by Redis `TIME`. A window's line is printed once every thread has
+//! read the clock past its end (in fleet mode, past its end plus a margin for the
+//! fleet's edges), so its counts are final when printed.
 //!
 //! `windows` counts the windows that overlap the run. The limiter reads the clock a
 //! little after the thread does, so a trace offered just before the end can be counted
