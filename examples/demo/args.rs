@@ -32,8 +32,8 @@ const MAX_RATE: f64 = 1e9;
 #[derive(Debug, Parser)]
 #[command(name = "demo", bin_name = "cargo run --release --example demo --")]
 struct Args {
-    /// The limiter.
-    #[arg(long, value_name = "A", default_value = "fixed",
+    /// The limiter (local to this process; not with --redis).
+    #[arg(long, value_name = "A", default_value = "fixed", conflicts_with = "redis",
           value_parser = PossibleValuesParser::new(Algorithm::ALL.map(Algorithm::name))
               .try_map(|name| name.parse::<Algorithm>()))]
     algorithm: Algorithm,
@@ -74,6 +74,16 @@ struct Args {
     /// grpc].
     #[arg(long, value_name = "P", value_parser = OtlpProtocol::parse)]
     otlp_protocol: Option<OtlpProtocol>,
+
+    /// Fleet mode: --limit per --window is the fleet's, shared through the Redis at URL
+    /// (redis://HOST:PORT) with every demo using the same Redis and --redis-key. Needs
+    /// the demo built with --features redis.
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
+
+    /// The fleet's key in Redis (fleet mode).
+    #[arg(long, value_name = "KEY", default_value = "demo", requires = "redis")]
+    redis_key: String,
 }
 
 /// How the demo makes its spans.
@@ -97,6 +107,28 @@ pub(crate) struct Config {
     pub(crate) via: Via,
     /// Where to export over OTLP, if anywhere.
     pub(crate) otlp: Option<Target>,
+    /// Fleet mode: the Redis the limit is shared through.
+    pub(crate) fleet: Option<FleetTarget>,
+}
+
+/// `--redis URL --redis-key KEY`.
+#[derive(Debug, Clone)]
+pub(crate) struct FleetTarget {
+    pub(crate) url: String,
+    pub(crate) key: String,
+}
+
+impl FleetTarget {
+    /// The URL without its password, for messages.
+    pub(crate) fn shown_url(&self) -> String {
+        match self.url.split_once("://") {
+            Some((scheme, rest)) if rest.contains('@') => {
+                let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+                format!("{scheme}://***@{host}")
+            }
+            _ => self.url.clone(),
+        }
+    }
 }
 
 impl Config {
@@ -151,6 +183,17 @@ impl Args {
             )));
         }
         let otlp = self.otlp_target().map_err(invalid)?;
+        let fleet = self.redis.map(|url| FleetTarget {
+            url,
+            key: self.redis_key,
+        });
+        if fleet.is_some() && !cfg!(feature = "redis") {
+            return Err(invalid(
+                "--redis needs the redis feature: cargo run --release --features redis \
+                 --example demo -- --redis URL ..."
+                    .into(),
+            ));
+        }
         Ok(Config {
             algorithm: self.algorithm,
             limit,
@@ -159,6 +202,7 @@ impl Args {
             rate: self.rate,
             via: self.via,
             otlp,
+            fleet,
         })
     }
 
@@ -226,10 +270,13 @@ fn rate(value: &str) -> Result<f64, String> {
 
 impl fmt::Display for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.fleet {
+            None => write!(f, "algorithm {}, ", self.algorithm)?,
+            Some(t) => write!(f, "fleet {:?} on {}, ", t.key, t.shown_url())?,
+        }
         write!(
             f,
-            "algorithm {}, limit {} per {} ({}/s), threads {}, duration {}, rate ",
-            self.algorithm,
+            "limit {} per {} ({}/s), threads {}, duration {}, rate ",
             self.limit.permits(),
             humantime::format_duration(self.limit.window()),
             self.limit.per_second_rate(),

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use opentelemetry::trace::{Span as _, TraceContextExt as _, Tracer as _};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::SdkTracer;
-use otel_rate_sampler::{Clock, Limit, RateLimiter};
+use otel_rate_sampler::{AnyLimiter, Clock, Limit, RateLimiter};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use crate::windows::{AlignedClock, WindowCounts};
@@ -24,30 +24,60 @@ pub(crate) const WINDOW_KEY: &str = "demo.window";
 pub(crate) const MAX_NAP: Duration = Duration::from_millis(5);
 
 thread_local! {
-    /// The stamp of this thread's last admission by a [`StampingLimiter`], or `None` if
-    /// its last call was refused.
-    static STAMP: Cell<Option<u64>> = const { Cell::new(None) };
+    /// The window (of the demo's clock) this thread's last admission by a
+    /// [`StampingLimiter`] was counted in, or `None` if its last call was refused.
+    static COUNTED_IN: Cell<Option<u64>> = const { Cell::new(None) };
 }
 
-/// A limiter that leaves the stamp of each decision in the thread-local [`STAMP`], so the
-/// thread that started a root span learns which window the limiter counted it in.
+/// The limiter the demo samples with.
+#[derive(Debug)]
+// One value per run; boxing the local limiter would only add an indirection to each of
+// its decisions.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum DemoLimiter {
+    /// One of the crate's local limiters, on the demo's clock.
+    Local(AnyLimiter<AlignedClock>),
+    /// `--redis`: the fleet's limiter, shared with every demo on the same Redis and key.
+    #[cfg(feature = "redis")]
+    Fleet(crate::fleet::Fleet),
+}
+
+/// A limiter that leaves the window each admission was counted in, on the demo's clock,
+/// in the thread-local [`COUNTED_IN`], so the thread that started a root span learns it.
 ///
 /// It does not override `try_acquire`: the trait's default calls `acquire_stamped`, so
 /// the sampler's `try_acquire` comes through here.
 #[derive(Debug)]
-pub(crate) struct StampingLimiter<L> {
-    pub(crate) inner: L,
+pub(crate) struct StampingLimiter {
+    pub(crate) inner: DemoLimiter,
+    pub(crate) window_nanos: u64,
 }
 
-impl<L: RateLimiter> RateLimiter for StampingLimiter<L> {
+impl RateLimiter for StampingLimiter {
     fn acquire_stamped(&self) -> Option<u64> {
-        let stamp = self.inner.acquire_stamped();
-        STAMP.with(|cell| cell.set(stamp));
+        let (stamp, window) = match &self.inner {
+            DemoLimiter::Local(l) => {
+                let stamp = l.acquire_stamped();
+                (stamp, stamp.map(|s| s / self.window_nanos))
+            }
+            // The fleet counts by window id, exactly; the stamp is the start of that
+            // window on the demo's clock (the sampler only asks whether there is one).
+            #[cfg(feature = "redis")]
+            DemoLimiter::Fleet(f) => {
+                let window = f.acquire();
+                (window.map(|k| k.saturating_mul(self.window_nanos)), window)
+            }
+        };
+        COUNTED_IN.with(|cell| cell.set(window));
         stamp
     }
 
     fn limit(&self) -> Limit {
-        self.inner.limit()
+        match &self.inner {
+            DemoLimiter::Local(l) => l.limit(),
+            #[cfg(feature = "redis")]
+            DemoLimiter::Fleet(f) => f.limit(),
+        }
     }
 }
 
@@ -95,6 +125,12 @@ pub(crate) struct Run {
     pub(crate) rate: Option<f64>,
     /// The next offer to pace (`--rate` only).
     pub(crate) ticket: AtomicU64,
+    /// How long after a window's close on `clock` its counts are final (see
+    /// [`Report`](crate::windows::Report)).
+    pub(crate) settle: u64,
+    /// Fleet mode: the watch on the fleet limiter's statistics.
+    #[cfg(feature = "redis")]
+    pub(crate) fleet: Option<crate::fleet::Watch>,
 }
 
 /// The `demo.window` attribute value of window `window`.
@@ -103,17 +139,15 @@ fn window_value(window: u64) -> i64 {
 }
 
 /// Offers one trace through the SDK API: starts a new root (whatever the thread's
-/// current context), reads the limiter's stamp, records the window on a kept root, adds
-/// the children and ends the trace. Says whether the root was sampled, and the stamp.
+/// current context), reads the window the limiter counted it in, records it on a kept
+/// root, adds the children and ends the trace. Says whether the root was sampled, and
+/// that window.
 fn offer_sdk(run: &Run) -> (bool, Option<u64>) {
     let mut root = run.tracer.start_with_context("demo.root", &Context::new());
-    let stamp = STAMP.with(Cell::take);
+    let window = COUNTED_IN.with(Cell::take);
     let sampled = root.span_context().is_sampled();
-    if let (true, Some(stamp)) = (sampled, stamp) {
-        root.set_attribute(KeyValue::new(
-            WINDOW_KEY,
-            window_value(stamp / run.window_nanos),
-        ));
+    if let (true, Some(window)) = (sampled, window) {
+        root.set_attribute(KeyValue::new(WINDOW_KEY, window_value(window)));
     }
     let cx = Context::new().with_span(root);
     for _ in 0..CHILDREN {
@@ -122,12 +156,12 @@ fn offer_sdk(run: &Run) -> (bool, Option<u64>) {
     // The SimpleSpanProcessor exports synchronously: once the root has ended, the whole
     // trace has reached the exporter.
     cx.span().end();
-    (sampled, stamp)
+    (sampled, window)
 }
 
 /// Offers the same trace through `tracing` spans with a few fields each, which
 /// `tracing-opentelemetry` turns into OpenTelemetry spans.
-fn offer_tracing(run: &Run, seq: u64) -> (bool, Option<u64>) {
+fn offer_tracing(seq: u64) -> (bool, Option<u64>) {
     let root = tracing::info_span!(
         parent: None,
         "demo.root",
@@ -139,10 +173,10 @@ fn offer_tracing(run: &Run, seq: u64) -> (bool, Option<u64>) {
     // tracing-opentelemetry starts the OpenTelemetry span (and so asks the sampler)
     // lazily; asking for its context starts it now, on this thread.
     let sc = root.context().span().span_context().clone();
-    let stamp = STAMP.with(Cell::take);
+    let window = COUNTED_IN.with(Cell::take);
     let sampled = sc.is_sampled();
-    if let (true, Some(stamp)) = (sampled, stamp) {
-        root.set_attribute(WINDOW_KEY, window_value(stamp / run.window_nanos));
+    if let (true, Some(window)) = (sampled, window) {
+        root.set_attribute(WINDOW_KEY, window_value(window));
     }
     root.in_scope(|| {
         for step in 0..CHILDREN {
@@ -156,7 +190,7 @@ fn offer_tracing(run: &Run, seq: u64) -> (bool, Option<u64>) {
     });
     // Closing the root ends its OpenTelemetry span, exported synchronously.
     drop(root);
-    (sampled, stamp)
+    (sampled, window)
 }
 
 /// Offers traces until the run ends.
@@ -173,20 +207,20 @@ pub(crate) fn generate(run: &Run, slot: &WorkerSlot) -> WorkerTotals {
         if now >= run.end {
             break;
         }
-        STAMP.with(|cell| cell.set(None));
-        let (sampled, stamp) = match run.dispatch {
+        COUNTED_IN.with(|cell| cell.set(None));
+        let (sampled, counted_in) = match run.dispatch {
             None => offer_sdk(run),
-            Some(_) => offer_tracing(run, totals.offered),
+            Some(_) => offer_tracing(totals.offered),
         };
         totals.offered += 1;
-        let kept_window = match (sampled, stamp) {
-            (true, Some(stamp)) => Some(stamp / w),
+        let kept_window = match (sampled, counted_in) {
+            (true, Some(window)) => Some(window),
             (true, None) => {
                 totals.unstamped += 1;
                 None
             }
-            (false, stamp) => {
-                totals.stamped_but_dropped += u64::from(stamp.is_some());
+            (false, counted_in) => {
+                totals.stamped_but_dropped += u64::from(counted_in.is_some());
                 None
             }
         };
@@ -200,8 +234,9 @@ pub(crate) fn generate(run: &Run, slot: &WorkerSlot) -> WorkerTotals {
             }
         }
         // Every later reading of this thread is at least `now`, and a kept trace's
-        // window is never before the offer's (the limiter reads the clock after us and
-        // never counts into an older window).
+        // window is never before the offer's (a local limiter reads the clock after us
+        // and never counts into an older window); a fleet's window closes at most the
+        // report's `settle` before it.
         slot.progress.store(now, Ordering::Release);
     }
     // Release: pairs with the reporter's Acquire; this thread records nothing more.

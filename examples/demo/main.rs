@@ -8,7 +8,8 @@
 //!
 //! The parts: [`args`] (the command line), [`load`] (the generating threads and the
 //! stamping limiter), [`export`] (the counting exporter and OTLP), [`windows`] (the
-//! aligned clock and the per-window report), [`summary`] (the headline and the JSON line).
+//! aligned clock and the per-window report), [`summary`] (the headline and the JSON line),
+//! and with the `redis` feature `fleet` (fleet mode).
 //!
 //! Each trace is a root span and 3 children started under it through the SDK API, or
 //! with `--via tracing` through `tracing` spans (a few fields each) that
@@ -21,6 +22,12 @@
 //! ms, default 10000), whatever the collector does; one line says what it acknowledged,
 //! or that no collector answered.
 //!
+//! With `--redis redis://HOST:PORT` (feature `redis`) the limit is a fleet's: a
+//! `FleetLimiter` shared through that Redis with every demo on the same `--redis-key`.
+//! `per_window` then names the fleet's windows, so several demos' counts add up per
+//! window to the fleet's, and the summary adds the fleet's statistics (`redis_calls`,
+//! `lease_errors`, `fallback_seen`, `instances_seen`, ...).
+//!
 //! One line per window goes to stderr as the window closes, then the headline (what whole
 //! windows kept against the limit); at the end exactly one JSON line goes to stdout:
 //!
@@ -32,14 +39,16 @@
 //!
 //! **Window attribution.** A kept trace is attributed to the window the *limiter* counted
 //! it in: the limiter is wrapped in a `StampingLimiter`, which calls the inner
-//! `acquire_stamped()` and leaves the admission stamp in a thread-local cell that the
-//! generating thread reads right after starting the root. That window is also recorded on
+//! `acquire_stamped()` (in fleet mode `acquire_window()`, the fleet's window id) and
+//! leaves the window of the admission in a thread-local cell that the generating thread
+//! reads right after starting the root. That window is also recorded on
 //! the root span (`demo.window`), so the exporter counts exported traces per window by
 //! what it received. Offered traces are attributed by a read of the same clock, taken just
 //! before the root starts. Windows start on multiples of the window in Unix time (see
-//! [`windows`]), so a run's first and last windows are usually partial. A window's line
-//! is printed once every thread has read the clock past its end, so its counts are final
-//! when printed.
+//! [`windows`]), so a run's first and last windows are usually partial; a fleet's windows
+//! are the same ones by Redis `TIME`. A window's line is printed once every thread has
+//! read the clock past its end (in fleet mode, past its end plus a margin for the
+//! fleet's edges), so its counts are final when printed.
 //!
 //! `windows` counts the windows that overlap the run. The limiter reads the clock a
 //! little after the thread does, so a trace offered just before the end can be counted
@@ -54,6 +63,8 @@
 
 mod args;
 mod export;
+#[cfg(feature = "redis")]
+mod fleet;
 mod load;
 mod summary;
 #[path = "../support/mod.rs"]
@@ -73,7 +84,7 @@ use tracing_subscriber::layer::SubscriberExt as _;
 
 use args::{Config, Via};
 use export::{CountingExporter, OtlpExport, Tally};
-use load::{lock, Run, StampingLimiter, WorkerSlot, WorkerTotals, MAX_NAP};
+use load::{lock, DemoLimiter, Run, StampingLimiter, WorkerSlot, WorkerTotals, MAX_NAP};
 use windows::{AlignedClock, Report};
 
 /// The service name on the demo's spans.
@@ -101,6 +112,9 @@ struct Loaded {
     totals: WorkerTotals,
     report: Report,
     end: Instant,
+    /// Fleet mode: what the fleet's limiter did.
+    #[cfg(feature = "redis")]
+    fleet: Option<fleet::Outcome>,
 }
 
 fn run(config: &Config) -> Result<(), String> {
@@ -127,6 +141,13 @@ fn run(config: &Config) -> Result<(), String> {
 
     let local = lock(&local.received);
     let summary = summary::Summary::new(config, &loaded.totals, &loaded.report, &local, otlp);
+    #[cfg(feature = "redis")]
+    let summary = {
+        if let Some(outcome) = &loaded.fleet {
+            eprintln!("demo: {}", outcome.line());
+        }
+        summary.with_fleet(loaded.fleet)
+    };
     if loaded.report.after_end > 0 {
         eprintln!(
             "demo: {} window(s) after the end of the run hold traces offered before it \
@@ -192,6 +213,7 @@ fn offer_load(
             run.start,
             run.end,
         );
+        report.settle = run.settle;
         report_live(run, &slots, local, &mut report);
         let mut totals = WorkerTotals::default();
         for h in handles {
@@ -210,12 +232,14 @@ fn offer_load(
             totals,
             report,
             end: run.end_instant,
+            #[cfg(feature = "redis")]
+            fleet: run.fleet.as_ref().map(fleet::Watch::finish),
         })
     })
 }
 
-/// Builds the clock (right before the load starts), the limiter, the sampler and the
-/// provider, and the run the threads share.
+/// Builds the clock (right before the load starts), the limiter (in fleet mode, once
+/// Redis has answered), the sampler and the provider, and the run the threads share.
 fn build_run(
     config: &Config,
     local: &Arc<Tally>,
@@ -223,8 +247,22 @@ fn build_run(
 ) -> Result<(Run, SdkTracerProvider), String> {
     let window_nanos = config.limit.window_nanos();
     let clock = AlignedClock::new(window_nanos);
-    let inner = AnyLimiter::with_clock(config.algorithm, config.limit, clock);
-    let sampler = RateLimitingSampler::new(StampingLimiter { inner });
+    let inner = demo_limiter(config, clock)?;
+    #[cfg(feature = "redis")]
+    let fleet = match &inner {
+        DemoLimiter::Fleet(f) => Some(f.watch()),
+        DemoLimiter::Local(_) => None,
+    };
+    #[cfg(feature = "redis")]
+    let settle = fleet.as_ref().map_or(0, |_| {
+        u64::try_from(fleet::SETTLE.as_nanos()).unwrap_or(u64::MAX)
+    });
+    #[cfg(not(feature = "redis"))]
+    let settle = 0;
+    let sampler = RateLimitingSampler::new(StampingLimiter {
+        inner,
+        window_nanos,
+    });
     // The counting exporter behind a simple (synchronous) processor: a window's line
     // then counts what reached it by the time the window closes. OTLP, if any, behind a
     // batch processor, so the threads never wait on the network.
@@ -271,8 +309,26 @@ fn build_run(
         end_instant: start_instant + config.duration,
         rate: config.rate,
         ticket: AtomicU64::new(0),
+        settle,
+        #[cfg(feature = "redis")]
+        fleet,
     };
     Ok((run, provider))
+}
+
+/// The limiter: `--algorithm` on the demo's clock, or with `--redis` the fleet's.
+fn demo_limiter(config: &Config, clock: AlignedClock) -> Result<DemoLimiter, String> {
+    match &config.fleet {
+        None => Ok(DemoLimiter::Local(AnyLimiter::with_clock(
+            config.algorithm,
+            config.limit,
+            clock,
+        ))),
+        #[cfg(feature = "redis")]
+        Some(target) => fleet::Fleet::connect(target, config.limit, clock).map(DemoLimiter::Fleet),
+        #[cfg(not(feature = "redis"))]
+        Some(_) => Err("--redis needs the demo built with --features redis".into()),
+    }
 }
 
 /// Reports each window once every thread has moved past it, until every thread is done.
@@ -288,7 +344,11 @@ fn report_live(run: &Run, slots: &[WorkerSlot], local: &Tally, report: &mut Repo
         if watermark == u64::MAX {
             return; // every thread is done; the rest is reported once they are joined
         }
-        let close = report.close_of(report.next);
+        #[cfg(feature = "redis")]
+        if let Some(fleet) = &run.fleet {
+            fleet.observe();
+        }
+        let close = report.close_of(report.next).saturating_add(report.settle);
         if watermark >= close {
             report.finish_next(slots, &local.received);
             continue;

@@ -12,8 +12,9 @@ use crate::windows::{Report, WindowCounts};
 /// The JSON summary, one line on stdout, fields in this order.
 ///
 /// Flat counters first, then the per-window map, then optional sections that are left
-/// out when they do not apply (`otlp` today; room for a fleet's `redis_calls` or
-/// decision statistics later, each its own optional field).
+/// out when they do not apply: `otlp`, and in fleet mode the fleet's fields
+/// (`redis_key`, `instance_id`, `redis_calls`, `leases`, `lease_errors`,
+/// `fallback_seen`, `instances_seen`).
 #[derive(Debug, Serialize)]
 pub(crate) struct Summary {
     algorithm: &'static str,
@@ -41,10 +42,16 @@ pub(crate) struct Summary {
     /// The least a full window kept (`null` with no full window).
     min_full_window: Option<u64>,
     /// Kept traces per window, by the window's start in Unix milliseconds: every window
-    /// the run touched, so several processes' counts can be summed per window.
+    /// the run touched, so several processes' counts can be summed per window. In fleet
+    /// mode the windows are the fleet's (by Redis `TIME`), each trace in the one the
+    /// fleet counted it in.
     per_window: BTreeMap<u64, u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     otlp: Option<OtlpOutcome>,
+    /// Fleet mode: what the fleet's limiter did, flat in the summary.
+    #[cfg(feature = "redis")]
+    #[serde(flatten)]
+    fleet: Option<crate::fleet::Outcome>,
 }
 
 impl Summary {
@@ -63,7 +70,10 @@ impl Summary {
                 .unwrap_or_else(|| serde_json::Number::from(0))
         };
         Self {
-            algorithm: config.algorithm.name(),
+            algorithm: match config.fleet {
+                None => config.algorithm.name(),
+                Some(_) => "fleet",
+            },
             limit: config.limit.permits(),
             window_ms,
             threads: config.threads,
@@ -78,7 +88,15 @@ impl Summary {
             min_full_window: report.min_full_window,
             per_window: report.per_window.clone(),
             otlp,
+            #[cfg(feature = "redis")]
+            fleet: None,
         }
+    }
+
+    /// The summary with the fleet's fields, in fleet mode.
+    #[cfg(feature = "redis")]
+    pub(crate) fn with_fleet(self, fleet: Option<crate::fleet::Outcome>) -> Self {
+        Self { fleet, ..self }
     }
 
     /// Whole traces exported, as the summary says.

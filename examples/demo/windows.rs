@@ -50,6 +50,14 @@ impl AlignedClock {
         }
     }
 
+    /// The Unix window (Unix time divided by `window_nanos`) that is this clock's window
+    /// 0. A fleet's window id is its Unix window by Redis `TIME`, so fleet window `w` is
+    /// this clock's window `w - first_unix_window`.
+    #[cfg(feature = "redis")]
+    pub(crate) fn first_unix_window(&self, window_nanos: u64) -> u64 {
+        u64::try_from(self.unix_origin / u128::from(window_nanos)).unwrap_or(u64::MAX)
+    }
+
     /// The start of window `k` in Unix milliseconds.
     pub(crate) fn unix_ms_of(&self, k: u64, window_nanos: u64) -> u64 {
         let start = self.unix_origin + u128::from(k) * u128::from(window_nanos);
@@ -99,6 +107,9 @@ pub(crate) struct Report {
     permits: u64,
     start: u64,
     end: u64,
+    /// How long after a window's close on this clock its counts are final: 0 when this
+    /// process's limiter counts by this clock, more when a fleet's clock does.
+    pub(crate) settle: u64,
     /// The next window to report.
     pub(crate) next: u64,
     /// Whole traces that reached the exporter, per window start in Unix ms: every window
@@ -137,6 +148,7 @@ impl Report {
             permits: u64::from(permits),
             start,
             end,
+            settle: 0,
             next: start / window_nanos,
             per_window: BTreeMap::new(),
             windows: 0,

@@ -4,6 +4,7 @@
 //! `redis-cli` must be on PATH (the tests fail, with a message, if not).
 
 mod cluster;
+mod demo;
 mod faults;
 mod load;
 mod proxy;

@@ -3,20 +3,22 @@
 //! connections and never answers, and a real OTLP receiver.
 //!
 //! The binary is built (or found up to date) with the `cargo` that runs these tests, in
-//! the same profile, so `cargo test --test demo_cli` works on a clean tree. The one time
+//! the same profile and features, so `cargo test --test otlp` works on a clean tree (see
+//! `tests/support/demo_run.rs`; the `fleet` tests run it in fleet mode). The one time
 //! bound below is a hang guard (a run of 1 s with a 1 s export timeout must not take
 //! minutes), not a speed claim.
 
-use std::io::Read as _;
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
+use std::process::Output;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::receiver::Receiver;
-use serde_json::Value;
+
+#[path = "../support/demo_run.rs"]
+mod demo_run;
+
+use demo_run::{stderr, summary};
 
 /// Short runs: five 200 ms windows (plus partial ones at the ends).
 const RUN: [&str; 8] = [
@@ -31,123 +33,10 @@ const RUN: [&str; 8] = [
 ];
 /// Far above a 1 s run with a 1 s export timeout; only a hang gets near it.
 const HANG_GUARD: Duration = Duration::from_secs(10);
-/// Variables that would change where or how the demo exports.
-const OTEL_VARS: [&str; 6] = [
-    "OTEL_EXPORTER_OTLP_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_PROTOCOL",
-    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-    "OTEL_EXPORTER_OTLP_TIMEOUT",
-    "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
-];
 
-/// The demo binary, built once per test process with this test's profile and features.
-/// Its path is the one cargo reports, so a `--target` or `CARGO_TARGET_DIR` layout
-/// needs no guessing.
-fn demo_binary() -> &'static PathBuf {
-    static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(|| {
-        let mut build = Command::new(env!("CARGO"));
-        build.args([
-            "build",
-            "--quiet",
-            "--example",
-            "demo",
-            "--message-format=json",
-        ]);
-        // This test runs from <target dir>/<profile>/deps/.
-        let exe = std::env::current_exe().expect("test executable path");
-        let profile = exe
-            .parent()
-            .and_then(|d| d.parent())
-            .and_then(|d| d.file_name());
-        if profile.is_some_and(|n| n == "release") {
-            build.arg("--release");
-        }
-        // The features this test was built with, so the library is not built again.
-        let features: Vec<&str> = [
-            ("config", cfg!(feature = "config")),
-            ("reload", cfg!(feature = "reload")),
-        ]
-        .into_iter()
-        .filter_map(|(name, on)| on.then_some(name))
-        .collect();
-        if !features.is_empty() {
-            build.args(["--features", &features.join(",")]);
-        }
-        let output = build
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run cargo build --example demo");
-        assert!(output.status.success(), "cargo build --example demo failed");
-        String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "demo")
-            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-            .expect("cargo reports the demo executable")
-    })
-}
-
-/// Runs the demo with `args` and `envs` (the OTLP variables cleared first), killing it if
-/// it outlives [`HANG_GUARD`].
+/// Runs the demo, killed if it outlives [`HANG_GUARD`].
 fn run_demo(args: &[&str], envs: &[(&str, &str)]) -> Output {
-    let mut command = Command::new(demo_binary());
-    command.args(args);
-    for var in OTEL_VARS {
-        command.env_remove(var);
-    }
-    command.envs(envs.iter().copied());
-    let mut child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the demo");
-    let started = Instant::now();
-    // Drain both pipes on threads, so a chatty demo never blocks on a full pipe.
-    let mut stdout = child.stdout.take().expect("stdout");
-    let mut stderr = child.stderr.take().expect("stderr");
-    let out = thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = stdout.read_to_end(&mut buf);
-        buf
-    });
-    let err = thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = stderr.read_to_end(&mut buf);
-        buf
-    });
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for the demo") {
-            break status;
-        }
-        if started.elapsed() > HANG_GUARD {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the demo {args:?} did not end within {HANG_GUARD:?}");
-        }
-        thread::sleep(Duration::from_millis(20));
-    };
-    Output {
-        status,
-        stdout: out.join().expect("stdout reader"),
-        stderr: err.join().expect("stderr reader"),
-    }
-}
-
-/// The demo's stdout: exactly one line, a JSON object.
-fn summary(output: &Output) -> Value {
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 1, "one line on stdout, got {stdout:?}");
-    let summary: Value = serde_json::from_str(lines[0]).expect("the summary is JSON");
-    assert!(summary.is_object(), "{summary}");
-    summary
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
+    demo_run::run_demo(args, envs, HANG_GUARD)
 }
 
 #[test]
@@ -179,7 +68,7 @@ fn a_short_run_keeps_at_most_the_limit_in_every_window() {
 
 #[test]
 fn bad_flags_are_one_line_errors_with_exit_code_2() {
-    let cases: [&[&str]; 11] = [
+    let cases: [&[&str]; 13] = [
         &["--limit"],
         &["--limit", "0"],
         &["--limit", "lots"],
@@ -191,6 +80,8 @@ fn bad_flags_are_one_line_errors_with_exit_code_2() {
         &["--window", "1ms", "--duration", "1h"],
         &["--frobnicate"],
         &["--otlp-protocol", "http"],
+        &["--redis-key", "demo"],
+        &["--algorithm", "sliding", "--redis", "redis://127.0.0.1:1"],
     ];
     for args in cases {
         let output = run_demo(args, &[]);
@@ -208,6 +99,18 @@ fn bad_flags_are_one_line_errors_with_exit_code_2() {
             "{args:?}: one line, got {err:?}"
         );
     }
+}
+
+#[test]
+fn redis_without_the_feature_says_how_to_get_it() {
+    if cfg!(feature = "redis") {
+        return; // the demo has fleet mode: the fleet tests run it
+    }
+    let output = run_demo(&["--redis", "redis://127.0.0.1:1"], &[]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let err = stderr(&output);
+    assert_eq!(err.trim_end().lines().count(), 1, "one line, got {err:?}");
+    assert!(err.contains("--features redis"), "{err}");
 }
 
 #[test]

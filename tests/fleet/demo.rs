@@ -1,0 +1,239 @@
+//! The demo in fleet mode: three demo processes share one fleet limit through a real
+//! Redis, and the sum of their `per_window` maps (keyed by the fleet's windows) stays
+//! under it, through Redis killed and restarted empty too.
+//!
+//! Each process offers a paced 2000 traces per second (1000 per 500 ms window, twenty
+//! times the fleet's 50), enough to saturate the fleet without starving the other fleet
+//! tests of CPU. Time bounds are hang guards, not speed claims.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Output;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::server::Server;
+
+#[path = "../support/demo_run.rs"]
+mod demo_run;
+
+use demo_run::{run_demo, stderr, summary};
+
+/// The fleet's limit per window.
+const N: u64 = 50;
+/// The window, in Unix milliseconds.
+const WINDOW_MS: u64 = 500;
+/// Demo processes sharing the limit.
+const PROCESSES: usize = 3;
+/// Far above a run of a few seconds; only a hang gets near it.
+const HANG_GUARD: Duration = Duration::from_secs(40);
+
+/// What one demo process reported.
+struct DemoRun {
+    /// Kept traces per fleet window start (Unix ms).
+    per_window: BTreeMap<u64, u64>,
+    /// Windows wholly inside this process's run in which it alone offered more than N.
+    saturated: BTreeSet<u64>,
+    summary: Value,
+}
+
+/// Runs [`PROCESSES`] demos at once against `redis` for `duration`, calling `during` on
+/// this thread meanwhile.
+fn run_fleet(redis: &str, key: &str, duration: &str, during: impl FnOnce()) -> Vec<DemoRun> {
+    let args = [
+        "--redis",
+        redis,
+        "--redis-key",
+        key,
+        "--limit",
+        "50",
+        "--window",
+        "500ms",
+        "--threads",
+        "2",
+        "--rate",
+        "2000",
+        "--duration",
+        duration,
+    ]
+    .map(str::to_owned);
+    let demos: Vec<_> = (0..PROCESSES)
+        .map(|_| {
+            let args = args.clone();
+            thread::spawn(move || {
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                run_demo(&args, &[], HANG_GUARD)
+            })
+        })
+        .collect();
+    during();
+    demos
+        .into_iter()
+        .map(|h| parse(&h.join().expect("demo thread")))
+        .collect()
+}
+
+/// The summary's `per_window`, and the saturated windows from the window lines on
+/// stderr (`window K @MS: offered O kept K exported E`, marked when partial).
+fn parse(output: &Output) -> DemoRun {
+    let err = stderr(output);
+    assert!(output.status.success(), "the demo failed: {err}");
+    let summary = summary(output);
+    let per_window = summary["per_window"]
+        .as_object()
+        .expect("per_window is an object")
+        .iter()
+        .map(|(start, kept)| {
+            let start = start.parse().expect("keys are Unix milliseconds");
+            (start, kept.as_u64().expect("counts are whole numbers"))
+        })
+        .collect();
+    let saturated = err
+        .lines()
+        .filter(|l| l.starts_with("window ") && !l.ends_with(')'))
+        .filter_map(|l| {
+            let (_, rest) = l.split_once(" @")?;
+            let (start, rest) = rest.split_once(": offered ")?;
+            let offered: u64 = rest.split_whitespace().next()?.parse().ok()?;
+            (offered > N).then(|| start.parse().ok())?
+        })
+        .collect();
+    DemoRun {
+        per_window,
+        saturated,
+        summary,
+    }
+}
+
+/// Kept traces per fleet window, summed over the processes.
+fn summed(runs: &[DemoRun]) -> BTreeMap<u64, u64> {
+    let mut total = BTreeMap::new();
+    for run in runs {
+        for (start, kept) in &run.per_window {
+            *total.entry(*start).or_default() += kept;
+        }
+    }
+    total
+}
+
+/// Asserts that no fleet window kept more than N in total; returns the largest total.
+fn assert_capped(total: &BTreeMap<u64, u64>, runs: &[DemoRun], what: &str) -> u64 {
+    for (start, kept) in total {
+        let each: Vec<u64> = runs
+            .iter()
+            .map(|r| r.per_window.get(start).copied().unwrap_or(0))
+            .collect();
+        assert!(
+            *kept <= N,
+            "{what}: fleet window @{start} kept {kept} > N = {N} (per process {each:?})"
+        );
+    }
+    total.values().copied().max().unwrap_or(0)
+}
+
+/// Waits until `clients` connections (the demos' fleet limiters) are open on `server`.
+fn wait_for_clients(server: &Server, clients: usize) {
+    let deadline = Instant::now() + HANG_GUARD;
+    loop {
+        // `redis-cli` itself is one of the connections.
+        let info = server.cli(&["INFO", "clients"]);
+        let connected = info
+            .lines()
+            .find_map(|l| l.strip_prefix("connected_clients:"))
+            .and_then(|n| n.trim().parse::<usize>().ok())
+            .unwrap_or(0);
+        if connected > clients {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the demos never reached Redis");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn three_demos_share_the_fleet_limit_per_window() {
+    let server = Server::start();
+    let runs = run_fleet(&server.url(), "demo-share", "4s", || {});
+    let total = summed(&runs);
+    let max = assert_capped(&total, &runs, "three demos");
+    // A Redis grants nothing in the first two fleet windows it sees (their accounting
+    // might have been lost to a restart); the demos' first calls fall in or before the
+    // earliest window any of them reports.
+    let first = total.keys().next().copied().expect("some windows");
+    let all_saturated: Vec<u64> = runs[0]
+        .saturated
+        .iter()
+        .filter(|w| **w >= first + 2 * WINDOW_MS)
+        .filter(|w| runs.iter().all(|r| r.saturated.contains(w)))
+        .copied()
+        .collect();
+    let kept: Vec<u64> = all_saturated.iter().map(|w| total[w]).collect();
+    println!("three demos: summed per window {total:?}; saturated by all {kept:?}, max {max}");
+    assert!(
+        kept.len() >= 3,
+        "too few windows saturated by all three: {all_saturated:?} of {total:?}"
+    );
+    for (w, n) in all_saturated.iter().zip(&kept) {
+        assert!(
+            n * 10 >= N * 9,
+            "fleet window @{w}, saturated by all three, kept {n} < 90 % of {N}: {total:?}"
+        );
+    }
+    for run in &runs {
+        let s = &run.summary;
+        assert_eq!(s["algorithm"], "fleet", "{s}");
+        assert_eq!(s["redis_key"], "demo-share", "{s}");
+        assert!(s["redis_calls"].as_u64() > Some(0), "{s}");
+        assert_eq!(s["instances_seen"].as_u64(), Some(PROCESSES as u64), "{s}");
+        assert_eq!(s["fallback_seen"], false, "{s}");
+    }
+}
+
+/// Three demos on `key`; once they have all reached Redis and run `before_kill`, the
+/// server is killed, left down long enough for every demo to fall back to its share (3
+/// sync intervals, the sync interval being a quarter of the window), and restarted
+/// empty on the same port. Returns the summed kept traces per fleet window, after
+/// checking that each demo saw Redis fail and fell back.
+fn killed_and_restarted(key: &str, before_kill: Duration, duration: &str) -> BTreeMap<u64, u64> {
+    let mut server = Server::start();
+    let url = server.url();
+    let runs = run_fleet(&url, key, duration, || {
+        wait_for_clients(&server, PROCESSES);
+        thread::sleep(before_kill);
+        server.kill();
+        thread::sleep(Duration::from_millis(1500));
+        server.restart_empty();
+    });
+    let total = summed(&runs);
+    for run in &runs {
+        println!("{key}: one demo {:?}", run.per_window);
+    }
+    for run in &runs {
+        let s = &run.summary;
+        assert!(s["lease_errors"].as_u64() > Some(0), "Redis was down: {s}");
+        assert_eq!(s["fallback_seen"], true, "{s}");
+    }
+    let max = assert_capped(&total, &runs, key);
+    println!("{key}: summed per window {total:?}, max {max}");
+    total
+}
+
+/// Killed once the fleet is past the windows a fresh Redis treats as young (since its
+/// first window, recovery time plus two: 3 windows here), as the library's own fault
+/// tests do after their warm-up.
+#[test]
+fn redis_killed_and_restarted_empty_mid_run_keeps_the_sum_under_n() {
+    killed_and_restarted("demo-restart", Duration::from_millis(2500), "6s");
+}
+
+/// Killed while the fresh Redis is still young: each demo's fallback share still
+/// follows the fleet size it saw at its first call (1, 2 and 3 for demos that reached
+/// Redis one after the other), since a young Redis's replies do not update it, so the
+/// shares add up to N + N/2 + N/3. Measured: 92 of 50 in each fallback window.
+#[test]
+#[ignore = "fails: FleetLimiter's fallback view is frozen during a fresh Redis's young \
+            windows (src/fleet/worker.rs, reply.young); to be fixed there"]
+fn redis_killed_while_young_keeps_the_sum_under_n() {
+    killed_and_restarted("demo-young", Duration::from_millis(500), "5s");
+}

@@ -1,0 +1,137 @@
+//! The demo binary as the tests run it: built once per test process with the test's
+//! profile and features, run with a hang guard, its one JSON line parsed. Shared by the
+//! `otlp` tests (`demo_cli.rs`) and the `fleet` tests (`demo.rs`).
+
+// Each test binary uses its own subset of these helpers.
+#![allow(dead_code)]
+
+use std::io::Read as _;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Variables that would change where or how the demo exports.
+const OTEL_VARS: [&str; 6] = [
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_TIMEOUT",
+    "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+];
+
+/// The demo binary, built once per test process with this test's profile and features.
+/// Its path is the one cargo reports, so a `--target` or `CARGO_TARGET_DIR` layout
+/// needs no guessing.
+pub(crate) fn demo_binary() -> &'static PathBuf {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| {
+        let mut build = Command::new(env!("CARGO"));
+        build.args([
+            "build",
+            "--quiet",
+            "--example",
+            "demo",
+            "--message-format=json",
+        ]);
+        // This test runs from <target dir>/<profile>/deps/.
+        let exe = std::env::current_exe().expect("test executable path");
+        let profile = exe
+            .parent()
+            .and_then(|d| d.parent())
+            .and_then(|d| d.file_name());
+        if profile.is_some_and(|n| n == "release") {
+            build.arg("--release");
+        }
+        // The features this test was built with, so the library is not built again
+        // (and the demo has fleet mode when the test has the redis feature).
+        let features: Vec<&str> = [
+            ("config", cfg!(feature = "config")),
+            ("reload", cfg!(feature = "reload")),
+            ("cli", cfg!(feature = "cli")),
+            ("redis", cfg!(feature = "redis")),
+        ]
+        .into_iter()
+        .filter_map(|(name, on)| on.then_some(name))
+        .collect();
+        if !features.is_empty() {
+            build.args(["--features", &features.join(",")]);
+        }
+        let output = build
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run cargo build --example demo");
+        assert!(output.status.success(), "cargo build --example demo failed");
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "demo")
+            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+            .expect("cargo reports the demo executable")
+    })
+}
+
+/// Runs the demo with `args` and `envs` (the OTLP variables cleared first), killing it if
+/// it outlives `hang_guard` (far above the run's length: only a hang gets near it).
+pub(crate) fn run_demo(args: &[&str], envs: &[(&str, &str)], hang_guard: Duration) -> Output {
+    let mut command = Command::new(demo_binary());
+    command.args(args);
+    for var in OTEL_VARS {
+        command.env_remove(var);
+    }
+    command.envs(envs.iter().copied());
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the demo");
+    let started = Instant::now();
+    // Drain both pipes on threads, so a chatty demo never blocks on a full pipe.
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let out = thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = stdout.read_to_end(&mut buf);
+        buf
+    });
+    let err = thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = stderr.read_to_end(&mut buf);
+        buf
+    });
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the demo") {
+            break status;
+        }
+        if started.elapsed() > hang_guard {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the demo {args:?} did not end within {hang_guard:?}");
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: out.join().expect("stdout reader"),
+        stderr: err.join().expect("stderr reader"),
+    }
+}
+
+/// The demo's stdout: exactly one line, a JSON object.
+pub(crate) fn summary(output: &Output) -> Value {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "one line on stdout, got {stdout:?}");
+    let summary: Value = serde_json::from_str(lines[0]).expect("the summary is JSON");
+    assert!(summary.is_object(), "{summary}");
+    summary
+}
+
+pub(crate) fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
