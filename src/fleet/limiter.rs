@@ -48,7 +48,10 @@ pub const DEFAULT_FLEET_PREFIX: &str = "otel-rate";
 ///   rotated over windows so shares of one window add up to exactly `N`), from the
 ///   window after the one it fell back in (Redis reserves that share for it one interval
 ///   before); when Redis answers again (within one interval plus the response timeout)
-///   leasing resumes and what the fallback spent is reported.
+///   leasing resumes and what the fallback spent is reported. An instance that has only
+///   seen Redis during its young windows (when `k` counts only the instances registered
+///   so far) has no settled `k` and spends no share: it admits nothing until Redis
+///   answers.
 ///
 /// # Memory ordering
 ///

@@ -215,6 +215,11 @@ struct Worker<C> {
     leased_upto: u64,
     // (k, rank) from the last reply outside a restart's recovery windows.
     view: Option<(u64, u64)>,
+    // Whether `view` came from a reply outside the young windows. A brand-new rule's
+    // first replies see the instances that have registered so far, so views taken
+    // then disagree (1, 2, 3 for three instances starting together): their shares
+    // would add up to more than N. Fallback spends a share only from a settled view.
+    view_settled: bool,
     fallback: bool,
     // The first window the current fallback may spend in, and the last one it did.
     fallback_from: u64,
@@ -268,6 +273,7 @@ impl<C: Clock> Worker<C> {
             last_failed: false,
             leased_upto: 0,
             view: None,
+            view_settled: false,
             fallback: false,
             fallback_from: u64::MAX,
             fallback_for: 0,
@@ -389,7 +395,7 @@ impl<C: Clock> Worker<C> {
         let stale = self
             .last_ok
             .is_none_or(|t| now.saturating_sub(t) >= FALLBACK_AFTER_INTERVALS * self.interval);
-        if stale && !self.fallback && self.view.is_some() {
+        if stale && !self.fallback && self.view_settled {
             self.fallback = true;
             self.fallback_from = cw + 1;
             inner.stats.fallback.store(true, Ordering::Relaxed);
@@ -581,6 +587,7 @@ impl<C: Clock> Worker<C> {
             .store(reply.instances, Ordering::Relaxed);
         if !reply.young || self.view.is_none() {
             self.view = Some((reply.instances, reply.rank));
+            self.view_settled |= !reply.young;
         }
         let Some(req) = request else { return };
         self.leased_upto = self.leased_upto.max(req.window);
