@@ -8,6 +8,7 @@ use opentelemetry_sdk::trace::{SamplingResult, ShouldSample};
 
 use super::error::{ConfigError, ConfigErrorKind};
 use super::model::SamplingConfig;
+use super::rule_limiter::BuildError;
 use super::rule_set::RuleSet;
 use crate::clock::{Clock, MonotonicClock};
 use crate::sampler::apply_parent_policy;
@@ -90,7 +91,16 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     ///
     /// A rule (by name; unnamed rules are named by position) whose limit and algorithm
     /// did not change keeps its limiter, so a reload causes no burst; a changed one gets
-    /// a new limiter that starts with the old one's count in its current window. Spans
+    /// a new limiter that starts with the old one's count in its current window.
+    ///
+    /// A fleet-scoped limit whose key, limit and `[fleet]` settings did not change keeps
+    /// its [`FleetLimiter`](crate::FleetLimiter) and its lease. One whose limit changed
+    /// gets a new fleet limiter under the same key and instance id: Redis still counts
+    /// what the fleet was granted in the current window, so the fleet keeps at most
+    /// `max(old N, new N)` in the window of the reload and the new N from the next one.
+    /// This replica then admits nothing for that limit until its new limiter's first
+    /// Redis round trip, and what the old one held unspent is not used in that window.
+    /// A change of scope starts a new limiter with nothing carried over. Spans
     /// being decided during the swap use the old rules or the new ones, never a mix,
     /// and never wait.
     ///
@@ -127,6 +137,19 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     pub fn service(&self) -> &str {
         &self.inner.service
     }
+
+    /// The [`FleetLimiter`](crate::FleetLimiter) behind the fleet-scoped limit `rule` (a
+    /// rule's name, `default` for the service's own policy, `cap` for the cap's shared
+    /// pool) in the current rules, or `None` if that limit is local or absent.
+    ///
+    /// For monitoring: its [`stats`](crate::FleetLimiter::stats) (fallback, live
+    /// replicas, the current lease) and fleet window ids. The handle shares the rule's
+    /// state (a permit it acquires is the rule's), and after a [`reload`](Self::reload)
+    /// that changed the rule it names the old limiter, which has stopped: ask again.
+    #[cfg(feature = "redis")]
+    pub fn fleet_limiter(&self, rule: &str) -> Option<crate::FleetLimiter<C>> {
+        self.inner.rules.load().fleet_limiter(rule).cloned()
+    }
 }
 
 fn compile<C: Clock + Clone>(
@@ -135,9 +158,13 @@ fn compile<C: Clock + Clone>(
     clock: &C,
     previous: Option<&RuleSet<C>>,
 ) -> Result<RuleSet<C>, ConfigError> {
-    RuleSet::compile(&config.service(service), clock, previous).map_err(|e| {
+    RuleSet::compile(&config.service(service), &config.fleet, clock, previous).map_err(|e| {
+        let kind = match e {
+            BuildError::Limit(_) => ConfigErrorKind::InvalidLimit,
+            BuildError::Fleet { .. } => ConfigErrorKind::Fleet,
+        };
         ConfigError::new(
-            ConfigErrorKind::InvalidLimit,
+            kind,
             &config.source,
             Default::default(),
             "",

@@ -2,17 +2,19 @@
 //! value), the cap split into per-rule floors and a shared pool, and the attributes
 //! recorded on kept spans built once.
 
-use std::sync::Arc;
-
 use opentelemetry::trace::{SpanKind, TraceId, TraceState};
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult};
 
 use super::matcher::Matchers;
-use super::model::{LimitSpec, Policy, Rule, ServiceConfig};
+use super::model::{
+    fleet_cap_key, fleet_floor_key, fleet_key, FleetSettings, LimitSpec, Policy, Rule,
+    ServiceConfig,
+};
+use super::rule_limiter::{BuildError, RuleLimiter};
 use crate::clock::Clock;
 use crate::limit::{Limit, LimitError};
-use crate::limiter::{Algorithm, AnyLimiter, RateLimiter};
+use crate::limiter::{Algorithm, RateLimiter};
 use crate::sampler::attributes::{self, PROBABILISTIC, RATELIMITING};
 use crate::sampler::{drop_span, erase_threshold, Origin, RemoteParents};
 
@@ -27,7 +29,7 @@ pub(crate) struct RuleSet<C> {
     /// For spans no rule matches (`None`: drop them).
     default: Option<Compiled<C>>,
     /// The cap's shared pool (`None` without a cap, or when floors reserve all of it).
-    shared: Option<Arc<AnyLimiter<C>>>,
+    shared: Option<RuleLimiter<C>>,
     cap: Option<LimitSpec>,
 }
 
@@ -36,13 +38,13 @@ struct Compiled<C> {
     policy: Policy,
     action: Action<C>,
     /// Permits reserved for this rule in the cap.
-    floor: Option<Arc<AnyLimiter<C>>>,
+    floor: Option<RuleLimiter<C>>,
     /// What a kept span records.
     attributes: Vec<KeyValue>,
 }
 
 enum Action<C> {
-    Limit(Arc<AnyLimiter<C>>),
+    Limit(RuleLimiter<C>),
     /// Keep iff the trace id's low 63 bits are below this.
     Probability(u64),
 }
@@ -50,12 +52,13 @@ enum Action<C> {
 impl<C: Clock + Clone> RuleSet<C> {
     /// Compiles `service`'s settings, reusing `previous`'s limiters where a rule (by
     /// name) kept its limit, and carrying the current window's count over where it
-    /// changed.
+    /// changed (see [`RuleLimiter::build`]). Fleet-scoped limits use `fleet`.
     pub(crate) fn compile(
         service: &ServiceConfig,
+        fleet: &FleetSettings,
         clock: &C,
         previous: Option<&RuleSet<C>>,
-    ) -> Result<Self, LimitError> {
+    ) -> Result<Self, BuildError> {
         // A rule's predecessor is the previous rule of the same name; the default's is
         // the previous default (a rule may be named "default" too).
         let find = |rule: Option<&Rule>, name: &str| {
@@ -64,9 +67,12 @@ impl<C: Clock + Clone> RuleSet<C> {
                 None => p.default.as_ref(),
             })
         };
-        let cap_window = service.cap.map(|c| c.limit.window());
+        let cap = service.cap;
+        let build = |spec: LimitSpec, key: &dyn Fn() -> String, old: Option<&RuleLimiter<C>>| {
+            RuleLimiter::build(spec, key, fleet, clock, old)
+        };
         let compile =
-            |rule: Option<&Rule>, name: &str, policy: Policy| -> Result<Compiled<C>, LimitError> {
+            |rule: Option<&Rule>, name: &str, policy: Policy| -> Result<Compiled<C>, BuildError> {
                 let old = find(rule, name);
                 let action = match policy {
                     Policy::Probability(p) => Action::Probability((p * 2f64.powi(63)) as u64),
@@ -75,17 +81,21 @@ impl<C: Clock + Clone> RuleSet<C> {
                             (Action::Limit(l), Policy::Limit(_)) => Some(l),
                             _ => None,
                         });
-                        Action::Limit(limiter(spec, clock, old_limiter)?)
+                        let key = || fleet_key(&service.name, name);
+                        Action::Limit(build(spec, &key, old_limiter)?)
                     }
                 };
                 let floor_permits = rule.map_or(0, |r| r.floor);
-                let floor = match (cap_window, floor_permits) {
-                    (Some(window), permits @ 1..) => {
+                // A floor is a fixed window in the cap's window, with the cap's scope.
+                let floor = match (cap, floor_permits) {
+                    (Some(cap), permits @ 1..) => {
                         let spec = LimitSpec {
-                            limit: Limit::per_window(permits, window)?,
+                            limit: Limit::per_window(permits, cap.limit.window())?,
                             algorithm: Algorithm::FixedWindow,
+                            scope: cap.scope,
                         };
-                        Some(limiter(spec, clock, old.and_then(|o| o.floor.as_ref()))?)
+                        let key = || fleet_floor_key(&service.name, name);
+                        Some(build(spec, &key, old.and_then(|o| o.floor.as_ref()))?)
                     }
                     _ => None,
                 };
@@ -118,15 +128,12 @@ impl<C: Clock + Clone> RuleSet<C> {
                     Some(permits) => {
                         let spec = LimitSpec {
                             limit: Limit::per_window(permits, cap.limit.window())?,
-                            algorithm: cap.algorithm,
+                            ..cap
                         };
-                        Some(limiter(
-                            spec,
-                            clock,
-                            previous.and_then(|p| p.shared.as_ref()),
-                        )?)
+                        let key = || fleet_cap_key(&service.name);
+                        Some(build(spec, &key, previous.and_then(|p| p.shared.as_ref()))?)
                     }
-                    None => return Err(LimitError::ZeroPermits),
+                    None => return Err(LimitError::ZeroPermits.into()),
                 }
             }
             None => None,
@@ -140,25 +147,6 @@ impl<C: Clock + Clone> RuleSet<C> {
             cap: service.cap,
         })
     }
-}
-
-/// The limiter for `spec`: `old` itself if it enforces the same limit with the same
-/// algorithm (no reset, no burst), else a new one holding `old`'s current count.
-fn limiter<C: Clock + Clone>(
-    spec: LimitSpec,
-    clock: &C,
-    old: Option<&Arc<AnyLimiter<C>>>,
-) -> Result<Arc<AnyLimiter<C>>, LimitError> {
-    if let Some(old) = old {
-        if old.limit() == spec.limit && old.algorithm() == spec.algorithm {
-            return Ok(Arc::clone(old));
-        }
-    }
-    let new = AnyLimiter::with_clock(spec.algorithm, spec.limit, clock.clone());
-    if let Some(old) = old {
-        new.carry_over_from(old);
-    }
-    Ok(Arc::new(new))
 }
 
 impl<C: Clock> RuleSet<C> {
@@ -204,6 +192,25 @@ impl<C: Clock> RuleSet<C> {
             attributes: chosen.attributes.clone(),
             trace_state: erase_threshold(parent_state),
         }
+    }
+
+    /// The fleet limiter of the rule named `rule` (`default` for the default, `cap`
+    /// for the cap's shared pool), if that limit is fleet-scoped.
+    #[cfg(feature = "redis")]
+    pub(crate) fn fleet_limiter(&self, rule: &str) -> Option<&crate::fleet::FleetLimiter<C>> {
+        if rule == "cap" {
+            if let Some(shared) = self.shared.as_ref().and_then(RuleLimiter::fleet) {
+                return Some(shared);
+            }
+        }
+        self.rules
+            .iter()
+            .chain(self.default.as_ref())
+            .find(|c| c.name == rule)
+            .and_then(|c| match &c.action {
+                Action::Limit(l) => l.fleet(),
+                Action::Probability(_) => None,
+            })
     }
 
     /// The rule names, for `Debug`.
