@@ -4,6 +4,7 @@
 mod env;
 mod errors;
 mod files;
+mod fleet_scope;
 #[cfg(feature = "reload")]
 mod reload_watch;
 mod rule_sampler;
