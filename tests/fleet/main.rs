@@ -4,6 +4,9 @@
 //! `redis-cli` must be on PATH (the tests fail, with a message, if not).
 
 mod cluster;
+// Fleet-scoped rules from a rule file (feature `config` too).
+#[cfg(feature = "config")]
+mod config_rules;
 mod faults;
 mod load;
 mod proxy;
