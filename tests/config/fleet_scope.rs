@@ -265,6 +265,24 @@ mod with_redis {
     }
 
     #[test]
+    fn the_readme_fleet_configuration_loads() {
+        let readme = include_str!("../../README.md");
+        let start = readme.find("```toml\n[fleet]").expect("a [fleet] block") + "```toml\n".len();
+        let end = start + readme[start..].find("```").unwrap();
+        let config = SamplingConfig::from_toml_str(&readme[start..end], "README.md")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let described = config.describe("checkout").to_string();
+        assert!(
+            described.contains("fleet-wide (key \"checkout:cap\")"),
+            "{described}"
+        );
+        assert!(
+            described.contains("fleet-wide (key \"checkout:payments\")"),
+            "{described}"
+        );
+    }
+
+    #[test]
     fn the_replica_split_lint_skips_fleet_limits() {
         let text = "[fleet]\nredis = \"redis://h:1\"\n[default]\nlimit = 1\nwindow = \"4000000h\"\nscope = \"fleet\"\n";
         let config = SamplingConfig::from_toml_str(text, "s.toml").unwrap();
