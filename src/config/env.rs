@@ -102,7 +102,7 @@ impl RuleBasedSampler {
                 })
                 .filter(|urls| !urls.is_empty());
             let config = SamplingConfig::from_path_with(path.trim().as_ref(), redis.as_deref())?;
-            return Self::new(&config, service).map(Some);
+            return Self::from_env_config(&config, service, redis).map(Some);
         }
         let Some(remote_parents) = ours else {
             return Ok(None);

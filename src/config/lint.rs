@@ -532,7 +532,13 @@ cap = { limit = 1, window = "4000000h", scope = "fleet" }
         let lints: Vec<_> = config
             .lints(NonZeroU32::new(3).unwrap())
             .iter()
-            .map(|l| (l.kind(), l.service().to_owned(), l.rule().map(str::to_owned)))
+            .map(|l| {
+                (
+                    l.kind(),
+                    l.service().to_owned(),
+                    l.rule().map(str::to_owned),
+                )
+            })
             .collect();
         // Only the service's own default is local, and it cannot be split.
         assert_eq!(

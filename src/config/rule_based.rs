@@ -51,6 +51,9 @@ struct Inner<C> {
     rules: ArcSwap<RuleSet<C>>,
     service: String,
     clock: C,
+    /// The Redis URLs from the environment (`OTEL_RATE_SAMPLER_REDIS`) this sampler was
+    /// built with, which replace a reloaded file's `[fleet] redis` too.
+    redis: Option<Vec<String>>,
 }
 
 impl RuleBasedSampler {
@@ -63,6 +66,16 @@ impl RuleBasedSampler {
     /// limit, so only a hand-made configuration can fail here).
     pub fn new(config: &SamplingConfig, service: &str) -> Result<Self, ConfigError> {
         Self::with_clock(config, service, MonotonicClock::new())
+    }
+
+    /// [`new`](Self::new), remembering the environment's Redis URLs (`redis`, already
+    /// applied to `config`) for [`reload_from_path`](Self::reload_from_path).
+    pub(crate) fn from_env_config(
+        config: &SamplingConfig,
+        service: &str,
+        redis: Option<Vec<String>>,
+    ) -> Result<Self, ConfigError> {
+        Self::build(config, service, MonotonicClock::new(), redis)
     }
 }
 
@@ -77,12 +90,22 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
         service: &str,
         clock: C,
     ) -> Result<Self, ConfigError> {
+        Self::build(config, service, clock, None)
+    }
+
+    fn build(
+        config: &SamplingConfig,
+        service: &str,
+        clock: C,
+        redis: Option<Vec<String>>,
+    ) -> Result<Self, ConfigError> {
         let rules = compile(config, service, &clock, None)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 rules: ArcSwap::from_pointee(rules),
                 service: service.to_owned(),
                 clock,
+                redis,
             }),
         })
     }
@@ -125,12 +148,16 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     }
 
     /// Loads `path` ([`SamplingConfig::from_path`]) and [`reload`](Self::reload)s it.
+    /// A sampler built by [`from_env`](Self::from_env) with
+    /// [`OTEL_RATE_SAMPLER_REDIS`](crate::env::OTEL_RATE_SAMPLER_REDIS) set keeps that
+    /// Redis for the reloaded file's fleet-scoped limits.
     ///
     /// # Errors
     ///
     /// The file's [`ConfigError`]; the old rules then stay in force.
     pub fn reload_from_path(&self, path: impl AsRef<std::path::Path>) -> Result<(), ConfigError> {
-        self.reload(&SamplingConfig::from_path(path)?)
+        let config = SamplingConfig::from_path_with(path.as_ref(), self.inner.redis.as_deref())?;
+        self.reload(&config)
     }
 
     /// The service whose rules this sampler applies.

@@ -255,6 +255,10 @@ mod with_redis {
             .unwrap()
             .unwrap();
         assert!(s.fleet_limiter("pay").is_some());
+        // A reload from the file keeps the environment's Redis.
+        std::fs::write(&path, FLEET_RULE.replace("limit = 5", "limit = 6")).unwrap();
+        s.reload_from_path(&path).unwrap();
+        assert_eq!(s.fleet_limiter("pay").unwrap().limit().permits(), 6);
         let err = RuleBasedSampler::from_lookup("checkout", |n| {
             (n == OTEL_RATE_SAMPLER_CONFIG).then(|| path.clone())
         })
