@@ -75,8 +75,9 @@ pub struct SamplingConfig {
     pub(crate) fleet: FleetSettings,
 }
 
-/// The `[fleet]` table: where fleet-scoped limits are shared.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// The `[fleet]` table: where fleet-scoped limits are shared. Its `Debug` masks the
+/// URLs' credentials.
+#[derive(Clone, Default, PartialEq, Eq)]
 pub(crate) struct FleetSettings {
     /// One URL, or the seed nodes of a Redis Cluster (empty: none given).
     pub(crate) urls: Vec<String>,
@@ -95,6 +96,26 @@ pub(crate) struct ServiceConfig {
     pub(crate) cap: Option<LimitSpec>,
     pub(crate) remote_parents: RemoteParents,
     pub(crate) rules: Vec<Rule>,
+}
+
+impl fmt::Debug for FleetSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // `scheme://user:password@host` shows as `scheme://***@host`.
+        let masked: Vec<String> = self
+            .urls
+            .iter()
+            .map(|u| match (u.find("://"), u.rfind('@')) {
+                (Some(s), Some(at)) if at > s => format!("{}***{}", &u[..s + 3], &u[at..]),
+                _ => u.clone(),
+            })
+            .collect();
+        f.debug_struct("FleetSettings")
+            .field("urls", &masked)
+            .field("cluster", &self.cluster)
+            .field("prefix", &self.prefix)
+            .field("sync_interval", &self.sync_interval)
+            .finish()
+    }
 }
 
 /// A limit, the algorithm that enforces it and who shares it.

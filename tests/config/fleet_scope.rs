@@ -113,6 +113,16 @@ fn a_fleet_table_alone_loads_and_changes_nothing() {
     )
     .unwrap();
     assert!(!config.describe("x").to_string().contains("fleet"));
+    let secret = SamplingConfig::from_toml_str(
+        "[fleet]\nredis = \"redis://user:hunter2@h:1\"\n[default]\nrate = 1.0\n",
+        "s.toml",
+    )
+    .unwrap();
+    let debug = format!("{secret:?}");
+    assert!(
+        !debug.contains("hunter2") && debug.contains("redis://***@h:1"),
+        "{debug}"
+    );
 }
 
 #[cfg(not(feature = "redis"))]
