@@ -3,7 +3,7 @@
 //! with strict and lenient entry points.
 
 use super::error::{ConfigError, ConfigErrorKind, Pos};
-use super::model::{LimitSpec, Policy, SamplingConfig, ServiceConfig};
+use super::model::{FleetSettings, LimitSpec, Policy, SamplingConfig, ServiceConfig};
 use super::rule_based::RuleBasedSampler;
 use super::validate;
 use crate::clock::MonotonicClock;
@@ -16,6 +16,13 @@ pub const OTEL_TRACES_SAMPLER: &str = "OTEL_TRACES_SAMPLER";
 pub const OTEL_TRACES_SAMPLER_ARG: &str = "OTEL_TRACES_SAMPLER_ARG";
 /// This crate's variable naming a rule file (TOML, or Jaeger JSON if it ends in `.json`).
 pub const OTEL_RATE_SAMPLER_CONFIG: &str = "OTEL_RATE_SAMPLER_CONFIG";
+/// This crate's variable naming the Redis server that fleet-scoped limits
+/// (`scope = "fleet"` in the rule file) are shared through: `redis://host:6379`, or the
+/// comma-separated seed nodes of a Redis Cluster. When set, it replaces the rule file's
+/// `[fleet] redis` (the file's other `[fleet]` settings stay), so one file serves every
+/// environment. Read by [`RuleBasedSampler::from_env`] only; a fleet-scoped limit with
+/// no URL in the file or here is a [`ConfigError`].
+pub const OTEL_RATE_SAMPLER_REDIS: &str = "OTEL_RATE_SAMPLER_REDIS";
 /// The `OTEL_TRACES_SAMPLER` value for a rate limit that also caps sampled remote
 /// parents (`remote_parents = "cap"`): every trace this process exports counts.
 pub const RATELIMITING: &str = "ratelimiting";
@@ -35,7 +42,9 @@ fn log_fallback(e: &ConfigError) {
 impl RuleBasedSampler {
     /// The sampler the process environment asks for, for `service`.
     ///
-    /// * `OTEL_RATE_SAMPLER_CONFIG=FILE`: the rules of `FILE` for `service`.
+    /// * `OTEL_RATE_SAMPLER_CONFIG=FILE`: the rules of `FILE` for `service`; its
+    ///   fleet-scoped limits use [`OTEL_RATE_SAMPLER_REDIS`] if set, else the file's
+    ///   `[fleet] redis`.
     /// * else `OTEL_TRACES_SAMPLER=ratelimiting` or `parentbased_ratelimiting`, with
     ///   `OTEL_TRACES_SAMPLER_ARG` = traces per second (fractional allowed, default
     ///   [`DEFAULT_TRACES_PER_SECOND`]): one limit for every root.
@@ -44,8 +53,9 @@ impl RuleBasedSampler {
     ///
     /// # Errors
     ///
-    /// A [`ConfigError`] for a bad file, a bad `OTEL_TRACES_SAMPLER_ARG`, or both a file
-    /// and a rate set at once.
+    /// A [`ConfigError`] for a bad file, a bad `OTEL_TRACES_SAMPLER_ARG`, both a file
+    /// and a rate set at once, or a fleet-scoped limit with no Redis URL (neither
+    /// [`OTEL_RATE_SAMPLER_REDIS`] nor the file's `[fleet] redis`).
     pub fn from_env(service: &str) -> Result<Option<Self>, ConfigError> {
         Self::from_lookup(service, |name| std::env::var(name).ok())
     }
@@ -89,8 +99,17 @@ impl RuleBasedSampler {
                     ));
                 }
             }
-            let config = SamplingConfig::from_path(path.trim())?;
-            return Self::new(&config, service).map(Some);
+            let redis: Option<Vec<String>> = lookup(OTEL_RATE_SAMPLER_REDIS)
+                .map(|v| {
+                    v.split(',')
+                        .map(str::trim)
+                        .filter(|u| !u.is_empty())
+                        .map(str::to_owned)
+                        .collect::<Vec<_>>()
+                })
+                .filter(|urls| !urls.is_empty());
+            let config = SamplingConfig::from_path_with(path.trim().as_ref(), redis.as_deref())?;
+            return Self::from_env_config(&config, service, redis).map(Some);
         }
         let Some(remote_parents) = ours else {
             return Ok(None);
@@ -167,15 +186,16 @@ impl SamplingConfig {
             source: source.to_owned(),
             default: ServiceConfig {
                 name: String::new(),
-                policy: Some(Policy::Limit(LimitSpec {
+                policy: Some(Policy::Limit(LimitSpec::local(
                     limit,
-                    algorithm: Algorithm::FixedWindow,
-                })),
+                    Algorithm::FixedWindow,
+                ))),
                 cap: None,
                 remote_parents,
                 rules: Vec::new(),
             },
             services: Vec::new(),
+            fleet: FleetSettings::default(),
         })
     }
 }

@@ -38,6 +38,15 @@ pub enum ConfigErrorKind {
     DuplicateRule,
     /// A service, rule, operation or attribute name that is empty.
     EmptyName,
+    /// The file asks for something this build was compiled without (`scope = "fleet"`
+    /// without the `redis` feature).
+    MissingFeature,
+    /// A service name, rule name or `[fleet]` prefix that cannot be part of the Redis key
+    /// of a fleet-scoped limit (empty, or with `{`, `}` or whitespace).
+    InvalidFleetKey,
+    /// A fleet-scoped limiter could not be built (a bad Redis URL, or its thread could
+    /// not start).
+    Fleet,
 }
 
 /// A sampling configuration that could not be loaded: the file, the line and column,

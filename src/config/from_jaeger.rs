@@ -10,7 +10,7 @@
 use serde::Deserialize;
 
 use super::error::{ConfigError, ConfigErrorKind, Pos};
-use super::model::{LimitSpec, Policy, Rule, SamplingConfig, ServiceConfig};
+use super::model::{FleetSettings, LimitSpec, Policy, Rule, SamplingConfig, ServiceConfig};
 use super::pattern::Pattern;
 use super::validate::{self, Invalid};
 use crate::limiter::Algorithm;
@@ -74,10 +74,8 @@ impl Ctx<'_> {
                 .map_err(|e| self.err(e, &with("param"))),
             "ratelimiting" => validate::rate(param)
                 .map(|limit| {
-                    Policy::Limit(LimitSpec {
-                        limit,
-                        algorithm: Algorithm::FixedWindow,
-                    })
+                    // Jaeger strategies have no notion of a fleet: each process's own.
+                    Policy::Limit(LimitSpec::local(limit, Algorithm::FixedWindow))
                 })
                 .map_err(|e| self.err(e, &with("param"))),
             other => Err(self.err(
@@ -241,6 +239,7 @@ impl SamplingConfig {
             source: file.to_owned(),
             default,
             services,
+            fleet: FleetSettings::default(),
         })
     }
 }

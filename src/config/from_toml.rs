@@ -1,6 +1,7 @@
 //! The TOML format (primary): `[default]`, `[[service]]`, `[[service.rule]]`.
 //! See `examples/sampling.toml` for a complete commented file.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::ops::Range;
 
@@ -9,7 +10,10 @@ use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
 use super::error::{ConfigError, ConfigErrorKind, Pos};
-use super::model::{LimitSpec, Policy, Rule, SamplingConfig, ServiceConfig};
+use super::model::{
+    fleet_cap_key, fleet_key, FleetSettings, LimitSpec, Policy, Rule, SamplingConfig, Scope,
+    ServiceConfig,
+};
 use super::validate::{self, Invalid};
 use crate::limiter::Algorithm;
 use crate::sampler::RemoteParents;
@@ -20,6 +24,25 @@ struct RawFile {
     default: Option<Spanned<RawBlock>>,
     #[serde(default)]
     service: Vec<Spanned<RawBlock>>,
+    fleet: Option<Spanned<RawFleet>>,
+}
+
+/// `[fleet]`: where fleet-scoped limits are shared.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFleet {
+    redis: Option<Spanned<RawUrls>>,
+    cluster: Option<Spanned<bool>>,
+    prefix: Option<Spanned<String>>,
+    sync_interval: Option<Spanned<String>>,
+}
+
+/// `redis = "redis://a:1"` or `redis = ["redis://a:1", "redis://b:2"]`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawUrls {
+    One(String),
+    Many(Vec<String>),
 }
 
 #[derive(Deserialize)]
@@ -31,6 +54,7 @@ struct RawBlock {
     window: Option<Spanned<String>>,
     algorithm: Option<Spanned<String>>,
     probability: Option<Spanned<f64>>,
+    scope: Option<Spanned<String>>,
     cap: Option<Spanned<RawCap>>,
     remote_parents: Option<Spanned<String>>,
     #[serde(default)]
@@ -44,6 +68,7 @@ struct RawCap {
     limit: Option<Spanned<i64>>,
     window: Option<Spanned<String>>,
     algorithm: Option<Spanned<String>>,
+    scope: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -60,6 +85,7 @@ struct RawRule {
     window: Option<Spanned<String>>,
     algorithm: Option<Spanned<String>>,
     probability: Option<Spanned<f64>>,
+    scope: Option<Spanned<String>>,
     floor: Option<Spanned<i64>>,
 }
 
@@ -70,11 +96,14 @@ struct RawPolicy<'a> {
     window: &'a Option<Spanned<String>>,
     algorithm: &'a Option<Spanned<String>>,
     probability: Option<&'a Spanned<f64>>,
+    scope: &'a Option<Spanned<String>>,
 }
 
 struct Ctx<'a> {
     text: &'a str,
     file: &'a str,
+    /// The first `scope = "fleet"` (its span and key), for the Redis URL check.
+    first_fleet: RefCell<Option<(Range<usize>, String)>>,
 }
 
 impl Ctx<'_> {
@@ -118,6 +147,14 @@ impl Ctx<'_> {
             )),
             (Some(spec), None) => Ok(Some(Policy::Limit(spec))),
             (None, Some(p)) => {
+                if let Some(sc) = raw.scope {
+                    return Err(self.new_error(
+                        ConfigErrorKind::ConflictingKeys,
+                        sc.span(),
+                        &key("scope"),
+                        "`scope` applies to a limit; a `probability` is decided on the trace id, the same in every replica".into(),
+                    ));
+                }
                 if let Some(a) = raw.algorithm {
                     return Err(self.new_error(
                         ConfigErrorKind::ConflictingKeys,
@@ -182,6 +219,14 @@ impl Ctx<'_> {
                             "`algorithm` needs a `rate` or a `limit` beside it".into(),
                         ));
                     }
+                    if let Some(sc) = raw.scope {
+                        return Err(self.new_error(
+                            ConfigErrorKind::MissingKey,
+                            sc.span(),
+                            &key("scope"),
+                            "`scope` needs a `rate` or a `limit` beside it".into(),
+                        ));
+                    }
                 }
                 return Ok(None);
             }
@@ -190,7 +235,39 @@ impl Ctx<'_> {
             Some(a) => self.check(a, &key("algorithm"), |a| validate::algorithm(a))?,
             None => Algorithm::default(),
         };
-        Ok(Some(LimitSpec { limit, algorithm }))
+        let scope = match raw.scope {
+            Some(sc) => self.check(sc, &key("scope"), |sc| validate::scope(sc))?,
+            None => Scope::Local,
+        };
+        if scope == Scope::Fleet {
+            if let Some(a) = raw
+                .algorithm
+                .as_ref()
+                .filter(|_| algorithm != Algorithm::FixedWindow)
+            {
+                return Err(self.new_error(
+                    ConfigErrorKind::ConflictingKeys,
+                    a.span(),
+                    &key("algorithm"),
+                    format!("a fleet-scoped limit is a fixed window of Redis time; algorithm {algorithm} is local only: remove it or set \"fixed\""),
+                ));
+            }
+            if let Some(sc) = raw.scope {
+                self.first_fleet
+                    .borrow_mut()
+                    .get_or_insert_with(|| (sc.span(), key("scope")));
+            }
+        }
+        Ok(Some(LimitSpec {
+            limit,
+            algorithm,
+            scope,
+        }))
+    }
+
+    /// Checks that `name` (a service or rule name) can be part of a fleet key.
+    fn fleet_name(&self, name: &Spanned<String>, key: &str) -> Result<(), ConfigError> {
+        self.check(name, key, |n| validate::fleet_key_part(n))
     }
 
     fn block(
@@ -232,6 +309,7 @@ impl Ctx<'_> {
                 window: &raw.window,
                 algorithm: &raw.algorithm,
                 probability: raw.probability.as_ref(),
+                scope: &raw.scope,
             },
             path,
         )?;
@@ -254,6 +332,7 @@ impl Ctx<'_> {
                         window: &cr.window,
                         algorithm: &cr.algorithm,
                         probability: None,
+                        scope: &cr.scope,
                     },
                     &cap_path,
                 )?;
@@ -314,6 +393,7 @@ impl Ctx<'_> {
             }
             rules.push(rule);
         }
+        self.fleet_keys(raw, path, policy.as_ref(), cap.as_ref(), &rules)?;
         Ok(ServiceConfig {
             name,
             policy,
@@ -321,6 +401,59 @@ impl Ctx<'_> {
             remote_parents,
             rules,
         })
+    }
+
+    /// Checks that the fleet-scoped limits of a block get valid, distinct fleet keys.
+    fn fleet_keys(
+        &self,
+        raw: &RawBlock,
+        path: &str,
+        policy: Option<&Policy>,
+        cap: Option<&LimitSpec>,
+        rules: &[Rule],
+    ) -> Result<(), ConfigError> {
+        let fleet_policy = |p: &Policy| matches!(p, Policy::Limit(s) if s.scope == Scope::Fleet);
+        let cap_fleet = cap.is_some_and(|c| c.scope == Scope::Fleet);
+        let any = cap_fleet
+            || policy.is_some_and(fleet_policy)
+            || rules.iter().any(|r| fleet_policy(&r.policy));
+        if !any {
+            return Ok(());
+        }
+        // The file default's keys take the service name at run time.
+        if let Some(n) = &raw.name {
+            self.fleet_name(n, &format!("{path}.name"))?;
+        }
+        for (i, (rule, r)) in rules.iter().zip(&raw.rule).enumerate() {
+            let fleet = fleet_policy(&rule.policy);
+            if !(fleet || cap_fleet && rule.floor > 0) {
+                continue;
+            }
+            let name_key = format!("{path}.rule[{i}].name");
+            let span = r.get_ref().name.as_ref().map_or(r.span(), |n| n.span());
+            if let Some(n) = &r.get_ref().name {
+                self.fleet_name(n, &name_key)?;
+            }
+            let other = match rule.name.as_str() {
+                "cap" if cap_fleet => Some(fleet_cap_key("<service>")),
+                "default" if policy.is_some_and(fleet_policy) => {
+                    Some(fleet_key("<service>", "default"))
+                }
+                _ => None,
+            };
+            if let (true, Some(other)) = (fleet, other) {
+                return Err(self.new_error(
+                    ConfigErrorKind::DuplicateRule,
+                    span,
+                    &name_key,
+                    format!(
+                        "a fleet-scoped rule named {:?} would share the Redis key {other:?} with the service's own fleet-scoped {}; rename the rule",
+                        rule.name, rule.name
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn rule(
@@ -381,6 +514,7 @@ impl Ctx<'_> {
                     window: &raw.window,
                     algorithm: &raw.algorithm,
                     probability: raw.probability.as_ref(),
+                    scope: &raw.scope,
                 },
                 path,
             )?
@@ -442,7 +576,21 @@ impl SamplingConfig {
     ///
     /// A [`ConfigError`] naming `file`, the line, column and key of the first mistake.
     pub fn from_toml_str(text: &str, file: &str) -> Result<Self, ConfigError> {
-        let ctx = Ctx { text, file };
+        Self::from_toml_with(text, file, None)
+    }
+
+    /// [`from_toml_str`](Self::from_toml_str), with `redis` (from the environment), when
+    /// given, replacing the `[fleet]` table's Redis URLs.
+    pub(crate) fn from_toml_with(
+        text: &str,
+        file: &str,
+        redis: Option<&[String]>,
+    ) -> Result<Self, ConfigError> {
+        let ctx = Ctx {
+            text,
+            file,
+            first_fleet: RefCell::new(None),
+        };
         let raw: RawFile = toml::from_str(text).map_err(|e| toml_error(&ctx, &e))?;
         let default = match &raw.default {
             Some(d) => ctx.block(d, "default", true)?,
@@ -473,10 +621,62 @@ impl SamplingConfig {
             }
             services.push(service);
         }
+        let mut fleet = match &raw.fleet {
+            Some(f) => ctx.fleet(f.get_ref())?,
+            None => FleetSettings::default(),
+        };
+        if let Some(urls) = redis {
+            fleet.urls = urls.to_vec();
+        }
+        if let Some((span, key)) = ctx.first_fleet.take() {
+            if fleet.urls.is_empty() {
+                return Err(ctx.new_error(
+                    ConfigErrorKind::MissingKey,
+                    span,
+                    &key,
+                    format!("scope = \"fleet\" shares the limit through Redis, and no Redis URL is given; add `[fleet]` with `redis = \"redis://host:6379\"`, or set {}", super::env::OTEL_RATE_SAMPLER_REDIS),
+                ));
+            }
+        }
         Ok(Self {
             source: file.to_owned(),
             default,
             services,
+            fleet,
+        })
+    }
+}
+
+impl Ctx<'_> {
+    /// The `[fleet]` table.
+    fn fleet(&self, raw: &RawFleet) -> Result<FleetSettings, ConfigError> {
+        let urls = match &raw.redis {
+            Some(r) => {
+                let urls = match r.get_ref() {
+                    RawUrls::One(u) => vec![u.clone()],
+                    RawUrls::Many(us) => us.clone(),
+                };
+                self.check(r, "fleet.redis", |_| validate::redis_urls(&urls))?;
+                urls
+            }
+            None => Vec::new(),
+        };
+        let prefix = match &raw.prefix {
+            Some(p) => {
+                self.check(p, "fleet.prefix", |p| validate::fleet_key_part(p))?;
+                Some(p.get_ref().clone())
+            }
+            None => None,
+        };
+        let sync_interval = match &raw.sync_interval {
+            Some(i) => Some(self.check(i, "fleet.sync_interval", |i| validate::sync_interval(i))?),
+            None => None,
+        };
+        Ok(FleetSettings {
+            urls,
+            cluster: raw.cluster.as_ref().is_some_and(|c| *c.get_ref()),
+            prefix,
+            sync_interval,
         })
     }
 }

@@ -42,7 +42,8 @@ pub enum LintKind {
     /// Warning: a service's limiters take more than [`LARGE_MEMORY_BYTES`].
     LargeMemory,
     /// Error: a limit divided by the replica count is out of [`Limit::per_second`](crate::Limit::per_second)'s
-    /// range, so no per-replica limit expresses it.
+    /// range, so no per-replica limit expresses it. Fleet-scoped limits are never
+    /// divided: they already hold for the whole fleet.
     CannotSplit,
 }
 
@@ -297,9 +298,10 @@ fn floors(s: &ServiceConfig, effective: &EffectiveRules, out: &mut Vec<Lint>) {
     }
 }
 
-/// Limits that cannot be divided across `replicas`.
+/// Limits that cannot be divided across `replicas` (fleet-scoped limits are not
+/// divided: they already hold for the whole fleet).
 fn split(effective: &EffectiveRules, replicas: NonZeroU32, out: &mut Vec<Lint>) {
-    for (name, limit) in effective.limits() {
+    for (name, limit) in effective.local_limits() {
         if let Err(e) = limit.per_replica(replicas) {
             out.push(Lint::new(
                 LintKind::CannotSplit,
@@ -508,6 +510,41 @@ window = "4000000h"
             ]
         );
         assert!(config.lints(NonZeroU32::MIN).len() == 1);
+    }
+
+    #[cfg(feature = "redis")]
+    #[test]
+    fn fleet_scoped_limits_are_not_split_across_replicas() {
+        let text = r#"
+[fleet]
+redis = "redis://127.0.0.1:6379"
+[default]
+limit = 1
+window = "4000000h"
+scope = "fleet"
+[[service]]
+name = "rare"
+limit = 1
+window = "4000000h"
+cap = { limit = 1, window = "4000000h", scope = "fleet" }
+"#;
+        let config = SamplingConfig::from_toml_str(text, "t.toml").unwrap();
+        let lints: Vec<_> = config
+            .lints(NonZeroU32::new(3).unwrap())
+            .iter()
+            .map(|l| {
+                (
+                    l.kind(),
+                    l.service().to_owned(),
+                    l.rule().map(str::to_owned),
+                )
+            })
+            .collect();
+        // Only the service's own default is local, and it cannot be split.
+        assert_eq!(
+            lints,
+            [(LintKind::CannotSplit, "rare".into(), Some("default".into()))]
+        );
     }
 
     #[test]

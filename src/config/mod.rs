@@ -13,6 +13,7 @@ mod matcher;
 mod model;
 mod pattern;
 mod rule_based;
+mod rule_limiter;
 mod rule_set;
 pub mod summary;
 mod validate;

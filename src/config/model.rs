@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::path::Path;
+use std::time::Duration;
 
 use opentelemetry::trace::SpanKind;
 
@@ -52,11 +53,39 @@ use crate::sampler::{Origin, RemoteParents};
 ///   saturated cap a rule may keep fewer than its N.
 /// * Without a cap, the worst case per window is the sum of the rules' and the default's
 ///   limits (probability rules are unbounded unless capped).
+///
+/// # Scope
+///
+/// A limit (a rule's, a block's own default or a cap) is enforced by each process on its
+/// own (`scope = "local"`, the default) or shared by every replica of the service
+/// through Redis (`scope = "fleet"`, feature `redis`): a [`FleetLimiter`] under the
+/// key `<service>:<rule>` (`<service>:default` for a block's own policy,
+/// `<service>:cap` for the cap, `<service>:cap:<rule>` for a floor in a fleet cap), with
+/// the Redis settings of the file's `[fleet]` table or of
+/// [`OTEL_RATE_SAMPLER_REDIS`](crate::env::OTEL_RATE_SAMPLER_REDIS). The bounds above
+/// then hold per fleet window for the whole fleet.
+///
+/// [`FleetLimiter`]: https://docs.rs/otel-rate-sampler/latest/otel_rate_sampler/struct.FleetLimiter.html
 #[derive(Clone, Debug)]
 pub struct SamplingConfig {
     pub(crate) source: String,
     pub(crate) default: ServiceConfig,
     pub(crate) services: Vec<ServiceConfig>,
+    /// Where fleet-scoped limits are shared (no URL: the file has none).
+    pub(crate) fleet: FleetSettings,
+}
+
+/// The `[fleet]` table: where fleet-scoped limits are shared. Its `Debug` masks the
+/// URLs' credentials.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub(crate) struct FleetSettings {
+    /// One URL, or the seed nodes of a Redis Cluster (empty: none given).
+    pub(crate) urls: Vec<String>,
+    pub(crate) cluster: bool,
+    /// The key prefix (`None`: the fleet limiter's default).
+    pub(crate) prefix: Option<String>,
+    /// Heartbeats and retries (`None`: the fleet limiter's default).
+    pub(crate) sync_interval: Option<Duration>,
 }
 
 /// One service's settings (or the file default's, whose name is empty).
@@ -69,11 +98,68 @@ pub(crate) struct ServiceConfig {
     pub(crate) rules: Vec<Rule>,
 }
 
-/// A limit and the algorithm that enforces it.
+impl fmt::Debug for FleetSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // `scheme://user:password@host` shows as `scheme://***@host`.
+        let masked: Vec<String> = self
+            .urls
+            .iter()
+            .map(|u| match (u.find("://"), u.rfind('@')) {
+                (Some(s), Some(at)) if at > s => format!("{}***{}", &u[..s + 3], &u[at..]),
+                _ => u.clone(),
+            })
+            .collect();
+        f.debug_struct("FleetSettings")
+            .field("urls", &masked)
+            .field("cluster", &self.cluster)
+            .field("prefix", &self.prefix)
+            .field("sync_interval", &self.sync_interval)
+            .finish()
+    }
+}
+
+/// A limit, the algorithm that enforces it and who shares it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct LimitSpec {
     pub(crate) limit: Limit,
     pub(crate) algorithm: Algorithm,
+    pub(crate) scope: Scope,
+}
+
+impl LimitSpec {
+    /// A limit this process enforces on its own.
+    pub(crate) const fn local(limit: Limit, algorithm: Algorithm) -> Self {
+        Self {
+            limit,
+            algorithm,
+            scope: Scope::Local,
+        }
+    }
+}
+
+/// Who shares a limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// Each process keeps its own N per window.
+    #[default]
+    Local,
+    /// Every replica shares one N per fleet window, through Redis (a fixed window).
+    Fleet,
+}
+
+/// The fleet key of a service's rule (`rule` = `"default"` for its own policy).
+pub(crate) fn fleet_key(service: &str, rule: &str) -> String {
+    format!("{service}:{rule}")
+}
+
+/// The fleet key of a service's cap.
+pub(crate) fn fleet_cap_key(service: &str) -> String {
+    format!("{service}:cap")
+}
+
+/// The fleet key of a rule's floor in a fleet-scoped cap.
+pub(crate) fn fleet_floor_key(service: &str, rule: &str) -> String {
+    format!("{service}:cap:{rule}")
 }
 
 /// What a rule (or a default) does with the spans it matches.
@@ -103,7 +189,15 @@ impl SamplingConfig {
     ///
     /// A [`ConfigError`] naming the file, line, column and key of the first mistake.
     pub fn from_path(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
-        let path = path.as_ref();
+        Self::from_path_with(path.as_ref(), None)
+    }
+
+    /// [`from_path`](Self::from_path), with `redis` (from the environment), when given,
+    /// replacing a TOML file's `[fleet] redis`.
+    pub(crate) fn from_path_with(
+        path: &Path,
+        redis: Option<&[String]>,
+    ) -> Result<Self, ConfigError> {
         let file = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|e| {
             ConfigError::new(
@@ -121,7 +215,7 @@ impl SamplingConfig {
         {
             Self::from_jaeger_json_str(&text, &file)
         } else {
-            Self::from_toml_str(&text, &file)
+            Self::from_toml_with(&text, &file, redis)
         }
     }
 
@@ -167,7 +261,13 @@ impl fmt::Display for Describe {
         writeln!(f, "service {:?}{from}", s.name)?;
         writeln!(f, "  remote parents: {:?}", s.remote_parents)?;
         match &s.cap {
-            Some(cap) => writeln!(f, "  cap: {}", DisplaySpec(cap))?,
+            Some(cap) => {
+                write!(f, "  cap: {}", DisplaySpec(cap))?;
+                if cap.scope == Scope::Fleet {
+                    write!(f, ", fleet-wide (key {:?})", fleet_cap_key(&s.name))?;
+                }
+                writeln!(f)?;
+            }
             None => writeln!(f, "  cap: none")?,
         }
         for (i, r) in s.rules.iter().enumerate() {
@@ -197,16 +297,32 @@ impl fmt::Display for Describe {
                 f.write_str("every span ")?;
             }
             write!(f, "=> {}", DisplayPolicy(&r.policy))?;
+            if is_fleet(&r.policy) {
+                write!(f, ", fleet-wide (key {:?})", fleet_key(&s.name, &r.name))?;
+            }
             if r.floor > 0 {
                 write!(f, ", floor {} per cap window", r.floor)?;
+                if s.cap.is_some_and(|c| c.scope == Scope::Fleet) {
+                    write!(f, " (fleet-wide)")?;
+                }
             }
             writeln!(f)?;
         }
         match &s.policy {
+            Some(p) if is_fleet(p) => writeln!(
+                f,
+                "  otherwise: {}, fleet-wide (key {:?})",
+                DisplayPolicy(p),
+                fleet_key(&s.name, "default")
+            ),
             Some(p) => writeln!(f, "  otherwise: {}", DisplayPolicy(p)),
             None => writeln!(f, "  otherwise: drop"),
         }
     }
+}
+
+fn is_fleet(policy: &Policy) -> bool {
+    matches!(policy, Policy::Limit(spec) if spec.scope == Scope::Fleet)
 }
 
 struct DisplaySpec<'a>(&'a LimitSpec);

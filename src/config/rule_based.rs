@@ -9,6 +9,7 @@ use opentelemetry_sdk::trace::{SamplingResult, ShouldSample};
 
 use super::error::{ConfigError, ConfigErrorKind};
 use super::model::SamplingConfig;
+use super::rule_limiter::BuildError;
 use super::rule_set::RuleSet;
 use crate::clock::{Clock, MonotonicClock};
 use crate::sampler::apply_parent_policy;
@@ -57,6 +58,9 @@ struct Inner<C> {
     reloads_succeeded: AtomicU64,
     /// Reloads that failed.
     reloads_failed: AtomicU64,
+    /// The Redis URLs from the environment (`OTEL_RATE_SAMPLER_REDIS`) this sampler was
+    /// built with, which replace a reloaded file's `[fleet] redis` too.
+    redis: Option<Vec<String>>,
 }
 
 impl RuleBasedSampler {
@@ -69,6 +73,16 @@ impl RuleBasedSampler {
     /// limit, so only a hand-made configuration can fail here).
     pub fn new(config: &SamplingConfig, service: &str) -> Result<Self, ConfigError> {
         Self::with_clock(config, service, MonotonicClock::new())
+    }
+
+    /// [`new`](Self::new), remembering the environment's Redis URLs (`redis`, already
+    /// applied to `config`) for [`reload_from_path`](Self::reload_from_path).
+    pub(crate) fn from_env_config(
+        config: &SamplingConfig,
+        service: &str,
+        redis: Option<Vec<String>>,
+    ) -> Result<Self, ConfigError> {
+        Self::build(config, service, MonotonicClock::new(), redis)
     }
 }
 
@@ -83,6 +97,15 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
         service: &str,
         clock: C,
     ) -> Result<Self, ConfigError> {
+        Self::build(config, service, clock, None)
+    }
+
+    fn build(
+        config: &SamplingConfig,
+        service: &str,
+        clock: C,
+        redis: Option<Vec<String>>,
+    ) -> Result<Self, ConfigError> {
         let rules = compile(config, service, &clock, None)?;
         Ok(Self {
             inner: Arc::new(Inner {
@@ -91,6 +114,7 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
                 clock,
                 reloads_succeeded: AtomicU64::new(0),
                 reloads_failed: AtomicU64::new(0),
+                redis,
             }),
         })
     }
@@ -99,7 +123,16 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     ///
     /// A rule (by name; unnamed rules are named by position) whose limit and algorithm
     /// did not change keeps its limiter, so a reload causes no burst; a changed one gets
-    /// a new limiter that starts with the old one's count in its current window. Spans
+    /// a new limiter that starts with the old one's count in its current window.
+    ///
+    /// A fleet-scoped limit whose key, limit and `[fleet]` settings did not change keeps
+    /// its [`FleetLimiter`](crate::FleetLimiter) and its lease. One whose limit changed
+    /// gets a new fleet limiter under the same key and instance id: Redis still counts
+    /// what the fleet was granted in the current window, so the fleet keeps at most
+    /// `max(old N, new N)` in the window of the reload and the new N from the next one.
+    /// This replica then admits nothing for that limit until its new limiter's first
+    /// Redis round trip, and what the old one held unspent is not used in that window.
+    /// A change of scope starts a new limiter with nothing carried over. Spans
     /// being decided during the swap use the old rules or the new ones, never a mix,
     /// and never wait.
     ///
@@ -139,12 +172,16 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     }
 
     /// Loads `path` ([`SamplingConfig::from_path`]) and [`reload`](Self::reload)s it.
+    /// A sampler built by [`from_env`](Self::from_env) with
+    /// [`OTEL_RATE_SAMPLER_REDIS`](crate::env::OTEL_RATE_SAMPLER_REDIS) set keeps that
+    /// Redis for the reloaded file's fleet-scoped limits.
     ///
     /// # Errors
     ///
     /// The file's [`ConfigError`]; the old rules then stay in force.
     pub fn reload_from_path(&self, path: impl AsRef<std::path::Path>) -> Result<(), ConfigError> {
-        let config = SamplingConfig::from_path(path).inspect_err(|_| self.count_reload(false))?;
+        let config = SamplingConfig::from_path_with(path.as_ref(), self.inner.redis.as_deref())
+            .inspect_err(|_| self.count_reload(false))?;
         self.reload(&config)
     }
 
@@ -205,6 +242,19 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     pub fn service(&self) -> &str {
         &self.inner.service
     }
+
+    /// The [`FleetLimiter`](crate::FleetLimiter) behind the fleet-scoped limit `rule` (a
+    /// rule's name, `default` for the service's own policy, `cap` for the cap's shared
+    /// pool) in the current rules, or `None` if that limit is local or absent.
+    ///
+    /// For monitoring: its [`stats`](crate::FleetLimiter::stats) (fallback, live
+    /// replicas, the current lease) and fleet window ids. The handle shares the rule's
+    /// state (a permit it acquires is the rule's), and after a [`reload`](Self::reload)
+    /// that changed the rule it names the old limiter, which has stopped: ask again.
+    #[cfg(feature = "redis")]
+    pub fn fleet_limiter(&self, rule: &str) -> Option<crate::FleetLimiter<C>> {
+        self.inner.rules.load().fleet_limiter(rule).cloned()
+    }
 }
 
 fn compile<C: Clock + Clone>(
@@ -213,9 +263,13 @@ fn compile<C: Clock + Clone>(
     clock: &C,
     previous: Option<&RuleSet<C>>,
 ) -> Result<RuleSet<C>, ConfigError> {
-    RuleSet::compile(&config.service(service), clock, previous).map_err(|e| {
+    RuleSet::compile(&config.service(service), &config.fleet, clock, previous).map_err(|e| {
+        let kind = match e {
+            BuildError::Limit(_) => ConfigErrorKind::InvalidLimit,
+            BuildError::Fleet { .. } => ConfigErrorKind::Fleet,
+        };
         ConfigError::new(
-            ConfigErrorKind::InvalidLimit,
+            kind,
             &config.source,
             Default::default(),
             "",

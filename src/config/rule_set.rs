@@ -9,10 +9,14 @@ use opentelemetry::KeyValue;
 use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult};
 
 use super::matcher::Matchers;
-use super::model::{LimitSpec, Policy, Rule, ServiceConfig};
+use super::model::{
+    fleet_cap_key, fleet_floor_key, fleet_key, FleetSettings, LimitSpec, Policy, Rule,
+    ServiceConfig,
+};
+use super::rule_limiter::{BuildError, RuleLimiter};
 use crate::clock::Clock;
 use crate::limit::{Limit, LimitError};
-use crate::limiter::{Algorithm, AnyLimiter, RateLimiter};
+use crate::limiter::{Algorithm, RateLimiter};
 use crate::sampler::attributes::{self, PROBABILISTIC, RATELIMITING};
 use crate::sampler::{drop_span, erase_threshold, Origin, RemoteParents};
 use crate::stats::{CapStats, Counters, DecisionStats, DropReason, Event, RuleStats, WindowFill};
@@ -28,7 +32,7 @@ pub(crate) struct RuleSet<C> {
     /// For spans no rule matches (`None`: drop them).
     default: Option<Compiled<C>>,
     /// The cap's shared pool (`None` without a cap, or when floors reserve all of it).
-    shared: Option<Arc<AnyLimiter<C>>>,
+    shared: Option<RuleLimiter<C>>,
     cap: Option<LimitSpec>,
     /// Decisions no rule made (followed parents, no match without a default); kept
     /// across reloads.
@@ -40,7 +44,7 @@ struct Compiled<C> {
     policy: Policy,
     action: Action<C>,
     /// Permits reserved for this rule in the cap.
-    floor: Option<Arc<AnyLimiter<C>>>,
+    floor: Option<RuleLimiter<C>>,
     /// What a kept span records.
     attributes: Vec<KeyValue>,
     /// This rule's decisions; the previous rule of the same name's, after a reload.
@@ -48,7 +52,7 @@ struct Compiled<C> {
 }
 
 enum Action<C> {
-    Limit(Arc<AnyLimiter<C>>),
+    Limit(RuleLimiter<C>),
     /// Keep iff the trace id's low 63 bits are below this.
     Probability(u64),
 }
@@ -56,12 +60,13 @@ enum Action<C> {
 impl<C: Clock + Clone> RuleSet<C> {
     /// Compiles `service`'s settings, reusing `previous`'s limiters where a rule (by
     /// name) kept its limit, and carrying the current window's count over where it
-    /// changed.
+    /// changed (see [`RuleLimiter::build`]). Fleet-scoped limits use `fleet`.
     pub(crate) fn compile(
         service: &ServiceConfig,
+        fleet: &FleetSettings,
         clock: &C,
         previous: Option<&RuleSet<C>>,
-    ) -> Result<Self, LimitError> {
+    ) -> Result<Self, BuildError> {
         // A rule's predecessor is the previous rule of the same name; the default's is
         // the previous default (a rule may be named "default" too).
         let find = |rule: Option<&Rule>, name: &str| {
@@ -70,9 +75,12 @@ impl<C: Clock + Clone> RuleSet<C> {
                 None => p.default.as_ref(),
             })
         };
-        let cap_window = service.cap.map(|c| c.limit.window());
+        let cap = service.cap;
+        let build = |spec: LimitSpec, key: &dyn Fn() -> String, old: Option<&RuleLimiter<C>>| {
+            RuleLimiter::build(spec, key, fleet, clock, old)
+        };
         let compile =
-            |rule: Option<&Rule>, name: &str, policy: Policy| -> Result<Compiled<C>, LimitError> {
+            |rule: Option<&Rule>, name: &str, policy: Policy| -> Result<Compiled<C>, BuildError> {
                 let old = find(rule, name);
                 let action = match policy {
                     Policy::Probability(p) => Action::Probability((p * 2f64.powi(63)) as u64),
@@ -81,17 +89,21 @@ impl<C: Clock + Clone> RuleSet<C> {
                             (Action::Limit(l), Policy::Limit(_)) => Some(l),
                             _ => None,
                         });
-                        Action::Limit(limiter(spec, clock, old_limiter)?)
+                        let key = || fleet_key(&service.name, name);
+                        Action::Limit(build(spec, &key, old_limiter)?)
                     }
                 };
                 let floor_permits = rule.map_or(0, |r| r.floor);
-                let floor = match (cap_window, floor_permits) {
-                    (Some(window), permits @ 1..) => {
+                // A floor is a fixed window in the cap's window, with the cap's scope.
+                let floor = match (cap, floor_permits) {
+                    (Some(cap), permits @ 1..) => {
                         let spec = LimitSpec {
-                            limit: Limit::per_window(permits, window)?,
+                            limit: Limit::per_window(permits, cap.limit.window())?,
                             algorithm: Algorithm::FixedWindow,
+                            scope: cap.scope,
                         };
-                        Some(limiter(spec, clock, old.and_then(|o| o.floor.as_ref()))?)
+                        let key = || fleet_floor_key(&service.name, name);
+                        Some(build(spec, &key, old.and_then(|o| o.floor.as_ref()))?)
                     }
                     _ => None,
                 };
@@ -127,15 +139,12 @@ impl<C: Clock + Clone> RuleSet<C> {
                     Some(permits) => {
                         let spec = LimitSpec {
                             limit: Limit::per_window(permits, cap.limit.window())?,
-                            algorithm: cap.algorithm,
+                            ..cap
                         };
-                        Some(limiter(
-                            spec,
-                            clock,
-                            previous.and_then(|p| p.shared.as_ref()),
-                        )?)
+                        let key = || fleet_cap_key(&service.name);
+                        Some(build(spec, &key, previous.and_then(|p| p.shared.as_ref()))?)
                     }
-                    None => return Err(LimitError::ZeroPermits),
+                    None => return Err(LimitError::ZeroPermits.into()),
                 }
             }
             None => None,
@@ -150,25 +159,6 @@ impl<C: Clock + Clone> RuleSet<C> {
             unmatched: previous.map_or_else(Default::default, |p| Arc::clone(&p.unmatched)),
         })
     }
-}
-
-/// The limiter for `spec`: `old` itself if it enforces the same limit with the same
-/// algorithm (no reset, no burst), else a new one holding `old`'s current count.
-fn limiter<C: Clock + Clone>(
-    spec: LimitSpec,
-    clock: &C,
-    old: Option<&Arc<AnyLimiter<C>>>,
-) -> Result<Arc<AnyLimiter<C>>, LimitError> {
-    if let Some(old) = old {
-        if old.limit() == spec.limit && old.algorithm() == spec.algorithm {
-            return Ok(Arc::clone(old));
-        }
-    }
-    let new = AnyLimiter::with_clock(spec.algorithm, spec.limit, clock.clone());
-    if let Some(old) = old {
-        new.carry_over_from(old);
-    }
-    Ok(Arc::new(new))
 }
 
 impl<C: Clock> RuleSet<C> {
@@ -227,7 +217,7 @@ impl<C: Clock> RuleSet<C> {
     /// Each rule's decisions and windows (the default last), the unmatched decisions,
     /// and the cap's.
     pub(crate) fn stats(&self) -> (Vec<RuleStats>, DecisionStats, Option<CapStats>) {
-        let fill = |l: &AnyLimiter<C>| {
+        let fill = |l: &RuleLimiter<C>| {
             l.count_in_window().map(|used| WindowFill {
                 used,
                 permits: l.limit().permits(),
@@ -244,12 +234,12 @@ impl<C: Clock> RuleSet<C> {
                     Action::Limit(l) => fill(l),
                     Action::Probability(_) => None,
                 },
-                floor: c.floor.as_deref().and_then(fill),
+                floor: c.floor.as_ref().and_then(fill),
             })
             .collect();
         let cap = self.cap.map(|cap| {
             let floors: u64 = rules.iter().filter_map(|r| r.floor.map(|f| f.used)).sum();
-            let shared = self.shared.as_deref().and_then(fill).map_or(0, |f| f.used);
+            let shared = self.shared.as_ref().and_then(fill).map_or(0, |f| f.used);
             CapStats {
                 dropped: rules
                     .iter()
@@ -262,6 +252,25 @@ impl<C: Clock> RuleSet<C> {
             }
         });
         (rules, self.unmatched.snapshot(), cap)
+    }
+
+    /// The fleet limiter of the rule named `rule` (`default` for the default, `cap`
+    /// for the cap's shared pool), if that limit is fleet-scoped.
+    #[cfg(feature = "redis")]
+    pub(crate) fn fleet_limiter(&self, rule: &str) -> Option<&crate::fleet::FleetLimiter<C>> {
+        if rule == "cap" {
+            if let Some(shared) = self.shared.as_ref().and_then(RuleLimiter::fleet) {
+                return Some(shared);
+            }
+        }
+        self.rules
+            .iter()
+            .chain(self.default.as_ref())
+            .find(|c| c.name == rule)
+            .and_then(|c| match &c.action {
+                Action::Limit(l) => l.fleet(),
+                Action::Probability(_) => None,
+            })
     }
 
     /// The rule names, for `Debug`.
@@ -291,7 +300,7 @@ mod tests {
         .unwrap();
         let mut service = config.service("svc");
         service.policy = None; // what no loader produces: rules without a default
-        let rules = RuleSet::compile(&service, &ManualClock::new(), None).unwrap();
+        let rules = RuleSet::compile(&service, &config.fleet, &ManualClock::new(), None).unwrap();
         let result = rules.decide(
             Origin::Root,
             TraceId::from(1u128),

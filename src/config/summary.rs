@@ -4,7 +4,7 @@
 
 use std::mem::size_of;
 
-use super::model::{LimitSpec, Policy, SamplingConfig, ServiceConfig};
+use super::model::{LimitSpec, Policy, SamplingConfig, Scope, ServiceConfig};
 use crate::clock::MonotonicClock;
 use crate::limit::Limit;
 use crate::limiter::{Algorithm, AnyLimiter};
@@ -45,6 +45,7 @@ pub struct EffectiveRule {
     name: String,
     policy: RulePolicy,
     floor: u32,
+    fleet: bool,
 }
 
 impl EffectiveRule {
@@ -61,6 +62,12 @@ impl EffectiveRule {
     /// The permits reserved for it in each window of the service cap (0: none).
     pub fn floor(&self) -> u32 {
         self.floor
+    }
+
+    /// Whether its limit is fleet-scoped (`scope = "fleet"`): shared by every replica
+    /// through Redis rather than enforced by each process.
+    pub fn fleet_wide(&self) -> bool {
+        self.fleet
     }
 }
 
@@ -98,6 +105,8 @@ pub struct EffectiveRules {
     cap: Option<(Limit, Algorithm)>,
     rules: Vec<EffectiveRule>,
     default: Option<RulePolicy>,
+    default_fleet: bool,
+    cap_fleet: bool,
 }
 
 /// One limiter a service's sampler builds, and the memory it takes.
@@ -161,6 +170,10 @@ impl SamplingConfig {
     }
 }
 
+fn is_fleet(policy: Policy) -> bool {
+    matches!(policy, Policy::Limit(spec) if spec.scope == Scope::Fleet)
+}
+
 impl EffectiveRules {
     pub(crate) fn of(s: &ServiceConfig, listed: bool) -> Self {
         Self {
@@ -174,9 +187,12 @@ impl EffectiveRules {
                     name: r.name.clone(),
                     policy: r.policy.into(),
                     floor: r.floor,
+                    fleet: is_fleet(r.policy),
                 })
                 .collect(),
             default: s.policy.map(RulePolicy::from),
+            default_fleet: s.policy.is_some_and(is_fleet),
+            cap_fleet: s.cap.is_some_and(|c| c.scope == Scope::Fleet),
         }
     }
 
@@ -205,6 +221,40 @@ impl EffectiveRules {
         self.default
     }
 
+    /// Whether the default's limit is fleet-scoped (shared through Redis).
+    pub fn default_fleet_wide(&self) -> bool {
+        self.default_fleet
+    }
+
+    /// Whether the cap (and so its floors) is fleet-scoped (shared through Redis).
+    pub fn cap_fleet_wide(&self) -> bool {
+        self.cap_fleet
+    }
+
+    /// The limits each process enforces on its own: [`limits`](Self::limits) less the
+    /// fleet-scoped ones, which already hold for the whole fleet. What splitting a
+    /// limit across replicas applies to.
+    pub fn local_limits(&self) -> impl Iterator<Item = (&str, Limit)> + '_ {
+        self.limits().filter(|(name, _)| !self.is_fleet_named(name))
+    }
+
+    /// Whether the limit `limits()` names `name` is fleet-scoped.
+    fn is_fleet_named(&self, name: &str) -> bool {
+        // `limits()` lists the rules first, so a rule named like the default or the cap
+        // is found as a rule, as there.
+        match self
+            .rules
+            .iter()
+            .find(|r| r.name == name && matches!(r.policy, RulePolicy::Limit { .. }))
+        {
+            Some(r) => r.fleet,
+            None if name == "default" && matches!(self.default, Some(RulePolicy::Limit { .. })) => {
+                self.default_fleet
+            }
+            None => name == "cap" && self.cap_fleet,
+        }
+    }
+
     /// Every limit the file sets for this service, named: each limit rule's (by rule
     /// name), the default's (`default`) and the cap's (`cap`). Floors and the shared
     /// pool are derived from the cap and are not listed.
@@ -229,7 +279,7 @@ impl EffectiveRules {
             if let RulePolicy::Limit { limit, algorithm } = rule.policy {
                 out.push(LimiterMemory::new(
                     format!("rule {:?}", rule.name),
-                    LimitSpec { limit, algorithm },
+                    LimitSpec::local(limit, algorithm),
                 ));
             }
         }
@@ -238,10 +288,7 @@ impl EffectiveRules {
                 if let Ok(limit) = Limit::per_window(rule.floor, cap.window()) {
                     out.push(LimiterMemory::new(
                         format!("floor of rule {:?}", rule.name),
-                        LimitSpec {
-                            limit,
-                            algorithm: Algorithm::FixedWindow,
-                        },
+                        LimitSpec::local(limit, Algorithm::FixedWindow),
                     ));
                 }
             }
@@ -249,7 +296,7 @@ impl EffectiveRules {
         if let Some(RulePolicy::Limit { limit, algorithm }) = self.default {
             out.push(LimiterMemory::new(
                 "default".to_owned(),
-                LimitSpec { limit, algorithm },
+                LimitSpec::local(limit, algorithm),
             ));
         }
         if let Some(shared) = self.shared_pool() {
@@ -268,7 +315,7 @@ impl EffectiveRules {
         let (cap, algorithm) = self.cap?;
         let left = u64::from(cap.permits()).checked_sub(self.floors())?;
         let limit = Limit::per_window(u32::try_from(left).ok()?, cap.window()).ok()?;
-        Some(LimitSpec { limit, algorithm })
+        Some(LimitSpec::local(limit, algorithm))
     }
 }
 

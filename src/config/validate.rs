@@ -220,6 +220,65 @@ pub(crate) fn remote_parents(name: &str) -> Result<RemoteParents, Invalid> {
     }
 }
 
+/// A limit's scope.
+pub(crate) fn scope(name: &str) -> Result<super::model::Scope, Invalid> {
+    use super::model::Scope;
+    match name {
+        "local" => Ok(Scope::Local),
+        "fleet" if cfg!(feature = "redis") => Ok(Scope::Fleet),
+        "fleet" => Err(Invalid::new(
+            ConfigErrorKind::MissingFeature,
+            "scope = \"fleet\" needs otel-rate-sampler's `redis` feature, which this build lacks; enable it (features = [\"config\", \"redis\"]) or use scope = \"local\"",
+        )),
+        _ => Err(Invalid::new(
+            ConfigErrorKind::UnknownValue,
+            format!("unknown scope {name:?}; expected \"local\" (each process keeps its own limit, the default) or \"fleet\" (every replica shares one limit through Redis)"),
+        )),
+    }
+}
+
+/// A service name, rule name or prefix that becomes part of a fleet key.
+pub(crate) fn fleet_key_part(part: &str) -> Result<(), Invalid> {
+    if part.is_empty() || part.contains(['{', '}']) || part.chars().any(char::is_whitespace) {
+        Err(Invalid::new(
+            ConfigErrorKind::InvalidFleetKey,
+            format!("{part:?} becomes part of a Redis key of a fleet-scoped limit and must be non-empty, without '{{', '}}' or whitespace"),
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// The `[fleet]` table's Redis URLs (their syntax is checked when the limiter is built).
+pub(crate) fn redis_urls(urls: &[String]) -> Result<(), Invalid> {
+    if urls.is_empty() {
+        return Err(Invalid::new(
+            ConfigErrorKind::MissingKey,
+            "no Redis URL given; use redis = \"redis://host:6379\", or a list of a cluster's seed nodes",
+        ));
+    }
+    // The URL itself is not repeated: it may hold a password.
+    match urls.iter().position(|u| !u.contains("://")) {
+        Some(i) => Err(Invalid::new(
+            ConfigErrorKind::UnknownValue,
+            format!("URL {} of {} is not a Redis URL; expected redis://[user:password@]host:port[/db] (rediss:// for TLS)", i + 1, urls.len()),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The `[fleet]` table's `sync_interval`.
+pub(crate) fn sync_interval(text: &str) -> Result<Duration, Invalid> {
+    let interval = window(text)?;
+    if interval < Duration::from_millis(1) {
+        return Err(Invalid::new(
+            ConfigErrorKind::InvalidLimit,
+            format!("sync_interval {text:?} is below 1 ms; use a duration such as \"100ms\""),
+        ));
+    }
+    Ok(interval)
+}
+
 /// A name that must not be empty.
 pub(crate) fn name(what: &str, name: &str) -> Result<(), Invalid> {
     if name.trim().is_empty() {

@@ -15,7 +15,18 @@ fn every_example_file_parses() {
             path.extension().and_then(|e| e.to_str()),
             Some("toml" | "json")
         ) {
-            let config = SamplingConfig::from_path(&path).unwrap_or_else(|e| panic!("{e}"));
+            let config = match SamplingConfig::from_path(&path) {
+                Ok(config) => config,
+                // A fleet-scoped example needs the `redis` feature, and says so.
+                Err(e)
+                    if !cfg!(feature = "redis") && e.kind() == ConfigErrorKind::MissingFeature =>
+                {
+                    seen += 1;
+                    continue;
+                }
+                Err(e) => panic!("{e}"),
+            };
+            // Fleet limiters build at once, without reaching the example's Redis.
             for service in config.services() {
                 RuleBasedSampler::new(&config, service).unwrap();
             }

@@ -5,6 +5,7 @@
 mod env;
 mod errors;
 mod files;
+mod fleet_scope;
 #[cfg(feature = "metrics")]
 mod metrics;
 #[cfg(feature = "reload")]

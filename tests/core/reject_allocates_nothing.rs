@@ -64,6 +64,60 @@ unsafe impl GlobalAlloc for Counting {
     }
 }
 
+/// A fleet-scoped rule refuses through its `FleetLimiter` (no lease: nothing listens on
+/// port 1) and a fleet-scoped cap refuses what the local rule admits: no heap events
+/// either way, with the fleet thread running beside.
+#[cfg(all(feature = "config", feature = "redis"))]
+#[test]
+fn a_refused_root_allocates_nothing_against_fleet_scoped_rules() {
+    use otel_rate_sampler::{RuleBasedSampler, SamplingConfig};
+
+    let text = r#"
+[fleet]
+redis = "redis://127.0.0.1:1"
+[default]
+limit = 1
+[[service]]
+name = "svc"
+cap = { limit = 5, scope = "fleet" }
+[[service.rule]]
+name = "fleet"
+span_name = "GET /fleet"
+limit = 5
+scope = "fleet"
+[[service.rule]]
+name = "local"
+span_name = "GET /local"
+limit = 1000
+"#;
+    let config = SamplingConfig::from_toml_str(text, "t.toml").unwrap();
+    let s = RuleBasedSampler::with_clock(&config, "svc", ManualClock::new()).unwrap();
+    let root = Context::new();
+    let decide = |name: &str| {
+        s.should_sample(
+            Some(&root),
+            TraceId::from(9u128),
+            name,
+            &SpanKind::Server,
+            &[],
+            &[],
+        )
+    };
+    // Once unwatched: the first decision on a thread sets up the rule set pointer's
+    // thread-local slot, as in the test above.
+    assert_eq!(decide("GET /fleet").decision, SamplingDecision::Drop);
+    let (kept, events) = heap_events(|| {
+        (0..1_000)
+            .filter(|_| {
+                decide("GET /fleet").decision != SamplingDecision::Drop
+                    || decide("GET /local").decision != SamplingDecision::Drop
+            })
+            .count()
+    });
+    assert_eq!(kept, 0, "a fleet limit without a lease admitted a root");
+    assert_eq!(events, 0, "2000 refused roots caused {events} heap events");
+}
+
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 

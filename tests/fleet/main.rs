@@ -5,6 +5,9 @@
 
 mod cluster;
 mod demo;
+// Fleet-scoped rules from a rule file (feature `config` too).
+#[cfg(feature = "config")]
+mod config_rules;
 mod faults;
 mod load;
 mod proxy;

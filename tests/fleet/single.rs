@@ -4,7 +4,7 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use otel_rate_sampler::{FleetError, FleetLimiter, RateLimiter, RateLimitingSampler};
+use otel_rate_sampler::{FleetError, FleetLimiter, Limit, RateLimiter, RateLimitingSampler};
 
 use crate::load::{self, assert_capped, drive, inner_windows, N, WINDOW};
 use crate::server::Server;
@@ -174,6 +174,13 @@ fn bad_input_is_a_typed_error_not_a_panic() {
         err(FleetLimiter::builder(Vec::<String>::new(), "k", limit).build()),
         FleetError::NoUrl
     ));
+    // `Limit` itself refuses more permits than a lease word holds (both are 4 194 303):
+    // the largest limit builds.
+    assert!(Limit::per_window(5_000_000, Duration::from_secs(1)).is_err());
+    let largest = Limit::per_window(Limit::MAX_PERMITS, Duration::from_secs(1)).unwrap();
+    FleetLimiter::builder("redis://127.0.0.1:1", "k", largest)
+        .build()
+        .expect("the largest Limit fits a fleet limiter");
     assert!(matches!(
         err(FleetLimiter::builder("redis://127.0.0.1:1", "k", limit)
             .sync_interval(Duration::ZERO)

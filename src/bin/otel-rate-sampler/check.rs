@@ -78,9 +78,10 @@ fn print_service(config: &SamplingConfig, name: &str, replicas: NonZeroU32) {
         ),
         None => println!("  memory: no limiters"),
     }
-    if replicas.get() > 1 && rules.limits().next().is_some() {
+    // Fleet-scoped limits already hold for the whole fleet: only local ones are divided.
+    if replicas.get() > 1 && rules.local_limits().next().is_some() {
         println!("  split across {replicas} replicas (each gets the rate / {replicas}):");
-        for (rule, limit) in rules.limits() {
+        for (rule, limit) in rules.local_limits() {
             match limit.per_replica(replicas) {
                 Ok(each) => println!(
                     "    {rule}: {limit} -> {each} each ({:.3}/s), {:.3}/s together",

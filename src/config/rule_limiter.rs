@@ -1,0 +1,219 @@
+//! [`RuleLimiter`]: the one place that turns a rule's limit into a limiter by its scope,
+//! a local [`AnyLimiter`] or (feature `redis`) a [`FleetLimiter`](crate::FleetLimiter),
+//! and decides on a reload whether the old one is kept.
+
+use std::error::Error;
+use std::fmt;
+use std::sync::Arc;
+
+use super::model::{FleetSettings, LimitSpec, Scope};
+use crate::clock::Clock;
+use crate::limit::{Limit, LimitError};
+use crate::limiter::{AnyLimiter, RateLimiter};
+
+/// The limiter of a rule, a floor, a default or a cap's shared pool.
+pub(crate) enum RuleLimiter<C> {
+    /// Enforced by this process alone.
+    Local(Arc<AnyLimiter<C>>),
+    /// Shared by every replica through Redis.
+    #[cfg(feature = "redis")]
+    Fleet(FleetRule<C>),
+}
+
+/// A fleet limiter and the settings it was built with (to tell on a reload whether it
+/// can be kept).
+#[cfg(feature = "redis")]
+pub(crate) struct FleetRule<C> {
+    limiter: crate::fleet::FleetLimiter<C>,
+    settings: FleetSettings,
+}
+
+/// Why a limiter could not be built.
+#[derive(Debug)]
+pub(crate) enum BuildError {
+    /// A local limit out of range.
+    Limit(LimitError),
+    /// A fleet limiter refused its options (`key`: the rule's fleet key).
+    Fleet {
+        key: String,
+        source: Box<dyn Error + Send + Sync>,
+    },
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BuildError::Limit(e) => e.fmt(f),
+            BuildError::Fleet { key, source } => {
+                write!(f, "the fleet limiter for key {key:?}: {source}")
+            }
+        }
+    }
+}
+
+impl Error for BuildError {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        match self {
+            BuildError::Limit(e) => Some(e),
+            BuildError::Fleet { source, .. } => Some(source.as_ref()),
+        }
+    }
+}
+
+impl From<LimitError> for BuildError {
+    fn from(e: LimitError) -> Self {
+        BuildError::Limit(e)
+    }
+}
+
+impl<C: Clock + Clone> RuleLimiter<C> {
+    /// The limiter for `spec`, keeping `old` where it can:
+    ///
+    /// * local: `old` itself if it is local with the same limit and algorithm (no reset,
+    ///   no burst), else a new one holding a local `old`'s current count;
+    /// * fleet: `old` itself if it is a fleet limiter with the same key (`key()`), limit
+    ///   and Redis settings; else a new one under `key` that reuses `old`'s instance id
+    ///   when the key is the same, so Redis sees the same replica go on: the window's
+    ///   grants stay counted there, and the new limiter is granted at most its new N less
+    ///   what the fleet already holds in that window. Building never waits for Redis.
+    ///
+    /// A change of scope starts a new limiter with nothing carried over.
+    pub(crate) fn build(
+        spec: LimitSpec,
+        key: impl FnOnce() -> String,
+        fleet: &FleetSettings,
+        clock: &C,
+        old: Option<&RuleLimiter<C>>,
+    ) -> Result<Self, BuildError> {
+        match spec.scope {
+            Scope::Local => {
+                let old = match old {
+                    Some(RuleLimiter::Local(l)) => Some(l),
+                    _ => None,
+                };
+                if let Some(old) = old {
+                    if old.limit() == spec.limit && old.algorithm() == spec.algorithm {
+                        return Ok(RuleLimiter::Local(Arc::clone(old)));
+                    }
+                }
+                let new = AnyLimiter::with_clock(spec.algorithm, spec.limit, clock.clone());
+                if let Some(old) = old {
+                    new.carry_over_from(old);
+                }
+                Ok(RuleLimiter::Local(Arc::new(new)))
+            }
+            #[cfg(feature = "redis")]
+            Scope::Fleet => FleetRule::build(spec.limit, key(), fleet, clock, old),
+            #[cfg(not(feature = "redis"))]
+            Scope::Fleet => {
+                // The loaders refuse `scope = "fleet"` without the feature.
+                let _ = (fleet, old);
+                Err(BuildError::Fleet {
+                    key: key(),
+                    source: "a fleet-scoped limit needs the `redis` feature".into(),
+                })
+            }
+        }
+    }
+}
+
+#[cfg(feature = "redis")]
+impl<C: Clock + Clone> FleetRule<C> {
+    fn build(
+        limit: Limit,
+        key: String,
+        settings: &FleetSettings,
+        clock: &C,
+        old: Option<&RuleLimiter<C>>,
+    ) -> Result<RuleLimiter<C>, BuildError> {
+        let old = match old {
+            Some(RuleLimiter::Fleet(f)) if f.limiter.key() == key => Some(f),
+            _ => None,
+        };
+        if let Some(old) = old {
+            if old.limiter.limit() == limit && old.settings == *settings {
+                return Ok(RuleLimiter::Fleet(FleetRule {
+                    limiter: old.limiter.clone(),
+                    settings: old.settings.clone(),
+                }));
+            }
+        }
+        let mut builder = crate::fleet::FleetLimiter::builder(settings.urls.clone(), &*key, limit)
+            .cluster(settings.cluster)
+            .clock(clock.clone());
+        if let Some(prefix) = &settings.prefix {
+            builder = builder.prefix(prefix.clone());
+        }
+        if let Some(interval) = settings.sync_interval {
+            builder = builder.sync_interval(interval);
+        }
+        if let Some(old) = old {
+            builder = builder.instance_id(old.limiter.instance_id());
+        }
+        let limiter = builder.build().map_err(|e| BuildError::Fleet {
+            key,
+            source: Box::new(e),
+        })?;
+        Ok(RuleLimiter::Fleet(FleetRule {
+            limiter,
+            settings: settings.clone(),
+        }))
+    }
+}
+
+impl<C: Clock> RuleLimiter<C> {
+    /// The fleet limiter, if this limit is fleet-scoped.
+    #[cfg(feature = "redis")]
+    pub(crate) fn fleet(&self) -> Option<&crate::fleet::FleetLimiter<C>> {
+        match self {
+            RuleLimiter::Local(_) => None,
+            RuleLimiter::Fleet(f) => Some(&f.limiter),
+        }
+    }
+}
+
+impl<C: Clock> RateLimiter for RuleLimiter<C> {
+    #[inline]
+    fn try_acquire(&self) -> bool {
+        match self {
+            RuleLimiter::Local(l) => l.try_acquire(),
+            #[cfg(feature = "redis")]
+            RuleLimiter::Fleet(f) => f.limiter.try_acquire(),
+        }
+    }
+
+    #[inline]
+    fn acquire_stamped(&self) -> Option<u64> {
+        match self {
+            RuleLimiter::Local(l) => l.acquire_stamped(),
+            #[cfg(feature = "redis")]
+            RuleLimiter::Fleet(f) => f.limiter.acquire_stamped(),
+        }
+    }
+
+    fn limit(&self) -> Limit {
+        match self {
+            RuleLimiter::Local(l) => l.limit(),
+            #[cfg(feature = "redis")]
+            RuleLimiter::Fleet(f) => f.limiter.limit(),
+        }
+    }
+
+    fn count_in_window(&self) -> Option<u64> {
+        match self {
+            RuleLimiter::Local(l) => l.count_in_window(),
+            #[cfg(feature = "redis")]
+            RuleLimiter::Fleet(f) => f.limiter.count_in_window(),
+        }
+    }
+}
+
+impl<C: Clock> fmt::Debug for RuleLimiter<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RuleLimiter::Local(l) => f.debug_tuple("Local").field(l).finish(),
+            #[cfg(feature = "redis")]
+            RuleLimiter::Fleet(r) => f.debug_tuple("Fleet").field(&r.limiter).finish(),
+        }
+    }
+}
