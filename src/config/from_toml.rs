@@ -45,48 +45,69 @@ enum RawUrls {
     Many(Vec<String>),
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawBlock {
-    name: Option<Spanned<String>>,
-    rate: Option<Spanned<f64>>,
-    limit: Option<Spanned<i64>>,
-    window: Option<Spanned<String>>,
-    algorithm: Option<Spanned<String>>,
-    probability: Option<Spanned<f64>>,
-    scope: Option<Spanned<String>>,
-    cap: Option<Spanned<RawCap>>,
-    remote_parents: Option<Spanned<String>>,
-    #[serde(default)]
-    rule: Vec<Spanned<RawRule>>,
+/// A `deny_unknown_fields` table that can set a limit. The keys of a policy (`rate`,
+/// `limit`, `window`, `algorithm`, `scope`, `probability`) are written here once, with
+/// `policy_keys` to read them; the table's own keys follow. (`#[serde(flatten)]` would
+/// share them too, but cannot be combined with `deny_unknown_fields`.)
+macro_rules! limit_table {
+    ($(#[$doc:meta])* struct $name:ident {
+        $($(#[$attr:meta])* $field:ident: $ty:ty,)*
+    }) => {
+        $(#[$doc])*
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct $name {
+            rate: Option<Spanned<f64>>,
+            limit: Option<Spanned<i64>>,
+            window: Option<Spanned<String>>,
+            algorithm: Option<Spanned<String>>,
+            probability: Option<Spanned<f64>>,
+            scope: Option<Spanned<String>>,
+            $($(#[$attr])* $field: $ty,)*
+        }
+
+        impl $name {
+            fn policy_keys(&self) -> RawPolicy<'_> {
+                RawPolicy {
+                    rate: &self.rate,
+                    limit: &self.limit,
+                    window: &self.window,
+                    algorithm: &self.algorithm,
+                    probability: self.probability.as_ref(),
+                    scope: &self.scope,
+                }
+            }
+        }
+    };
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawCap {
-    rate: Option<Spanned<f64>>,
-    limit: Option<Spanned<i64>>,
-    window: Option<Spanned<String>>,
-    algorithm: Option<Spanned<String>>,
-    scope: Option<Spanned<String>>,
+limit_table! {
+    /// `[default]` and each `[[service]]`.
+    struct RawBlock {
+        name: Option<Spanned<String>>,
+        cap: Option<Spanned<RawCap>>,
+        remote_parents: Option<Spanned<String>>,
+        #[serde(default)]
+        rule: Vec<Spanned<RawRule>>,
+    }
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawRule {
-    name: Option<Spanned<String>>,
-    span_name: Option<Spanned<String>>,
-    kind: Option<Spanned<String>>,
-    parent: Option<Spanned<String>>,
-    #[serde(default)]
-    attributes: BTreeMap<Spanned<String>, Spanned<String>>,
-    rate: Option<Spanned<f64>>,
-    limit: Option<Spanned<i64>>,
-    window: Option<Spanned<String>>,
-    algorithm: Option<Spanned<String>>,
-    probability: Option<Spanned<f64>>,
-    scope: Option<Spanned<String>>,
-    floor: Option<Spanned<i64>>,
+limit_table! {
+    /// A `cap`: a limit only (a `probability` is refused).
+    struct RawCap {}
+}
+
+limit_table! {
+    /// A `[[rule]]`.
+    struct RawRule {
+        name: Option<Spanned<String>>,
+        span_name: Option<Spanned<String>>,
+        kind: Option<Spanned<String>>,
+        parent: Option<Spanned<String>>,
+        #[serde(default)]
+        attributes: BTreeMap<Spanned<String>, Spanned<String>>,
+        floor: Option<Spanned<i64>>,
+    }
 }
 
 /// The policy keys every block shares.
@@ -302,17 +323,7 @@ impl Ctx<'_> {
                 ))
             }
         };
-        let policy = self.policy(
-            &RawPolicy {
-                rate: &raw.rate,
-                limit: &raw.limit,
-                window: &raw.window,
-                algorithm: &raw.algorithm,
-                probability: raw.probability.as_ref(),
-                scope: &raw.scope,
-            },
-            path,
-        )?;
+        let policy = self.policy(&raw.policy_keys(), path)?;
         if is_default && policy.is_none() {
             return Err(self.new_error(
                 ConfigErrorKind::MissingKey,
@@ -325,17 +336,15 @@ impl Ctx<'_> {
             Some(c) => {
                 let cap_path = key("cap");
                 let cr = c.get_ref();
-                let spec = self.limit(
-                    &RawPolicy {
-                        rate: &cr.rate,
-                        limit: &cr.limit,
-                        window: &cr.window,
-                        algorithm: &cr.algorithm,
-                        probability: None,
-                        scope: &cr.scope,
-                    },
-                    &cap_path,
-                )?;
+                if let Some(p) = &cr.probability {
+                    return Err(self.new_error(
+                        ConfigErrorKind::UnknownKey,
+                        p.span(),
+                        &format!("{cap_path}.probability"),
+                        "a cap is a limit and takes no `probability`; use `rate`, or `limit` with `window`".into(),
+                    ));
+                }
+                let spec = self.limit(&cr.policy_keys(), &cap_path)?;
                 Some(spec.ok_or_else(|| {
                     self.new_error(
                         ConfigErrorKind::MissingKey,
@@ -506,26 +515,14 @@ impl Ctx<'_> {
                 self.check(v, &attr_key, |v| validate::glob(v))?,
             ));
         }
-        let policy = self
-            .policy(
-                &RawPolicy {
-                    rate: &raw.rate,
-                    limit: &raw.limit,
-                    window: &raw.window,
-                    algorithm: &raw.algorithm,
-                    probability: raw.probability.as_ref(),
-                    scope: &raw.scope,
-                },
+        let policy = self.policy(&raw.policy_keys(), path)?.ok_or_else(|| {
+            self.new_error(
+                ConfigErrorKind::MissingKey,
+                span.clone(),
                 path,
-            )?
-            .ok_or_else(|| {
-                self.new_error(
-                    ConfigErrorKind::MissingKey,
-                    span.clone(),
-                    path,
-                    "a rule needs a `rate`, a `limit` (with `window`) or a `probability`".into(),
-                )
-            })?;
+                "a rule needs a `rate`, a `limit` (with `window`) or a `probability`".into(),
+            )
+        })?;
         let floor = match &raw.floor {
             Some(f) => self.check(f, &key("floor"), |f| {
                 u32::try_from(*f).map_err(|_| {

@@ -419,3 +419,16 @@ fn errors_have_a_source_where_one_exists() {
     assert_eq!(err.kind(), K::Io);
     assert!(err.source().is_some());
 }
+
+#[test]
+fn a_cap_takes_no_probability() {
+    check(
+        true,
+        "[[service]]\nname = \"a\"\nrate = 2.0\ncap = { rate = 10.0, probability = 0.5 }\n",
+        K::UnknownKey,
+        6,
+        36,
+        "service[0].cap.probability",
+        "takes no `probability`",
+    );
+}
