@@ -79,6 +79,7 @@ use std::time::{Duration, Instant};
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::{BatchSpanProcessor, SdkTracerProvider};
+use otel_rate_sampler::stats::DecisionStats;
 use otel_rate_sampler::{AnyLimiter, Clock, RateLimitingSampler};
 use tracing_subscriber::layer::SubscriberExt as _;
 
@@ -112,6 +113,8 @@ struct Loaded {
     totals: WorkerTotals,
     report: Report,
     end: Instant,
+    /// The sampler's decisions, read once the threads are joined.
+    decisions: DecisionStats,
     /// Fleet mode: what the fleet's limiter did.
     #[cfg(feature = "redis")]
     fleet: Option<fleet::Outcome>,
@@ -140,7 +143,14 @@ fn run(config: &Config) -> Result<(), String> {
     }
 
     let local = lock(&local.received);
-    let summary = summary::Summary::new(config, &loaded.totals, &loaded.report, &local, otlp);
+    let summary = summary::Summary::new(
+        config,
+        &loaded.totals,
+        &loaded.report,
+        &local,
+        &loaded.decisions,
+        otlp,
+    );
     #[cfg(feature = "redis")]
     let summary = {
         if let Some(outcome) = &loaded.fleet {
@@ -155,9 +165,16 @@ fn run(config: &Config) -> Result<(), String> {
             loaded.report.after_end
         );
     }
-    for msg in summary::warnings(config, &loaded.totals, &loaded.report, &local) {
+    for msg in summary::warnings(
+        config,
+        &loaded.totals,
+        &loaded.report,
+        &local,
+        &loaded.decisions,
+    ) {
         eprintln!("demo: WARNING: {msg}");
     }
+    eprintln!("demo: {}", summary::decisions_line(&loaded.decisions));
     eprintln!(
         "demo: {}",
         summary::headline(config, &loaded.totals, &loaded.report, summary.exported())
@@ -232,6 +249,7 @@ fn offer_load(
             totals,
             report,
             end: run.end_instant,
+            decisions: run.sampler.stats().decisions,
             #[cfg(feature = "redis")]
             fleet: run.fleet.as_ref().map(fleet::Watch::finish),
         })
@@ -263,21 +281,7 @@ fn build_run(
         inner,
         window_nanos,
     });
-    // The counting exporter behind a simple (synchronous) processor: a window's line
-    // then counts what reached it by the time the window closes. OTLP, if any, behind a
-    // batch processor, so the threads never wait on the network.
-    let mut builder = SdkTracerProvider::builder()
-        .with_sampler(sampler)
-        .with_resource(
-            opentelemetry_sdk::Resource::builder()
-                .with_service_name(SERVICE)
-                .build(),
-        )
-        .with_simple_exporter(CountingExporter::local(Arc::clone(local)));
-    if let Some(batch) = batch {
-        builder = builder.with_span_processor(batch);
-    }
-    let provider = builder.build();
+    let provider = tracer_provider(sampler.clone(), local, batch);
     let dispatch = (config.via == Via::Tracing).then(|| {
         tracing::Dispatch::new(
             tracing_subscriber::registry()
@@ -312,8 +316,31 @@ fn build_run(
         settle,
         #[cfg(feature = "redis")]
         fleet,
+        sampler,
     };
     Ok((run, provider))
+}
+
+/// The provider: the counting exporter behind a simple (synchronous) processor, so a
+/// window's line counts what reached it by the time the window closes; OTLP, if any,
+/// behind a batch processor, so the threads never wait on the network.
+fn tracer_provider(
+    sampler: RateLimitingSampler<StampingLimiter>,
+    local: &Arc<Tally>,
+    batch: Option<BatchSpanProcessor>,
+) -> SdkTracerProvider {
+    let mut builder = SdkTracerProvider::builder()
+        .with_sampler(sampler)
+        .with_resource(
+            opentelemetry_sdk::Resource::builder()
+                .with_service_name(SERVICE)
+                .build(),
+        )
+        .with_simple_exporter(CountingExporter::local(Arc::clone(local)));
+    if let Some(batch) = batch {
+        builder = builder.with_span_processor(batch);
+    }
+    builder.build()
 }
 
 /// The limiter: `--algorithm` on the demo's clock, or with `--redis` the fleet's.
