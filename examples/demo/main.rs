@@ -66,6 +66,8 @@ mod export;
 #[cfg(feature = "redis")]
 mod fleet;
 mod load;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod summary;
 #[path = "../support/mod.rs"]
 mod support;
@@ -86,6 +88,7 @@ use tracing_subscriber::layer::SubscriberExt as _;
 use args::{Config, Via};
 use export::{CountingExporter, OtlpExport, Tally};
 use load::{lock, DemoLimiter, Run, StampingLimiter, WorkerSlot, WorkerTotals, MAX_NAP};
+use metrics::MetricsExport;
 use windows::{AlignedClock, Report};
 
 /// The service name on the demo's spans.
@@ -129,17 +132,32 @@ fn run(config: &Config) -> Result<(), String> {
         }
         None => (None, None),
     };
-    let loaded = offer_load(config, &local, batch)?;
+    #[cfg(feature = "metrics")]
+    let metrics = otlp
+        .as_ref()
+        .map(|o| MetricsExport::start(o, SERVICE))
+        .transpose()?;
+    #[cfg(not(feature = "metrics"))]
+    let metrics = None;
+    let loaded = offer_load(config, &local, batch, metrics.as_ref())?;
 
     // Without OTLP the shutdown has nothing to wait for; with it, the run ends at the
-    // latest `timeout` after the load, whatever the collector does.
+    // latest `timeout` after the load, whatever the collector does. The metrics'
+    // shutdown runs beside the traces', by the same deadline.
     let deadline = loaded.end + otlp.as_ref().map_or(LOCAL_SHUTDOWN, |o| o.timeout);
-    let finished = export::shutdown_by(loaded.provider, deadline);
+    let traces = export::shutdown_traces_by(loaded.provider, deadline);
+    #[cfg(feature = "metrics")]
+    let metrics = metrics.map(|m| m.shutdown_by(deadline));
+    let finished = traces.wait(deadline).is_some();
     let otlp = otlp.map(|o| o.finish(finished));
     match &otlp {
         Some(outcome) => eprintln!("demo: {}", outcome.line(loaded.totals.sampled)),
         None if !finished => eprintln!("demo: the tracer provider did not shut down in time"),
         None => {}
+    }
+    #[cfg(feature = "metrics")]
+    if let Some((shutdown, report)) = metrics {
+        eprintln!("demo: {}", report.line(shutdown.wait(deadline).as_ref()));
     }
 
     let local = lock(&local.received);
@@ -189,6 +207,7 @@ fn offer_load(
     config: &Config,
     local: &Arc<Tally>,
     batch: Option<BatchSpanProcessor>,
+    metrics: Option<&MetricsExport>,
 ) -> Result<Loaded, String> {
     let slots: Vec<WorkerSlot> = (0..config.threads).map(|_| WorkerSlot::default()).collect();
     let shared: OnceLock<Run> = OnceLock::new();
@@ -213,7 +232,7 @@ fn offer_load(
                 }
             }
         }
-        let built = build_run(config, local, batch);
+        let built = build_run(config, local, batch, metrics);
         let (run, provider) = match built {
             Ok((run, provider)) => (shared.get_or_init(|| run), provider),
             Err(e) => {
@@ -262,6 +281,7 @@ fn build_run(
     config: &Config,
     local: &Arc<Tally>,
     batch: Option<BatchSpanProcessor>,
+    metrics: Option<&MetricsExport>,
 ) -> Result<(Run, SdkTracerProvider), String> {
     let window_nanos = config.limit.window_nanos();
     let clock = AlignedClock::new(window_nanos);
@@ -281,6 +301,9 @@ fn build_run(
         inner,
         window_nanos,
     });
+    if let Some(metrics) = metrics {
+        metrics.register(&sampler);
+    }
     let provider = tracer_provider(sampler.clone(), local, batch);
     let dispatch = (config.via == Via::Tracing).then(|| {
         tracing::Dispatch::new(
@@ -401,5 +424,22 @@ fn report_rest(run: &Run, slots: &[WorkerSlot], local: &Tally, report: &mut Repo
     let last = last_seen.map_or(last_run_window, |l| l.max(last_run_window));
     while report.next <= last {
         report.finish_next(slots, &local.received);
+    }
+}
+
+/// Without feature `metrics` there is no metrics export: a type with no value.
+#[cfg(not(feature = "metrics"))]
+mod metrics {
+    use otel_rate_sampler::RateLimitingSampler;
+
+    use crate::load::StampingLimiter;
+
+    #[derive(Debug)]
+    pub(crate) enum MetricsExport {}
+
+    impl MetricsExport {
+        pub(crate) fn register(&self, _: &RateLimitingSampler<StampingLimiter>) {
+            match *self {}
+        }
     }
 }
