@@ -103,8 +103,8 @@ impl MetricsReport {
                  the last export was acknowledged"
             ),
             Some(Err(e)) => format!(
-                "metrics: no OTLP collector acknowledged the last export to {url} over \
-                 {protocol} within {within} ({e}); exports every {every}"
+                "metrics: exported every {every} to {url} over {protocol}, but the last \
+                 export was not acknowledged ({e})"
             ),
             None => format!(
                 "metrics: no OTLP collector answered at {url} over {protocol} within \

@@ -157,6 +157,10 @@ fn a_collector_that_never_answers_cannot_hang_the_run() {
             err.contains("no OTLP collector answered"),
             "{protocol}: {err}"
         );
+        // The metrics' last export is bounded by the same deadline, and says so.
+        if cfg!(feature = "metrics") {
+            assert!(err.contains("demo: metrics: "), "{protocol}: {err}");
+        }
         let summary = summary(&output);
         assert_eq!(summary["exported"], 0, "{protocol}: {summary}");
     }
