@@ -86,7 +86,7 @@ use otel_rate_sampler::{AnyLimiter, Clock, RateLimitingSampler};
 use tracing_subscriber::layer::SubscriberExt as _;
 
 use args::{Config, Via};
-use export::{CountingExporter, OtlpExport, Tally};
+use export::{CountingExporter, OtlpExport, OtlpOutcome, Tally};
 use load::{lock, DemoLimiter, Run, StampingLimiter, WorkerSlot, WorkerTotals, MAX_NAP};
 use metrics::MetricsExport;
 use windows::{AlignedClock, Report};
@@ -141,24 +141,13 @@ fn run(config: &Config) -> Result<(), String> {
     let metrics = None;
     let loaded = offer_load(config, &local, batch, metrics.as_ref())?;
 
-    // Without OTLP the shutdown has nothing to wait for; with it, the run ends at the
-    // latest `timeout` after the load, whatever the collector does. The metrics'
-    // shutdown runs beside the traces', by the same deadline.
-    let deadline = loaded.end + otlp.as_ref().map_or(LOCAL_SHUTDOWN, |o| o.timeout);
-    let traces = export::shutdown_traces_by(loaded.provider, deadline);
-    #[cfg(feature = "metrics")]
-    let metrics = metrics.map(|m| m.shutdown_by(deadline));
-    let finished = traces.wait(deadline).is_some();
-    let otlp = otlp.map(|o| o.finish(finished));
-    match &otlp {
-        Some(outcome) => eprintln!("demo: {}", outcome.line(loaded.totals.sampled)),
-        None if !finished => eprintln!("demo: the tracer provider did not shut down in time"),
-        None => {}
-    }
-    #[cfg(feature = "metrics")]
-    if let Some((shutdown, report)) = metrics {
-        eprintln!("demo: {}", report.line(shutdown.wait(deadline).as_ref()));
-    }
+    let otlp = end_exports(
+        loaded.provider,
+        otlp,
+        metrics,
+        loaded.end,
+        loaded.totals.sampled,
+    );
 
     let local = lock(&local.received);
     let summary = summary::Summary::new(
@@ -199,6 +188,37 @@ fn run(config: &Config) -> Result<(), String> {
     );
     println!("{}", summary.to_line());
     Ok(())
+}
+
+/// Ends the exports and says what became of them. Without OTLP the tracer provider's
+/// shutdown has nothing to wait for; with it, the run ends at the latest the export
+/// timeout after `end`, whatever the collector does. The metrics' shutdown runs beside
+/// the traces', by the same deadline.
+fn end_exports(
+    provider: SdkTracerProvider,
+    otlp: Option<OtlpExport>,
+    metrics: Option<MetricsExport>,
+    end: Instant,
+    sampled: u64,
+) -> Option<OtlpOutcome> {
+    let deadline = end + otlp.as_ref().map_or(LOCAL_SHUTDOWN, |o| o.timeout);
+    let traces = export::shutdown_traces_by(provider, deadline);
+    #[cfg(feature = "metrics")]
+    let metrics = metrics.map(|m| m.shutdown_by(deadline));
+    #[cfg(not(feature = "metrics"))]
+    let _: Option<MetricsExport> = metrics; // none without the feature
+    let finished = traces.wait(deadline).is_some();
+    let otlp = otlp.map(|o| o.finish(finished));
+    match &otlp {
+        Some(outcome) => eprintln!("demo: {}", outcome.line(sampled)),
+        None if !finished => eprintln!("demo: the tracer provider did not shut down in time"),
+        None => {}
+    }
+    #[cfg(feature = "metrics")]
+    if let Some((shutdown, report)) = metrics {
+        eprintln!("demo: {}", report.line(shutdown.wait(deadline).as_ref()));
+    }
+    otlp
 }
 
 /// Starts the threads, builds the run once they are up, reports the windows as they
