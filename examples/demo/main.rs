@@ -9,7 +9,8 @@
 //! The parts: [`args`] (the command line), [`load`] (the generating threads and the
 //! stamping limiter), [`export`] (the counting exporter and OTLP), [`windows`] (the
 //! aligned clock and the per-window report), [`summary`] (the headline and the JSON line),
-//! and with the `redis` feature `fleet` (fleet mode).
+//! with the `redis` feature `fleet` (fleet mode), and with the `metrics` feature
+//! `metrics` (the sampler's metrics over OTLP).
 //!
 //! Each trace is a root span and 3 children started under it through the SDK API, or
 //! with `--via tracing` through `tracing` spans (a few fields each) that
@@ -21,6 +22,15 @@
 //! within its duration plus the export timeout (`OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT`,
 //! ms, default 10000), whatever the collector does; one line says what it acknowledged,
 //! or that no collector answered.
+//!
+//! Built with feature `metrics`, a run with OTLP also exports the sampler's metrics
+//! (`SamplerMetrics`) to the same endpoint over the same protocol (see `metrics`), every
+//! `OTEL_METRIC_EXPORT_INTERVAL` ms and at the end, under the same deadline; one line
+//! says what became of them.
+//!
+//! The summary's `decisions` is the sampler's `stats()`: spans kept by parent origin
+//! (`none`: the roots, so `sampled`), dropped by reason (`rate_limit`: the refused
+//! roots, so `offered - sampled`; `parent`: their children).
 //!
 //! With `--redis redis://HOST:PORT` (feature `redis`) the limit is a fleet's: a
 //! `FleetLimiter` shared through that Redis with every demo on the same `--redis-key`.
@@ -34,7 +44,8 @@
 //! ```text
 //! {"algorithm":"fixed","limit":100,"window_ms":1000,"threads":4,"duration_ms":5000,
 //!  "offered":..,"sampled":..,"exported":..,"windows":6,"whole_windows":4,"full_windows":4,
-//!  "max_per_window":100,"min_full_window":100,"per_window":{"1763914801000":100,..}}
+//!  "max_per_window":100,"min_full_window":100,"per_window":{"1763914801000":100,..},
+//!  "decisions":{"kept":{"local":..,"none":..,"remote":0},"dropped":{"no_rule":0,..}}}
 //! ```
 //!
 //! **Window attribution.** A kept trace is attributed to the window the *limiter* counted
