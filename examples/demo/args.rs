@@ -28,7 +28,9 @@ const MAX_RATE: f64 = 1e9;
 ///
 /// With --otlp (or OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT) kept spans are also exported;
 /// the run then ends within its duration plus OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT
-/// (milliseconds, default 10000), whatever the collector does.
+/// (milliseconds, default 10000), whatever the collector does. Built with --features
+/// metrics, the sampler's metrics go to the same endpoint, every
+/// OTEL_METRIC_EXPORT_INTERVAL (milliseconds, default 60000) and at the end.
 #[derive(Debug, Parser)]
 #[command(name = "demo", bin_name = "cargo run --release --example demo --")]
 struct Args {

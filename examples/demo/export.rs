@@ -190,7 +190,7 @@ impl OtlpExport {
             OtlpProtocol::Http => None,
         };
         let exporter = {
-            let _entered = runtime.as_ref().map(|rt| rt.enter());
+            let _entered = runtime.as_ref().map(tokio::runtime::Runtime::enter);
             target.exporter_with_timeout(Some(timeout))?
         };
         let tally = Arc::new(Tally::default());
@@ -214,6 +214,12 @@ impl OtlpExport {
             runtime,
         };
         Ok((otlp, batch))
+    }
+
+    /// Enters the gRPC exporter's runtime, if any: a gRPC exporter is built inside it.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn enter(&self) -> Option<tokio::runtime::EnterGuard<'_>> {
+        self.runtime.as_ref().map(tokio::runtime::Runtime::enter)
     }
 
     /// Reads what the collector acknowledged, once, and lets the gRPC runtime go
@@ -299,17 +305,42 @@ fn first_line(e: &str) -> String {
     }
 }
 
-/// Shuts `provider` down on a helper thread and waits for it until `deadline` at the
-/// latest. `true` if the shutdown finished (successfully or not) in time; otherwise the
-/// helper is left behind, still holding the provider, and the process ends without it.
-pub(crate) fn shutdown_by(provider: SdkTracerProvider, deadline: Instant) -> bool {
+/// A shutdown running on a helper thread: see [`shutdown_by`].
+#[derive(Debug)]
+pub(crate) struct Shutdown {
+    /// `None` if the helper could not be started.
+    done: Option<mpsc::Receiver<OTelSdkResult>>,
+}
+
+impl Shutdown {
+    /// Waits until `deadline` at the latest: the shutdown's result if it finished in
+    /// time; otherwise `None`, and the helper is left behind, still holding what it
+    /// shuts down, and the process ends without it.
+    pub(crate) fn wait(self, deadline: Instant) -> Option<OTelSdkResult> {
+        let budget = deadline.saturating_duration_since(Instant::now());
+        self.done?.recv_timeout(budget).ok()
+    }
+}
+
+/// Starts `shutdown` (given the time left until `deadline`) on a helper thread named
+/// `name`, so that several shutdowns share one deadline and none can hold up the run.
+pub(crate) fn shutdown_by<F>(name: &str, deadline: Instant, shutdown: F) -> Shutdown
+where
+    F: FnOnce(Duration) -> OTelSdkResult + Send + 'static,
+{
     let budget = deadline.saturating_duration_since(Instant::now());
     let (done, finished) = mpsc::channel();
-    let helper = thread::Builder::new()
-        .name("demo-shutdown".into())
-        .spawn(move || {
-            let result = provider.shutdown_with_timeout(budget);
-            let _ = done.send(result);
-        });
-    helper.is_ok() && finished.recv_timeout(budget).is_ok()
+    let helper = thread::Builder::new().name(name.into()).spawn(move || {
+        let _ = done.send(shutdown(budget));
+    });
+    Shutdown {
+        done: helper.ok().map(|_| finished),
+    }
+}
+
+/// Starts the tracer provider's shutdown (its last exports), bounded by `deadline`.
+pub(crate) fn shutdown_traces_by(provider: SdkTracerProvider, deadline: Instant) -> Shutdown {
+    shutdown_by("demo-shutdown", deadline, move |budget| {
+        provider.shutdown_with_timeout(budget)
+    })
 }

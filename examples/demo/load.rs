@@ -131,6 +131,8 @@ pub(crate) struct Run {
     /// Fleet mode: the watch on the fleet limiter's statistics.
     #[cfg(feature = "redis")]
     pub(crate) fleet: Option<crate::fleet::Watch>,
+    /// The sampler (a clone sharing its counters), for its `stats()` at the end.
+    pub(crate) sampler: otel_rate_sampler::RateLimitingSampler<StampingLimiter>,
 }
 
 /// The `demo.window` attribute value of window `window`.

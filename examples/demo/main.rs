@@ -9,7 +9,8 @@
 //! The parts: [`args`] (the command line), [`load`] (the generating threads and the
 //! stamping limiter), [`export`] (the counting exporter and OTLP), [`windows`] (the
 //! aligned clock and the per-window report), [`summary`] (the headline and the JSON line),
-//! and with the `redis` feature `fleet` (fleet mode).
+//! with the `redis` feature `fleet` (fleet mode), and with the `metrics` feature
+//! `metrics` (the sampler's metrics over OTLP).
 //!
 //! Each trace is a root span and 3 children started under it through the SDK API, or
 //! with `--via tracing` through `tracing` spans (a few fields each) that
@@ -21,6 +22,15 @@
 //! within its duration plus the export timeout (`OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT`,
 //! ms, default 10000), whatever the collector does; one line says what it acknowledged,
 //! or that no collector answered.
+//!
+//! Built with feature `metrics`, a run with OTLP also exports the sampler's metrics
+//! (`SamplerMetrics`) to the same endpoint over the same protocol (see `metrics`), every
+//! `OTEL_METRIC_EXPORT_INTERVAL` ms and at the end, under the same deadline; one line
+//! says what became of them.
+//!
+//! The summary's `decisions` is the sampler's `stats()`: spans kept by parent origin
+//! (`none`: the roots, so `sampled`), dropped by reason (`rate_limit`: the refused
+//! roots, so `offered - sampled`; `parent`: their children).
 //!
 //! With `--redis redis://HOST:PORT` (feature `redis`) the limit is a fleet's: a
 //! `FleetLimiter` shared through that Redis with every demo on the same `--redis-key`.
@@ -34,7 +44,8 @@
 //! ```text
 //! {"algorithm":"fixed","limit":100,"window_ms":1000,"threads":4,"duration_ms":5000,
 //!  "offered":..,"sampled":..,"exported":..,"windows":6,"whole_windows":4,"full_windows":4,
-//!  "max_per_window":100,"min_full_window":100,"per_window":{"1763914801000":100,..}}
+//!  "max_per_window":100,"min_full_window":100,"per_window":{"1763914801000":100,..},
+//!  "decisions":{"kept":{"local":..,"none":..,"remote":0},"dropped":{"no_rule":0,..}}}
 //! ```
 //!
 //! **Window attribution.** A kept trace is attributed to the window the *limiter* counted
@@ -66,6 +77,8 @@ mod export;
 #[cfg(feature = "redis")]
 mod fleet;
 mod load;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod summary;
 #[path = "../support/mod.rs"]
 mod support;
@@ -79,12 +92,14 @@ use std::time::{Duration, Instant};
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::{BatchSpanProcessor, SdkTracerProvider};
+use otel_rate_sampler::stats::DecisionStats;
 use otel_rate_sampler::{AnyLimiter, Clock, RateLimitingSampler};
 use tracing_subscriber::layer::SubscriberExt as _;
 
 use args::{Config, Via};
-use export::{CountingExporter, OtlpExport, Tally};
+use export::{CountingExporter, OtlpExport, OtlpOutcome, Tally};
 use load::{lock, DemoLimiter, Run, StampingLimiter, WorkerSlot, WorkerTotals, MAX_NAP};
+use metrics::MetricsExport;
 use windows::{AlignedClock, Report};
 
 /// The service name on the demo's spans.
@@ -112,6 +127,8 @@ struct Loaded {
     totals: WorkerTotals,
     report: Report,
     end: Instant,
+    /// The sampler's decisions, read once the threads are joined.
+    decisions: DecisionStats,
     /// Fleet mode: what the fleet's limiter did.
     #[cfg(feature = "redis")]
     fleet: Option<fleet::Outcome>,
@@ -126,21 +143,32 @@ fn run(config: &Config) -> Result<(), String> {
         }
         None => (None, None),
     };
-    let loaded = offer_load(config, &local, batch)?;
+    #[cfg(feature = "metrics")]
+    let metrics = otlp
+        .as_ref()
+        .map(|o| MetricsExport::start(o, SERVICE))
+        .transpose()?;
+    #[cfg(not(feature = "metrics"))]
+    let metrics = None;
+    let loaded = offer_load(config, &local, batch, metrics.as_ref())?;
 
-    // Without OTLP the shutdown has nothing to wait for; with it, the run ends at the
-    // latest `timeout` after the load, whatever the collector does.
-    let deadline = loaded.end + otlp.as_ref().map_or(LOCAL_SHUTDOWN, |o| o.timeout);
-    let finished = export::shutdown_by(loaded.provider, deadline);
-    let otlp = otlp.map(|o| o.finish(finished));
-    match &otlp {
-        Some(outcome) => eprintln!("demo: {}", outcome.line(loaded.totals.sampled)),
-        None if !finished => eprintln!("demo: the tracer provider did not shut down in time"),
-        None => {}
-    }
+    let otlp = end_exports(
+        loaded.provider,
+        otlp,
+        metrics,
+        loaded.end,
+        loaded.totals.sampled,
+    );
 
     let local = lock(&local.received);
-    let summary = summary::Summary::new(config, &loaded.totals, &loaded.report, &local, otlp);
+    let summary = summary::Summary::new(
+        config,
+        &loaded.totals,
+        &loaded.report,
+        &local,
+        &loaded.decisions,
+        otlp,
+    );
     #[cfg(feature = "redis")]
     let summary = {
         if let Some(outcome) = &loaded.fleet {
@@ -155,9 +183,16 @@ fn run(config: &Config) -> Result<(), String> {
             loaded.report.after_end
         );
     }
-    for msg in summary::warnings(config, &loaded.totals, &loaded.report, &local) {
+    for msg in summary::warnings(
+        config,
+        &loaded.totals,
+        &loaded.report,
+        &local,
+        &loaded.decisions,
+    ) {
         eprintln!("demo: WARNING: {msg}");
     }
+    eprintln!("demo: {}", summary::decisions_line(&loaded.decisions));
     eprintln!(
         "demo: {}",
         summary::headline(config, &loaded.totals, &loaded.report, summary.exported())
@@ -166,12 +201,44 @@ fn run(config: &Config) -> Result<(), String> {
     Ok(())
 }
 
+/// Ends the exports and says what became of them. Without OTLP the tracer provider's
+/// shutdown has nothing to wait for; with it, the run ends at the latest the export
+/// timeout after `end`, whatever the collector does. The metrics' shutdown runs beside
+/// the traces', by the same deadline.
+fn end_exports(
+    provider: SdkTracerProvider,
+    otlp: Option<OtlpExport>,
+    metrics: Option<MetricsExport>,
+    end: Instant,
+    sampled: u64,
+) -> Option<OtlpOutcome> {
+    let deadline = end + otlp.as_ref().map_or(LOCAL_SHUTDOWN, |o| o.timeout);
+    let traces = export::shutdown_traces_by(provider, deadline);
+    #[cfg(feature = "metrics")]
+    let metrics = metrics.map(|m| m.shutdown_by(deadline));
+    #[cfg(not(feature = "metrics"))]
+    let _: Option<MetricsExport> = metrics; // none without the feature
+    let finished = traces.wait(deadline).is_some();
+    let otlp = otlp.map(|o| o.finish(finished));
+    match &otlp {
+        Some(outcome) => eprintln!("demo: {}", outcome.line(sampled)),
+        None if !finished => eprintln!("demo: the tracer provider did not shut down in time"),
+        None => {}
+    }
+    #[cfg(feature = "metrics")]
+    if let Some((shutdown, report)) = metrics {
+        eprintln!("demo: {}", report.line(shutdown.wait(deadline).as_ref()));
+    }
+    otlp
+}
+
 /// Starts the threads, builds the run once they are up, reports the windows as they
 /// close, and joins the threads.
 fn offer_load(
     config: &Config,
     local: &Arc<Tally>,
     batch: Option<BatchSpanProcessor>,
+    metrics: Option<&MetricsExport>,
 ) -> Result<Loaded, String> {
     let slots: Vec<WorkerSlot> = (0..config.threads).map(|_| WorkerSlot::default()).collect();
     let shared: OnceLock<Run> = OnceLock::new();
@@ -196,7 +263,7 @@ fn offer_load(
                 }
             }
         }
-        let built = build_run(config, local, batch);
+        let built = build_run(config, local, batch, metrics);
         let (run, provider) = match built {
             Ok((run, provider)) => (shared.get_or_init(|| run), provider),
             Err(e) => {
@@ -232,6 +299,7 @@ fn offer_load(
             totals,
             report,
             end: run.end_instant,
+            decisions: run.sampler.stats().decisions,
             #[cfg(feature = "redis")]
             fleet: run.fleet.as_ref().map(fleet::Watch::finish),
         })
@@ -244,6 +312,7 @@ fn build_run(
     config: &Config,
     local: &Arc<Tally>,
     batch: Option<BatchSpanProcessor>,
+    metrics: Option<&MetricsExport>,
 ) -> Result<(Run, SdkTracerProvider), String> {
     let window_nanos = config.limit.window_nanos();
     let clock = AlignedClock::new(window_nanos);
@@ -263,21 +332,10 @@ fn build_run(
         inner,
         window_nanos,
     });
-    // The counting exporter behind a simple (synchronous) processor: a window's line
-    // then counts what reached it by the time the window closes. OTLP, if any, behind a
-    // batch processor, so the threads never wait on the network.
-    let mut builder = SdkTracerProvider::builder()
-        .with_sampler(sampler)
-        .with_resource(
-            opentelemetry_sdk::Resource::builder()
-                .with_service_name(SERVICE)
-                .build(),
-        )
-        .with_simple_exporter(CountingExporter::local(Arc::clone(local)));
-    if let Some(batch) = batch {
-        builder = builder.with_span_processor(batch);
+    if let Some(metrics) = metrics {
+        metrics.register(&sampler);
     }
-    let provider = builder.build();
+    let provider = tracer_provider(sampler.clone(), local, batch);
     let dispatch = (config.via == Via::Tracing).then(|| {
         tracing::Dispatch::new(
             tracing_subscriber::registry()
@@ -312,8 +370,31 @@ fn build_run(
         settle,
         #[cfg(feature = "redis")]
         fleet,
+        sampler,
     };
     Ok((run, provider))
+}
+
+/// The provider: the counting exporter behind a simple (synchronous) processor, so a
+/// window's line counts what reached it by the time the window closes; OTLP, if any,
+/// behind a batch processor, so the threads never wait on the network.
+fn tracer_provider(
+    sampler: RateLimitingSampler<StampingLimiter>,
+    local: &Arc<Tally>,
+    batch: Option<BatchSpanProcessor>,
+) -> SdkTracerProvider {
+    let mut builder = SdkTracerProvider::builder()
+        .with_sampler(sampler)
+        .with_resource(
+            opentelemetry_sdk::Resource::builder()
+                .with_service_name(SERVICE)
+                .build(),
+        )
+        .with_simple_exporter(CountingExporter::local(Arc::clone(local)));
+    if let Some(batch) = batch {
+        builder = builder.with_span_processor(batch);
+    }
+    builder.build()
 }
 
 /// The limiter: `--algorithm` on the demo's clock, or with `--redis` the fleet's.
@@ -374,5 +455,22 @@ fn report_rest(run: &Run, slots: &[WorkerSlot], local: &Tally, report: &mut Repo
     let last = last_seen.map_or(last_run_window, |l| l.max(last_run_window));
     while report.next <= last {
         report.finish_next(slots, &local.received);
+    }
+}
+
+/// Without feature `metrics` there is no metrics export: a type with no value.
+#[cfg(not(feature = "metrics"))]
+mod metrics {
+    use otel_rate_sampler::RateLimitingSampler;
+
+    use crate::load::StampingLimiter;
+
+    #[derive(Debug)]
+    pub(crate) enum MetricsExport {}
+
+    impl MetricsExport {
+        pub(crate) fn register(&self, _: &RateLimitingSampler<StampingLimiter>) {
+            match *self {}
+        }
     }
 }

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use otel_rate_sampler::stats::{DecisionStats, DropReason, ParentOrigin};
 use serde::Serialize;
 
 use crate::args::Config;
@@ -46,6 +47,8 @@ pub(crate) struct Summary {
     /// mode the windows are the fleet's (by Redis `TIME`), each trace in the one the
     /// fleet counted it in.
     per_window: BTreeMap<u64, u64>,
+    /// The sampler's own counts (`stats()`): every span it decided, roots and children.
+    decisions: Decisions,
     #[serde(skip_serializing_if = "Option::is_none")]
     otlp: Option<OtlpOutcome>,
     /// Fleet mode: what the fleet's limiter did, flat in the summary.
@@ -60,6 +63,7 @@ impl Summary {
         totals: &WorkerTotals,
         report: &Report,
         local: &ExportTally,
+        decisions: &DecisionStats,
         otlp: Option<OtlpOutcome>,
     ) -> Self {
         let window_nanos = config.limit.window_nanos();
@@ -87,6 +91,7 @@ impl Summary {
             max_per_window: report.max_per_window,
             min_full_window: report.min_full_window,
             per_window: report.per_window.clone(),
+            decisions: Decisions::from(decisions),
             otlp,
             #[cfg(feature = "redis")]
             fleet: None,
@@ -108,6 +113,54 @@ impl Summary {
     pub(crate) fn to_line(&self) -> String {
         serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     }
+}
+
+/// The summary's `decisions`: spans kept by parent origin (`none` for roots, `local`
+/// for children), spans dropped by reason (`rate_limit` for roots, `parent` for the
+/// children of dropped roots), every key present.
+#[derive(Debug, Serialize)]
+pub(crate) struct Decisions {
+    kept: BTreeMap<&'static str, u64>,
+    dropped: BTreeMap<&'static str, u64>,
+}
+
+impl From<&DecisionStats> for Decisions {
+    fn from(stats: &DecisionStats) -> Self {
+        Self {
+            kept: ParentOrigin::ALL
+                .into_iter()
+                .map(|o| (o.as_str(), stats.kept_from(o)))
+                .collect(),
+            dropped: DropReason::ALL
+                .into_iter()
+                .map(|r| (r.as_str(), stats.dropped_for(r)))
+                .collect(),
+        }
+    }
+}
+
+/// One line on the sampler's decisions, as the summary's `decisions` counts them.
+pub(crate) fn decisions_line(stats: &DecisionStats) -> String {
+    let list = |pairs: &BTreeMap<&str, u64>| {
+        let shown: Vec<String> = pairs
+            .iter()
+            .filter(|(_, &n)| n > 0)
+            .map(|(k, n)| format!("{n} {k}"))
+            .collect();
+        if shown.is_empty() {
+            "0".to_owned()
+        } else {
+            shown.join(", ")
+        }
+    };
+    let d = Decisions::from(stats);
+    format!(
+        "sampler decisions: kept {} spans by parent origin ({}), dropped {} by reason ({})",
+        stats.kept(),
+        list(&d.kept),
+        stats.dropped(),
+        list(&d.dropped)
+    )
 }
 
 /// The headline: what a user asked for, the limit, against what whole windows kept.
@@ -162,8 +215,21 @@ pub(crate) fn warnings(
     totals: &WorkerTotals,
     report: &Report,
     local: &ExportTally,
+    decisions: &DecisionStats,
 ) -> Vec<String> {
     let mut odd = Vec::new();
+    let roots_dropped = decisions.dropped_for_from(DropReason::RateLimit, ParentOrigin::Root);
+    if decisions.kept_from(ParentOrigin::Root) != totals.sampled
+        || roots_dropped != totals.offered - totals.sampled
+    {
+        odd.push(format!(
+            "the sampler's stats() kept {} and dropped {roots_dropped} roots; the threads \
+             counted {} sampled of {} offered",
+            decisions.kept_from(ParentOrigin::Root),
+            totals.sampled,
+            totals.offered
+        ));
+    }
     if local.complete != totals.sampled {
         odd.push(format!(
             "whole traces at the exporter {} != sampled {}",

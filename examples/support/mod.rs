@@ -185,29 +185,77 @@ impl Target {
         timeout: Option<Duration>,
     ) -> Result<opentelemetry_otlp::SpanExporter, String> {
         let builder = opentelemetry_otlp::SpanExporter::builder();
+        let endpoint = self.explicit.clone();
         match self.protocol {
-            OtlpProtocol::Grpc => self.configure(builder.with_tonic(), timeout).build(),
-            OtlpProtocol::Http => self
-                .configure(
-                    builder.with_http().with_protocol(Protocol::HttpBinary),
-                    timeout,
-                )
-                .build(),
+            OtlpProtocol::Grpc => configure(builder.with_tonic(), endpoint, timeout).build(),
+            OtlpProtocol::Http => configure(
+                builder.with_http().with_protocol(Protocol::HttpBinary),
+                endpoint,
+                timeout,
+            )
+            .build(),
         }
         .map_err(|e| format!("cannot build the OTLP exporter for {}: {e}", self.url))
     }
 
-    /// The explicit endpoint, if any, and the timeout, if any, on either transport's
-    /// builder; what is not set the exporter reads from the standard variables.
-    fn configure<B: WithExportConfig>(&self, builder: B, timeout: Option<Duration>) -> B {
-        let builder = match &self.explicit {
-            Some(url) => builder.with_endpoint(url.clone()),
-            None => builder,
-        };
-        match timeout {
-            Some(t) => builder.with_timeout(t),
-            None => builder,
+    /// Where metrics go: the same endpoint over the same protocol; over HTTP the
+    /// metrics path (`/v1/metrics`) in place of the traces one.
+    pub fn metrics_url(&self) -> String {
+        match self.protocol {
+            OtlpProtocol::Grpc => self.url.clone(),
+            OtlpProtocol::Http => {
+                let url = self.url.trim_end_matches('/');
+                let base = url.strip_suffix("/v1/traces").unwrap_or(url);
+                format!("{base}/v1/metrics")
+            }
         }
+    }
+
+    /// The OTLP metric exporter to [`metrics_url`](Self::metrics_url), each export
+    /// bounded by `timeout`. Over gRPC, built inside a tokio runtime as
+    /// [`exporter`](Self::exporter) is.
+    ///
+    /// # Errors
+    ///
+    /// The exporter's build error, as text.
+    pub fn metric_exporter_with_timeout(
+        &self,
+        timeout: Duration,
+    ) -> Result<opentelemetry_otlp::MetricExporter, String> {
+        let builder = opentelemetry_otlp::MetricExporter::builder();
+        let (url, timeout) = (Some(self.metrics_url()), Some(timeout));
+        match self.protocol {
+            OtlpProtocol::Grpc => configure(builder.with_tonic(), url, timeout).build(),
+            OtlpProtocol::Http => configure(
+                builder.with_http().with_protocol(Protocol::HttpBinary),
+                url,
+                timeout,
+            )
+            .build(),
+        }
+        .map_err(|e| {
+            format!(
+                "cannot build the OTLP metric exporter for {}: {e}",
+                self.metrics_url()
+            )
+        })
+    }
+}
+
+/// The endpoint, if any, and the timeout, if any, on either transport's builder; what
+/// is not set the exporter reads from the standard variables.
+fn configure<B: WithExportConfig>(
+    builder: B,
+    endpoint: Option<String>,
+    timeout: Option<Duration>,
+) -> B {
+    let builder = match endpoint {
+        Some(url) => builder.with_endpoint(url),
+        None => builder,
+    };
+    match timeout {
+        Some(t) => builder.with_timeout(t),
+        None => builder,
     }
 }
 

@@ -157,6 +157,10 @@ fn a_collector_that_never_answers_cannot_hang_the_run() {
             err.contains("no OTLP collector answered"),
             "{protocol}: {err}"
         );
+        // The metrics' last export is bounded by the same deadline, and says so.
+        if cfg!(feature = "metrics") {
+            assert!(err.contains("demo: metrics: "), "{protocol}: {err}");
+        }
         let summary = summary(&output);
         assert_eq!(summary["exported"], 0, "{protocol}: {summary}");
     }
@@ -185,4 +189,114 @@ fn a_real_collector_acknowledges_every_sampled_trace() {
             "{protocol}: the receiver got what the demo says was acknowledged"
         );
     }
+}
+
+/// The `otel_rate_sampler.decisions` points of roots (origin `none`) with sampling result
+/// `result`, summed, in the last export in `requests` that has the metric (the counts
+/// are cumulative: the last export holds the run's totals).
+#[cfg(feature = "metrics")]
+fn root_decisions(
+    requests: &[opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest],
+    result: &str,
+) -> u64 {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+    use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value as Number;
+    use otel_rate_sampler::SamplerMetrics;
+
+    let metric = requests
+        .iter()
+        .flat_map(|r| &r.resource_metrics)
+        .flat_map(|r| &r.scope_metrics)
+        .flat_map(|s| &s.metrics)
+        .rfind(|m| m.name == SamplerMetrics::DECISIONS)
+        .expect("the demo exported otel_rate_sampler.decisions");
+    let Some(Data::Sum(sum)) = &metric.data else {
+        panic!("{} is not a sum", metric.name);
+    };
+    let has = |attrs: &[opentelemetry_proto::tonic::common::v1::KeyValue], key, want: &str| {
+        attrs.iter().any(|kv| {
+            kv.key == key
+                && matches!(kv.value.as_ref().and_then(|v| v.value.as_ref()),
+                            Some(Value::StringValue(s)) if s == want)
+        })
+    };
+    sum.data_points
+        .iter()
+        .filter(|p| has(&p.attributes, SamplerMetrics::SAMPLING_RESULT, result))
+        .filter(|p| has(&p.attributes, SamplerMetrics::PARENT_ORIGIN, "none"))
+        .map(|p| match p.value {
+            Some(Number::AsInt(n)) => u64::try_from(n).expect("a count"),
+            other => panic!("not an integer point: {other:?}"),
+        })
+        .sum()
+}
+
+#[cfg(feature = "metrics")]
+#[test]
+fn the_sampler_metrics_reach_a_real_collector_and_match_the_summary() {
+    let receiver = Receiver::start();
+    for (protocol, url) in [
+        ("grpc", receiver.grpc_endpoint()),
+        ("http", receiver.http_endpoint()),
+    ] {
+        let before = receiver.metrics().len();
+        let args = [&RUN[..], &["--otlp", &url, "--otlp-protocol", protocol]].concat();
+        let output = run_demo(&args, &[("OTEL_METRIC_EXPORT_INTERVAL", "200")]);
+        assert!(output.status.success(), "{protocol}: {}", stderr(&output));
+        let summary = summary(&output);
+        let offered = summary["offered"].as_u64().expect("offered");
+        let kept = summary["sampled"].as_u64().expect("sampled");
+        let decisions = &summary["decisions"];
+        assert_eq!(decisions["kept"]["none"].as_u64(), Some(kept), "{summary}");
+        assert_eq!(
+            decisions["dropped"]["rate_limit"].as_u64(),
+            Some(offered - kept),
+            "{protocol}: every dropped root was refused by the limiter: {summary}"
+        );
+        let err = stderr(&output);
+        assert!(
+            err.contains("metrics: exported every 200ms"),
+            "{protocol}: {err}"
+        );
+
+        let metrics = receiver.metrics();
+        let run = &metrics[before..];
+        assert_eq!(
+            root_decisions(run, "RECORD_AND_SAMPLE"),
+            kept,
+            "{protocol}: {summary}"
+        );
+        assert_eq!(
+            root_decisions(run, "DROP"),
+            offered - kept,
+            "{protocol}: {summary}"
+        );
+    }
+}
+
+#[test]
+fn the_summary_counts_the_sampler_decisions() {
+    let output = run_demo(&RUN, &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let summary = summary(&output);
+    let decisions = &summary["decisions"];
+    let (offered, sampled) = (&summary["offered"], &summary["sampled"]);
+    assert_eq!(decisions["kept"]["none"], *sampled, "{summary}");
+    assert_eq!(
+        decisions["dropped"]["rate_limit"].as_u64(),
+        offered.as_u64().zip(sampled.as_u64()).map(|(o, s)| o - s),
+        "{summary}"
+    );
+    // Each kept root has 3 children, each kept by its parent's decision.
+    assert_eq!(
+        decisions["kept"]["local"].as_u64(),
+        sampled.as_u64().map(|s| 3 * s),
+        "{summary}"
+    );
+    assert!(
+        stderr(&output).contains("sampler decisions: kept"),
+        "{}",
+        stderr(&output)
+    );
 }

@@ -15,13 +15,14 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 /// Variables that would change where or how the demo exports.
-const OTEL_VARS: [&str; 6] = [
+const OTEL_VARS: [&str; 7] = [
     "OTEL_EXPORTER_OTLP_ENDPOINT",
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
     "OTEL_EXPORTER_OTLP_PROTOCOL",
     "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
     "OTEL_EXPORTER_OTLP_TIMEOUT",
     "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+    "OTEL_METRIC_EXPORT_INTERVAL",
 ];
 
 /// The demo binary, built once per test process with this test's profile and features.
@@ -48,12 +49,14 @@ pub(crate) fn demo_binary() -> &'static PathBuf {
             build.arg("--release");
         }
         // The features this test was built with, so the library is not built again
-        // (and the demo has fleet mode when the test has the redis feature).
+        // (and the demo has fleet mode when the test has the redis feature, and exports
+        // the sampler's metrics when it has the metrics feature).
         let features: Vec<&str> = [
             ("config", cfg!(feature = "config")),
             ("reload", cfg!(feature = "reload")),
             ("cli", cfg!(feature = "cli")),
             ("redis", cfg!(feature = "redis")),
+            ("metrics", cfg!(feature = "metrics")),
         ]
         .into_iter()
         .filter_map(|(name, on)| on.then_some(name))
