@@ -272,6 +272,19 @@ impl<C: Clock> RateLimiter for FleetLimiter<C> {
     fn limit(&self) -> Limit {
         self.inner.limit
     }
+
+    /// What **this replica** spent in the current fleet window (the fleet's total is in
+    /// Redis); `None` before the fleet clock is known. `Some(0)` when the lease word
+    /// still names an older window.
+    fn count_in_window(&self) -> Option<u64> {
+        let now = self.current_window()?;
+        let stats = self.stats();
+        Some(if stats.window == now {
+            stats.window_spent
+        } else {
+            0
+        })
+    }
 }
 
 impl<C: fmt::Debug> fmt::Debug for FleetLimiter<C> {

@@ -228,3 +228,38 @@ fn sampler_over_a_fleet_limiter_inside_a_tokio_runtime() {
         assert!(l.window_of(stamp).is_some());
     }
 }
+
+/// `count_in_window` (what the sampler's stats report as a fleet rule's window fill) is
+/// what this replica spent in the current fleet window: five more admissions in one
+/// window raise it by five. (A snapshot taken while the worker tops the lease up may
+/// be off by that top-up, so the check is retried until one clean measurement.)
+#[test]
+fn count_in_window_is_what_this_replica_spent_in_the_window() {
+    let server = Server::start();
+    let fleet = load::fleet(&[server.url()], "count", 1);
+    let l = &fleet[0];
+    assert_eq!(l.count_in_window(), None, "no fleet clock yet");
+    load::warm_up(&fleet, 4);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut seen = Vec::new();
+    while !seen.contains(&5) && Instant::now() < deadline {
+        let window = l.current_window().expect("the clock is synced");
+        let before = l.count_in_window().expect("the clock is synced");
+        let mut spent = 0;
+        while spent < 5 && l.current_window() == Some(window) {
+            match l.acquire_window() {
+                Some(w) if w == window => spent += 1,
+                Some(_) => break,
+                None => thread::sleep(Duration::from_millis(1)),
+            }
+        }
+        let after = l.count_in_window().expect("the clock is synced");
+        if spent == 5 && l.current_window() == Some(window) {
+            seen.push(after.wrapping_sub(before));
+        }
+    }
+    assert!(
+        seen.contains(&5),
+        "five admissions never raised it by five: {seen:?}"
+    );
+}
