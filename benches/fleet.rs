@@ -18,18 +18,18 @@
 //! built, so the first windows grant at once (a fresh Redis otherwise grants nothing for
 //! its first two windows, which at 1-hour windows would be two hours).
 
-use std::hint::black_box;
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
-use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
 
+#[path = "support/mod.rs"]
+mod support;
+
 use criterion::{BenchmarkId, Criterion, Throughput};
 use otel_rate_sampler::{FixedWindow, FleetLimiter, Limit, RateLimiter};
+use support::{chunked, concurrent, CHUNK};
 
-/// Calls per chunk in the admit harness.
-const CHUNK: u32 = 1024;
 const HOUR: Duration = Duration::from_secs(3600);
 
 struct Redis {
@@ -92,62 +92,6 @@ impl Drop for Redis {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// Times `iters` calls of `call`, [`CHUNK`] at a time, each chunk on the state `make`
-/// returns (called outside the timer), asserting every call answered `expect`.
-fn chunked<S>(
-    iters: u64,
-    mut make: impl FnMut() -> S,
-    mut call: impl FnMut(&S) -> bool,
-    expect: bool,
-) -> Duration {
-    let mut total = Duration::ZERO;
-    let mut left = iters;
-    while left > 0 {
-        let n = left.min(u64::from(CHUNK));
-        let state = make();
-        let mut hits = 0u64;
-        let start = Instant::now();
-        for _ in 0..n {
-            hits += u64::from(call(black_box(&state)));
-        }
-        total += start.elapsed();
-        assert_eq!(hits, if expect { n } else { 0 }, "a call was not {expect}");
-        left -= n;
-    }
-    total
-}
-
-/// `threads` threads each make `iters` refused calls on `state`, released together.
-fn concurrent<S: Sync>(
-    iters: u64,
-    threads: usize,
-    state: &S,
-    call: impl Fn(&S) -> bool + Sync,
-) -> Duration {
-    let barrier = Barrier::new(threads);
-    let spans: Vec<(Instant, Instant)> = thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                scope.spawn(|| {
-                    barrier.wait();
-                    let start = Instant::now();
-                    let mut hits = 0u64;
-                    for _ in 0..iters {
-                        hits += u64::from(call(black_box(state)));
-                    }
-                    let end = Instant::now();
-                    assert_eq!(hits, 0, "a spent limiter admitted a call");
-                    (start, end)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    let first = spans.iter().map(|s| s.0).min().unwrap();
-    let last = spans.iter().map(|s| s.1).max().unwrap();
-    last - first
 }
 
 fn spent<L: RateLimiter>(l: L) -> L {

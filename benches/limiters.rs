@@ -20,9 +20,10 @@
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Barrier;
-use std::thread;
 use std::time::{Duration, Instant};
+
+#[path = "support/mod.rs"]
+mod support;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use governor::clock::{Clock as _, DefaultClock as GovernorClock};
@@ -31,73 +32,13 @@ use otel_rate_sampler::{
     CachedClock, Clock, FixedWindow, Limit, ManualClock, MonotonicClock, PreciseClock, RateLimiter,
     SlidingLog, SlidingWindowCounter,
 };
+use support::{chunked, concurrent, CHUNK};
 
-/// Calls per chunk in the admit harness, and the permits per window of its limiters.
-const CHUNK: u32 = 1024;
 /// The window of the limiters here: long enough never to roll during a run.
 const HOUR: Duration = Duration::from_secs(3600);
 /// The window of the admitting `SlidingLog`, which [`Skewed`] jumps before each chunk
 /// (short, so that a long run's jumps stay far from overflowing 64 bits).
 const LOG_WINDOW: Duration = Duration::from_secs(1);
-
-/// Times `iters` calls of `call`, [`CHUNK`] at a time, each chunk on the state `make`
-/// returns (called outside the timer), and asserts that every call answered `expect`.
-fn chunked<S>(
-    iters: u64,
-    mut make: impl FnMut() -> S,
-    mut call: impl FnMut(&S) -> bool,
-    expect: bool,
-) -> Duration {
-    let mut total = Duration::ZERO;
-    let mut left = iters;
-    while left > 0 {
-        let n = left.min(u64::from(CHUNK));
-        let state = make();
-        let mut hits = 0u64;
-        let start = Instant::now();
-        for _ in 0..n {
-            hits += u64::from(call(black_box(&state)));
-        }
-        total += start.elapsed();
-        let expected = if expect { n } else { 0 };
-        assert_eq!(hits, expected, "a call that should be {expect} was not");
-        left -= n;
-    }
-    total
-}
-
-/// Runs `threads` threads that each make `iters` calls of `call` on one shared `state`,
-/// started together; returns the wall time from the first start to the last end and
-/// asserts that no call was admitted (the state is a saturated limiter).
-fn concurrent<S: Sync + ?Sized>(
-    iters: u64,
-    threads: usize,
-    state: &S,
-    call: impl Fn(&S) -> bool + Sync,
-) -> Duration {
-    let barrier = Barrier::new(threads);
-    let spans: Vec<(Instant, Instant)> = thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                scope.spawn(|| {
-                    barrier.wait();
-                    let start = Instant::now();
-                    let mut hits = 0u64;
-                    for _ in 0..iters {
-                        hits += u64::from(call(black_box(state)));
-                    }
-                    let end = Instant::now();
-                    assert_eq!(hits, 0, "a saturated limiter admitted a call");
-                    (start, end)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    let first = spans.iter().map(|s| s.0).min().unwrap();
-    let last = spans.iter().map(|s| s.1).max().unwrap();
-    last - first
-}
 
 /// A clock that reads `C` and adds a skew the bench moves between chunks (outside the
 /// timer), so a `SlidingLog` whose ring is full finds every slot a window old and admits
