@@ -444,7 +444,7 @@ fn dropping_the_poller_stops_its_thread() {
 
 #[test]
 fn the_example_answer_gives_per_operation_rules_under_the_upper_bound() {
-    let body = include_str!("../../examples/jaeger-remote-strategy.json");
+    let body = include_str!("../../examples/jaeger-remote/response.json");
     let server = Server::start(Answer::Json(body.into()));
     let clock = ManualClock::new();
     let s = sampler("checkout", &clock);
