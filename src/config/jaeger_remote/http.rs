@@ -51,6 +51,9 @@ impl Client {
         let config = ureq::Agent::config_builder()
             .timeout_global(Some(timeout))
             .http_status_as_error(true)
+            // A fresh connection per poll: a pooled one may have been closed by the
+            // server or a proxy in the minute between polls, which would fail a poll.
+            .max_idle_connections(0)
             .build();
         Ok(Self {
             agent: config.into(),

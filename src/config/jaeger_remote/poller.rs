@@ -243,8 +243,10 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     /// answer that is not a valid strategy), in which case the strategy in force stays.
     /// Each outcome but `Unchanged` is also logged through `tracing` (target
     /// `otel_rate_sampler`: info for an applied strategy, a warning for a failure; the
-    /// same message at most once a minute). A panic in `on_update` is caught and logged;
-    /// polling goes on.
+    /// same message at most once a minute), and counted in
+    /// [`stats`](RuleBasedSampler::stats)' reloads (an applied strategy as a reload that
+    /// succeeded, a failed poll as one that failed; `Unchanged` not at all). A panic in
+    /// `on_update` is caught and logged; polling goes on.
     ///
     /// ```no_run
     /// use otel_rate_sampler::{JaegerRemote, RuleBasedSampler, SamplingConfig};
@@ -359,7 +361,9 @@ impl<C: Clock + Clone> Poll<C> {
         &mut self,
         fetched: Result<Strategy, ConfigError>,
     ) -> Result<RemoteUpdate, ConfigError> {
-        let strategy = fetched?;
+        // A failed poll counts as a failed reload, as an unreadable or bad file does
+        // for `reload_from_path`.
+        let strategy = fetched.inspect_err(|_| self.sampler.count_reload(false))?;
         if self.applied.as_ref() == Some(strategy.settings()) {
             return Ok(RemoteUpdate::Unchanged);
         }
