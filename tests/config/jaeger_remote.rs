@@ -373,6 +373,12 @@ fn the_last_good_strategy_stays_while_the_endpoint_is_down_or_answers_garbage() 
     );
     assert_eq!(kept(&s, "op", 5), 5);
 
+    // A valid answer, but over the 1 MiB read limit: refused, not read to the end.
+    let huge = format!("{}{KEEP_ALL}", " ".repeat(2 << 20));
+    server.answer(Answer::Json(huge));
+    next_error(&rx, ConfigErrorKind::Io, "larger than the limit");
+    assert_eq!(kept(&s, "op", 5), 5);
+
     let bad = r#"{"strategyType": "PROBABILISTIC", "probabilisticSampling": {"samplingRate": 2}}"#;
     server.answer(Answer::Json(bad.into()));
     next_error(
@@ -394,10 +400,10 @@ fn the_last_good_strategy_stays_while_the_endpoint_is_down_or_answers_garbage() 
     server.answer(Answer::Json(keep_none.into()));
     assert_eq!(next_change(&rx), Ok(RemoteUpdate::Applied));
     assert_eq!(kept(&s, "op", 5), 0);
-    // Two strategies applied; each failed poll (at least the four waited for) counted.
+    // Two strategies applied; each failed poll (at least the five waited for) counted.
     let reloads = s.stats().reloads;
     assert_eq!(reloads.succeeded, 2);
-    assert!(reloads.failed >= 4, "{reloads:?}");
+    assert!(reloads.failed >= 5, "{reloads:?}");
 }
 
 #[test]
