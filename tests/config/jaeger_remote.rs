@@ -29,6 +29,9 @@ enum Answer {
     Garbage,
     /// Reads the request and never answers (the connection stays open).
     Hang,
+    /// Sends the head and part of the body, then nothing more (the connection stays
+    /// open).
+    Stall,
 }
 
 struct State {
@@ -153,6 +156,12 @@ fn serve(mut listener: TcpListener, addr: SocketAddr, state: &(Mutex<State>, Con
             Answer::Status(code) => (code, "{\"error\": \"no\"}".to_owned()),
             Answer::Garbage => (200, "<html>\u{0}\u{1}not json</html>".to_owned()),
             Answer::Hang => {
+                hung.push(stream);
+                continue;
+            }
+            Answer::Stall => {
+                let head = "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"strategyType\"";
+                let _ = stream.write_all(head.as_bytes());
                 hung.push(stream);
                 continue;
             }
@@ -419,6 +428,21 @@ fn an_endpoint_that_never_answers_times_out_and_the_initial_sampler_stays() {
     );
     // Decisions go on while the request hangs.
     assert_eq!(kept(&s, "op", 5), 0);
+    next_error(&rx, ConfigErrorKind::Io, "time limit of 200ms");
+    assert_eq!(kept(&s, "op", 5), 0, "no answer yet: the initial sampler");
+}
+
+#[test]
+fn an_answer_that_stalls_midway_times_out_too() {
+    let server = Server::start(Answer::Stall);
+    let clock = ManualClock::new();
+    let s = sampler("checkout", &clock);
+    let (_poller, rx) = poll(
+        &s,
+        JaegerRemote::new(server.endpoint("/api/sampling"))
+            .interval(Duration::from_secs(3600))
+            .timeout(Duration::from_millis(200)),
+    );
     next_error(&rx, ConfigErrorKind::Io, "time limit of 200ms");
     assert_eq!(kept(&s, "op", 5), 0, "no answer yet: the initial sampler");
 }
