@@ -195,26 +195,43 @@ const RATE_2: &str =
 const KEEP_ALL: &str =
     r#"{"strategyType": "PROBABILISTIC", "probabilisticSampling": {"samplingRate": 1.0}}"#;
 
-fn sampler(service: &str, clock: &ManualClock) -> RuleBasedSampler<ManualClock> {
-    // The initial sampler, until the first answer: keep nothing.
-    let initial =
-        SamplingConfig::from_toml_str("[default]\nprobability = 0.0\n", "initial").unwrap();
-    RuleBasedSampler::with_clock(&initial, service, clock.clone()).unwrap()
-}
-
 type Outcome = Result<RemoteUpdate, (ConfigErrorKind, String)>;
 
-fn poll(
-    s: &RuleBasedSampler<ManualClock>,
-    remote: JaegerRemote,
-) -> (JaegerRemotePoller, Receiver<Outcome>) {
+/// A server answering `answer`; a sampler for `service` whose initial rules keep
+/// nothing; its poller of the server's `path` with `settings`, reporting to `rx`.
+struct Polled {
+    server: Server,
+    clock: ManualClock,
+    s: RuleBasedSampler<ManualClock>,
+    poller: JaegerRemotePoller,
+    rx: Receiver<Outcome>,
+}
+
+fn polled(
+    answer: Answer,
+    service: &str,
+    path: &str,
+    settings: impl FnOnce(JaegerRemote) -> JaegerRemote,
+) -> Polled {
+    let server = Server::start(answer);
+    let clock = ManualClock::new();
+    let initial =
+        SamplingConfig::from_toml_str("[default]\nprobability = 0.0\n", "initial").unwrap();
+    let s = RuleBasedSampler::with_clock(&initial, service, clock.clone()).unwrap();
     let (tx, rx) = mpsc::channel();
+    let remote = settings(JaegerRemote::new(server.endpoint(path)));
     let poller = s
         .poll_jaeger_remote(remote, move |outcome: Result<RemoteUpdate, ConfigError>| {
             let _ = tx.send(outcome.map_err(|e| (e.kind(), e.to_string())));
         })
         .unwrap();
-    (poller, rx)
+    Polled {
+        server,
+        clock,
+        s,
+        poller,
+        rx,
+    }
 }
 
 /// The next outcome that is not `Unchanged`.
@@ -256,45 +273,40 @@ fn kept(s: &impl ShouldSample, name: &str, n: usize) -> usize {
 
 #[test]
 fn the_first_poll_comes_at_start_not_after_an_interval() {
-    let server = Server::start(Answer::Json(RATE_2.into()));
-    let clock = ManualClock::new();
-    let s = sampler("checkout", &clock);
-    assert_eq!(kept(&s, "GET /", 5), 0, "the initial sampler keeps nothing");
-    // An hour between polls: only the first one can answer within the deadline.
-    let remote =
-        JaegerRemote::new(server.endpoint("/api/sampling")).interval(Duration::from_secs(3600));
-    let (poller, rx) = poll(&s, remote);
-    assert_eq!(
-        poller.url(),
-        server.endpoint("/api/sampling?service=checkout")
+    let t = polled(
+        Answer::Json(RATE_2.into()),
+        "checkout",
+        "/api/sampling",
+        |r| r.interval(Duration::from_secs(3600)),
     );
-    assert_eq!(next_change(&rx), Ok(RemoteUpdate::Applied));
-    assert_eq!(server.requests(), ["/api/sampling?service=checkout"]);
+    // An hour between polls: only the first one can answer within the deadline.
+    assert_eq!(
+        t.poller.url(),
+        t.server.endpoint("/api/sampling?service=checkout")
+    );
+    assert_eq!(next_change(&t.rx), Ok(RemoteUpdate::Applied));
+    assert_eq!(t.server.requests(), ["/api/sampling?service=checkout"]);
     // 2 traces per second, from the strategy.
-    assert_eq!(kept(&s, "GET /", 10), 2);
-    clock.advance(Duration::from_secs(1));
-    assert_eq!(kept(&s, "GET /", 10), 2);
-    assert_eq!(s.stats().reloads.succeeded, 1);
+    assert_eq!(kept(&t.s, "GET /", 10), 2);
+    t.clock.advance(Duration::from_secs(1));
+    assert_eq!(kept(&t.s, "GET /", 10), 2);
+    assert_eq!(t.s.stats().reloads.succeeded, 1);
 }
 
 #[test]
 fn agent_style_endpoints_and_numeric_strategy_types_work_too() {
     let body = r#"{"strategyType": 1, "rateLimitingSampling": {"maxTracesPerSecond": 0.5}}"#;
-    let server = Server::start(Answer::Json(body.into()));
-    let clock = ManualClock::new();
-    let s = sampler("my svc", &clock);
-    let (_poller, rx) = poll(
-        &s,
-        JaegerRemote::new(server.endpoint("/sampling")).interval(Duration::from_secs(3600)),
-    );
-    assert_eq!(next_change(&rx), Ok(RemoteUpdate::Applied));
-    assert_eq!(server.requests(), ["/sampling?service=my%20svc"]);
+    let t = polled(Answer::Json(body.into()), "my svc", "/sampling", |r| {
+        r.interval(Duration::from_secs(3600))
+    });
+    assert_eq!(next_change(&t.rx), Ok(RemoteUpdate::Applied));
+    assert_eq!(t.server.requests(), ["/sampling?service=my%20svc"]);
     // 0.5 per second, honoured: one trace per two seconds, not zero.
-    assert_eq!(kept(&s, "op", 10), 1);
-    clock.advance(Duration::from_secs(1));
-    assert_eq!(kept(&s, "op", 10), 0);
-    clock.advance(Duration::from_secs(1));
-    assert_eq!(kept(&s, "op", 10), 1);
+    assert_eq!(kept(&t.s, "op", 10), 1);
+    t.clock.advance(Duration::from_secs(1));
+    assert_eq!(kept(&t.s, "op", 10), 0);
+    t.clock.advance(Duration::from_secs(1));
+    assert_eq!(kept(&t.s, "op", 10), 1);
 }
 
 #[test]
@@ -313,36 +325,35 @@ fn changed_answers_are_applied_and_unchanged_operations_keep_their_limiter() {
           "perOperationStrategies": [
             {"operation": "POST /pay", "rateLimitingSampling": {"maxTracesPerSecond": 5}},
             {"operation": "GET /cart", "probabilisticSampling": {"samplingRate": 1}}]}}"#;
-    let server = Server::start(Answer::Json(a.into()));
-    let clock = ManualClock::new();
-    let s = sampler("checkout", &clock);
-    let (_poller, rx) = poll(
-        &s,
-        JaegerRemote::new(server.endpoint("/api/sampling"))
-            .interval(Duration::from_millis(20))
-            .jitter(Duration::from_millis(5)),
-    );
-    assert_eq!(next_change(&rx), Ok(RemoteUpdate::Applied));
-    assert_eq!(kept(&s, "POST /pay", 1), 1);
-    assert_eq!(kept(&s, "GET /cart", 5), 0);
+    let t = polled(Answer::Json(a.into()), "checkout", "/api/sampling", |r| {
+        r.interval(Duration::from_millis(20))
+            .jitter(Duration::from_millis(5))
+    });
+    assert_eq!(next_change(&t.rx), Ok(RemoteUpdate::Applied));
+    assert_eq!(kept(&t.s, "POST /pay", 1), 1);
+    assert_eq!(kept(&t.s, "GET /cart", 5), 0);
 
-    server.answer(Answer::Json(b.into()));
-    assert_eq!(next_change(&rx), Ok(RemoteUpdate::Applied));
+    t.server.answer(Answer::Json(b.into()));
+    assert_eq!(next_change(&t.rx), Ok(RemoteUpdate::Applied));
     // "POST /pay" did not change: the same limiter, one of its two permits spent.
-    assert_eq!(kept(&s, "POST /pay", 10), 1);
-    assert_eq!(kept(&s, "GET /cart", 5), 5);
-    assert_eq!(kept(&s, "GET /other", 5), 0);
+    assert_eq!(kept(&t.s, "POST /pay", 10), 1);
+    assert_eq!(kept(&t.s, "GET /cart", 5), 5);
+    assert_eq!(kept(&t.s, "GET /other", 5), 0);
 
     // A raised limit starts with the old count (2 spent of 5), and the upper bound caps
     // the whole service at 10 per second.
-    server.answer(Answer::Json(c.into()));
-    assert_eq!(next_change(&rx), Ok(RemoteUpdate::Applied));
-    assert_eq!(kept(&s, "POST /pay", 10), 3);
-    assert_eq!(kept(&s, "GET /cart", 10), 7, "the cap: 10 less the 3 above");
-    clock.advance(Duration::from_secs(1));
-    assert_eq!(kept(&s, "POST /pay", 10), 5);
-    assert_eq!(kept(&s, "GET /cart", 10), 5);
-    let stats = s.stats();
+    t.server.answer(Answer::Json(c.into()));
+    assert_eq!(next_change(&t.rx), Ok(RemoteUpdate::Applied));
+    assert_eq!(kept(&t.s, "POST /pay", 10), 3);
+    assert_eq!(
+        kept(&t.s, "GET /cart", 10),
+        7,
+        "the cap: 10 less the 3 above"
+    );
+    t.clock.advance(Duration::from_secs(1));
+    assert_eq!(kept(&t.s, "POST /pay", 10), 5);
+    assert_eq!(kept(&t.s, "GET /cart", 10), 5);
+    let stats = t.s.stats();
     assert_eq!(
         stats.reloads.succeeded, 3,
         "Unchanged answers reload nothing"
@@ -353,150 +364,131 @@ fn changed_answers_are_applied_and_unchanged_operations_keep_their_limiter() {
 
 #[test]
 fn the_last_good_strategy_stays_while_the_endpoint_is_down_or_answers_garbage() {
-    let server = Server::start(Answer::Json(KEEP_ALL.into()));
-    let clock = ManualClock::new();
-    let s = sampler("checkout", &clock);
-    let (_poller, rx) = poll(
-        &s,
-        JaegerRemote::new(server.endpoint("/api/sampling"))
-            .interval(Duration::from_millis(20))
-            .timeout(Duration::from_secs(5)),
+    let t = polled(
+        Answer::Json(KEEP_ALL.into()),
+        "checkout",
+        "/api/sampling",
+        |r| {
+            r.interval(Duration::from_millis(20))
+                .timeout(Duration::from_secs(5))
+        },
     );
-    assert_eq!(next_change(&rx), Ok(RemoteUpdate::Applied));
-    assert_eq!(kept(&s, "op", 5), 5);
+    assert_eq!(next_change(&t.rx), Ok(RemoteUpdate::Applied));
+    assert_eq!(kept(&t.s, "op", 5), 5);
 
-    server.down();
-    next_error(&rx, ConfigErrorKind::Io, "");
-    assert_eq!(kept(&s, "op", 5), 5, "down: the last good strategy stays");
+    t.server.down();
+    next_error(&t.rx, ConfigErrorKind::Io, "");
+    assert_eq!(kept(&t.s, "op", 5), 5, "down: the last good strategy stays");
 
-    server.up(Answer::Status(503));
-    let message = next_error(&rx, ConfigErrorKind::Io, "HTTP status 503");
-    assert!(message.starts_with(&server.endpoint("/api/sampling?service=checkout")));
-    assert_eq!(kept(&s, "op", 5), 5);
+    t.server.up(Answer::Status(503));
+    let message = next_error(&t.rx, ConfigErrorKind::Io, "HTTP status 503");
+    assert!(message.starts_with(&t.server.endpoint("/api/sampling?service=checkout")));
+    assert_eq!(kept(&t.s, "op", 5), 5);
 
-    server.answer(Answer::Garbage);
+    t.server.answer(Answer::Garbage);
     next_error(
-        &rx,
+        &t.rx,
         ConfigErrorKind::Syntax,
         "not a Jaeger sampling strategy",
     );
-    assert_eq!(kept(&s, "op", 5), 5);
+    assert_eq!(kept(&t.s, "op", 5), 5);
 
     // A valid answer, but over the 1 MiB read limit: refused, not read to the end.
     let huge = format!("{}{KEEP_ALL}", " ".repeat(2 << 20));
-    server.answer(Answer::Json(huge));
-    next_error(&rx, ConfigErrorKind::Io, "larger than the limit");
-    assert_eq!(kept(&s, "op", 5), 5);
+    t.server.answer(Answer::Json(huge));
+    next_error(&t.rx, ConfigErrorKind::Io, "larger than the limit");
+    assert_eq!(kept(&t.s, "op", 5), 5);
 
     let bad = r#"{"strategyType": "PROBABILISTIC", "probabilisticSampling": {"samplingRate": 2}}"#;
-    server.answer(Answer::Json(bad.into()));
+    t.server.answer(Answer::Json(bad.into()));
     next_error(
-        &rx,
+        &t.rx,
         ConfigErrorKind::InvalidProbability,
         "probabilisticSampling.samplingRate",
     );
-    assert_eq!(kept(&s, "op", 5), 5);
+    assert_eq!(kept(&t.s, "op", 5), 5);
 
     // The same strategy again: nothing to reload.
-    server.answer(Answer::Json(KEEP_ALL.into()));
+    t.server.answer(Answer::Json(KEEP_ALL.into()));
     loop {
-        match rx.recv_timeout(DEADLINE).unwrap() {
+        match t.rx.recv_timeout(DEADLINE).unwrap() {
             Ok(update) => break assert_eq!(update, RemoteUpdate::Unchanged),
             Err(_) => continue, // a bad answer's poll already under way
         }
     }
     let keep_none = r#"{"strategyType": "PROBABILISTIC", "probabilisticSampling": {}}"#;
-    server.answer(Answer::Json(keep_none.into()));
-    assert_eq!(next_change(&rx), Ok(RemoteUpdate::Applied));
-    assert_eq!(kept(&s, "op", 5), 0);
+    t.server.answer(Answer::Json(keep_none.into()));
+    assert_eq!(next_change(&t.rx), Ok(RemoteUpdate::Applied));
+    assert_eq!(kept(&t.s, "op", 5), 0);
     // Two strategies applied; each failed poll (at least the five waited for) counted.
-    let reloads = s.stats().reloads;
+    let reloads = t.s.stats().reloads;
     assert_eq!(reloads.succeeded, 2);
     assert!(reloads.failed >= 5, "{reloads:?}");
 }
 
 #[test]
-fn an_endpoint_that_never_answers_times_out_and_the_initial_sampler_stays() {
-    let server = Server::start(Answer::Hang);
-    let clock = ManualClock::new();
-    let s = sampler("checkout", &clock);
-    let (_poller, rx) = poll(
-        &s,
-        JaegerRemote::new(server.endpoint("/api/sampling"))
-            .interval(Duration::from_secs(3600))
-            .timeout(Duration::from_millis(200)),
-    );
-    // Decisions go on while the request hangs.
-    assert_eq!(kept(&s, "op", 5), 0);
-    next_error(&rx, ConfigErrorKind::Io, "time limit of 200ms");
-    assert_eq!(kept(&s, "op", 5), 0, "no answer yet: the initial sampler");
-}
-
-#[test]
-fn an_answer_that_stalls_midway_times_out_too() {
-    let server = Server::start(Answer::Stall);
-    let clock = ManualClock::new();
-    let s = sampler("checkout", &clock);
-    let (_poller, rx) = poll(
-        &s,
-        JaegerRemote::new(server.endpoint("/api/sampling"))
-            .interval(Duration::from_secs(3600))
-            .timeout(Duration::from_millis(200)),
-    );
-    next_error(&rx, ConfigErrorKind::Io, "time limit of 200ms");
-    assert_eq!(kept(&s, "op", 5), 0, "no answer yet: the initial sampler");
+fn an_endpoint_that_never_answers_or_stalls_midway_times_out_and_the_initial_sampler_stays() {
+    for answer in [Answer::Hang, Answer::Stall] {
+        let t = polled(answer, "checkout", "/api/sampling", |r| {
+            r.interval(Duration::from_secs(3600))
+                .timeout(Duration::from_millis(200))
+        });
+        // Decisions go on while the request hangs.
+        assert_eq!(kept(&t.s, "op", 5), 0);
+        next_error(&t.rx, ConfigErrorKind::Io, "time limit of 200ms");
+        assert_eq!(kept(&t.s, "op", 5), 0, "no answer yet: the initial sampler");
+    }
 }
 
 #[test]
 fn dropping_the_poller_stops_its_thread() {
-    let server = Server::start(Answer::Json(KEEP_ALL.into()));
-    let clock = ManualClock::new();
-    let s = sampler("checkout", &clock);
-    let (poller, rx) = poll(
-        &s,
-        JaegerRemote::new(server.endpoint("/api/sampling")).interval(Duration::from_millis(5)),
+    let t = polled(
+        Answer::Json(KEEP_ALL.into()),
+        "checkout",
+        "/api/sampling",
+        |r| r.interval(Duration::from_millis(5)),
     );
+
     for _ in 0..3 {
-        rx.recv_timeout(DEADLINE).unwrap().unwrap();
+        t.rx.recv_timeout(DEADLINE).unwrap().unwrap();
     }
-    drop(poller);
+    drop(t.poller);
     // The callback (holding the sender) goes with the thread: the channel disconnects.
     loop {
-        match rx.recv_timeout(DEADLINE) {
+        match t.rx.recv_timeout(DEADLINE) {
             Ok(_) => continue, // a poll under way when the handle was dropped
             Err(RecvTimeoutError::Disconnected) => break,
             Err(RecvTimeoutError::Timeout) => panic!("the polling thread is still running"),
         }
     }
-    let polls = server.requests().len();
+    let polls = t.server.requests().len();
     assert!(polls >= 3);
     // The sampler keeps the last strategy and works on.
-    assert_eq!(kept(&s, "op", 5), 5);
+    assert_eq!(kept(&t.s, "op", 5), 5);
 }
 
 #[test]
 fn the_example_answer_gives_per_operation_rules_under_the_upper_bound() {
     let body = include_str!("../../examples/jaeger-remote/response.json");
-    let server = Server::start(Answer::Json(body.into()));
-    let clock = ManualClock::new();
-    let s = sampler("checkout", &clock);
-    let (_poller, rx) = poll(
-        &s,
-        JaegerRemote::new(server.endpoint("/api/sampling")).interval(Duration::from_secs(3600)),
+    let t = polled(
+        Answer::Json(body.into()),
+        "checkout",
+        "/api/sampling",
+        |r| r.interval(Duration::from_secs(3600)),
     );
-    assert_eq!(next_change(&rx), Ok(RemoteUpdate::Applied));
-    let names: Vec<String> = s.stats().rules.iter().map(|r| r.name.clone()).collect();
+    assert_eq!(next_change(&t.rx), Ok(RemoteUpdate::Applied));
+    let names: Vec<String> = t.s.stats().rules.iter().map(|r| r.name.clone()).collect();
     assert_eq!(
         names,
         ["POST /api/pay", "GET /health", "GET /api/cart", "default"]
     );
     // 2.5 per second is 3 per 1.2 s.
-    assert_eq!(kept(&s, "POST /api/pay", 10), 3);
-    assert_eq!(kept(&s, "GET /health", 10), 0);
+    assert_eq!(kept(&t.s, "POST /api/pay", 10), 3);
+    assert_eq!(kept(&t.s, "GET /health", 10), 0);
     // A quarter of 400 is more than the upper bound (50 per second) leaves.
-    assert_eq!(kept(&s, "GET /api/cart", 400), 47);
-    clock.advance(Duration::from_secs(2));
+    assert_eq!(kept(&t.s, "GET /api/cart", 400), 47);
+    t.clock.advance(Duration::from_secs(2));
     // Deterministic (the ids are fixed): a quarter of them, give or take.
-    let cart = kept(&s, "GET /api/cart", 100);
+    let cart = kept(&t.s, "GET /api/cart", 100);
     assert!((15..=35).contains(&cart), "a quarter, by trace id: {cart}");
 }
