@@ -1,6 +1,7 @@
 //! The one HTTP call: `GET endpoint?service=NAME` over plain HTTP (`ureq`), with a
 //! whole-request time limit and a size limit on the answer.
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
@@ -49,6 +50,10 @@ impl Client {
         url.push_str("service=");
         url.extend(utf8_percent_encode(service, QUERY_VALUE));
         let config = ureq::Agent::config_builder()
+            .proxy(proxy_for(
+                uri.host().unwrap_or_default(),
+                ureq::Proxy::try_from_env(),
+            ))
             .timeout_global(Some(timeout))
             .http_status_as_error(true)
             // A fresh connection per poll: a pooled one may have been closed by the
@@ -117,6 +122,22 @@ impl Client {
     }
 }
 
+/// The environment's proxy (`HTTP_PROXY`, `NO_PROXY`), except for a loopback `host`
+/// (an agent beside the process), as Go's clients do.
+fn proxy_for(host: &str, from_env: Option<ureq::Proxy>) -> Option<ureq::Proxy> {
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if loopback {
+        None
+    } else {
+        from_env
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -139,6 +160,18 @@ mod tests {
             url("http://agent:5778/sampling?", "a-b.c_d~").unwrap(),
             "http://agent:5778/sampling?service=a-b.c_d~"
         );
+    }
+
+    #[test]
+    fn loopback_endpoints_bypass_the_environments_proxy() {
+        let proxy = || Some(ureq::Proxy::new("http://proxy.invalid:3128").unwrap());
+        for host in ["localhost", "LocalHost", "127.0.0.1", "127.8.9.10", "[::1]"] {
+            assert!(proxy_for(host, proxy()).is_none(), "{host}");
+        }
+        for host in ["jaeger-collector", "10.0.0.7", "[2001:db8::1]"] {
+            assert!(proxy_for(host, proxy()).is_some(), "{host}");
+        }
+        assert!(proxy_for("jaeger-collector", None).is_none());
     }
 
     #[test]

@@ -26,6 +26,9 @@ use crate::config::rule_based::RuleBasedSampler;
 /// * an agent, a Jaeger v2 `remote_sampling` extension or an OpenTelemetry Collector's
 ///   Jaeger receiver: `http://localhost:5778/sampling`.
 ///
+/// `https` is not supported (the HTTP client is built without TLS). The environment's
+/// `HTTP_PROXY` and `NO_PROXY` apply, except to a loopback endpoint.
+///
 /// ```
 /// use std::time::Duration;
 /// use otel_rate_sampler::JaegerRemote;
