@@ -9,7 +9,8 @@
 //!   [`Clock`] (a [`ManualClock`] for tests).
 //! * Feature `config`: per-service rules from TOML or Jaeger strategy files and the
 //!   environment ([`SamplingConfig`], [`RuleBasedSampler`], [`env`](mod@env)); feature `reload`:
-//!   hot reload of the rule file.
+//!   hot reload of the rule file; feature `jaeger-remote`: strategies polled from a
+//!   Jaeger collector or agent (`JaegerRemote`).
 //! * Every sampler counts its decisions (kept, dropped and why) for a nanosecond or so:
 //!   [`RateLimitingSampler::stats`]; feature `metrics` reports them as OpenTelemetry
 //!   metrics (`SamplerMetrics`).
@@ -52,6 +53,8 @@ pub use config::ConfigWatcher;
 pub use config::{
     env, lint, summary, ConfigError, ConfigErrorKind, RuleBasedSampler, SamplingConfig,
 };
+#[cfg(feature = "jaeger-remote")]
+pub use config::{JaegerRemote, JaegerRemotePoller, RemoteUpdate};
 #[cfg(feature = "redis")]
 pub use fleet::{
     FleetError, FleetLimiter, FleetLimiterBuilder, FleetStats, RedisUrls, DEFAULT_FLEET_PREFIX,
@@ -66,8 +69,14 @@ pub use metrics::SamplerMetrics;
 pub use sampler::{attributes, RateLimitingSampler, RateLimitingSamplerBuilder, RemoteParents};
 
 // The README's code blocks, compiled as doctests without becoming the crate's docs
-// (its examples need the `config`, `metrics` and `redis` features: CI's
+// (its examples need the `config`, `metrics`, `redis` and `jaeger-remote` features: CI's
 // `--all-features`).
-#[cfg(all(doctest, feature = "config", feature = "metrics", feature = "redis"))]
+#[cfg(all(
+    doctest,
+    feature = "config",
+    feature = "metrics",
+    feature = "redis",
+    feature = "jaeger-remote"
+))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

@@ -7,7 +7,8 @@ use std::fmt;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ConfigErrorKind {
-    /// The file could not be read.
+    /// The file could not be read, or (feature `jaeger-remote`) the sampling endpoint
+    /// gave no answer in time, an error status or an answer too large.
     Io,
     /// The text is not valid TOML or JSON, or a value has the wrong type.
     Syntax,

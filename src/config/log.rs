@@ -60,7 +60,10 @@ pub(crate) fn warn(message: &str) {
 }
 
 /// Logs `message` at info level, unless it was logged less than [`INTERVAL`] ago.
-#[cfg_attr(not(feature = "reload"), allow(dead_code))] // reload outcomes
+#[cfg_attr(
+    not(any(feature = "reload", feature = "jaeger-remote")),
+    allow(dead_code)
+)] // reload and remote sampling outcomes
 pub(crate) fn info(message: &str) {
     if let Some(held_back) = admit(message) {
         tracing::info!(target: "otel_rate_sampler", held_back, "{message}");

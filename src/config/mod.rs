@@ -7,6 +7,8 @@ pub mod env;
 mod error;
 mod from_jaeger;
 mod from_toml;
+#[cfg(feature = "jaeger-remote")]
+mod jaeger_remote;
 pub mod lint;
 mod log;
 mod matcher;
@@ -21,6 +23,8 @@ mod validate;
 mod watch;
 
 pub use error::{ConfigError, ConfigErrorKind};
+#[cfg(feature = "jaeger-remote")]
+pub use jaeger_remote::{JaegerRemote, JaegerRemotePoller, RemoteUpdate};
 pub use model::SamplingConfig;
 pub use rule_based::RuleBasedSampler;
 #[cfg(feature = "reload")]

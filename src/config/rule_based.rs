@@ -161,7 +161,7 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
         Ok(())
     }
 
-    fn count_reload(&self, succeeded: bool) {
+    pub(crate) fn count_reload(&self, succeeded: bool) {
         let counter = if succeeded {
             &self.inner.reloads_succeeded
         } else {

@@ -1,11 +1,14 @@
 //! The rule layer (feature `config`): files, errors, the environment, the rule-based
-//! sampler and hot reload (feature `reload`). One test binary, so the suite links once.
+//! sampler, hot reload (feature `reload`) and Jaeger remote sampling (feature
+//! `jaeger-remote`). One test binary, so the suite links once.
 #![cfg(feature = "config")]
 
 mod env;
 mod errors;
 mod files;
 mod fleet_scope;
+#[cfg(feature = "jaeger-remote")]
+mod jaeger_remote;
 #[cfg(feature = "metrics")]
 mod metrics;
 #[cfg(feature = "reload")]
