@@ -46,12 +46,12 @@ pub mod stats;
 mod sync;
 
 pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock, PreciseClock};
+#[cfg(feature = "config")]
+pub use config::env;
 #[cfg(feature = "reload")]
 pub use config::ConfigWatcher;
 #[cfg(feature = "config")]
-pub use config::{
-    env, lint, summary, ConfigError, ConfigErrorKind, RuleBasedSampler, SamplingConfig,
-};
+pub use config::{lint, summary, ConfigError, ConfigErrorKind, RuleBasedSampler, SamplingConfig};
 #[cfg(feature = "redis")]
 pub use fleet::{
     FleetError, FleetLimiter, FleetLimiterBuilder, FleetStats, RedisUrls, DEFAULT_FLEET_PREFIX,
@@ -63,6 +63,8 @@ pub use limiter::{
 };
 #[cfg(feature = "metrics")]
 pub use metrics::SamplerMetrics;
+#[cfg(not(feature = "config"))]
+pub use sampler::env;
 pub use sampler::{attributes, RateLimitingSampler, RateLimitingSamplerBuilder, RemoteParents};
 
 // The README's code blocks, compiled as doctests without becoming the crate's docs
