@@ -50,6 +50,8 @@ pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock, PreciseClock};
 pub use config::env;
 #[cfg(feature = "reload")]
 pub use config::ConfigWatcher;
+#[cfg(feature = "yaml")]
+pub use config::DeclarativeSampler;
 #[cfg(feature = "config")]
 pub use config::{lint, summary, ConfigError, ConfigErrorKind, RuleBasedSampler, SamplingConfig};
 #[cfg(feature = "redis")]

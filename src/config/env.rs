@@ -37,6 +37,11 @@ pub const OTEL_RATE_SAMPLER_CONFIG: &str = "OTEL_RATE_SAMPLER_CONFIG";
 /// no URL in the file or here is a [`ConfigError`].
 pub const OTEL_RATE_SAMPLER_REDIS: &str = "OTEL_RATE_SAMPLER_REDIS";
 
+/// The standard variable naming an OpenTelemetry declarative configuration file
+/// (`file_format: "1.0"`), read by `DeclarativeSampler::from_env` (feature `yaml`).
+/// Empty is the same as unset.
+pub const OTEL_CONFIG_FILE: &str = "OTEL_CONFIG_FILE";
+
 /// What [`RuleBasedSampler::from_env_lossy`] does with a problem: a rate-limited warning.
 fn log_fallback(e: &ConfigError) {
     super::log::warn(&format!(
@@ -103,15 +108,7 @@ impl RuleBasedSampler {
                     ));
                 }
             }
-            let redis: Option<Vec<String>> = var(lookup, OTEL_RATE_SAMPLER_REDIS)
-                .map(|v| {
-                    v.split(',')
-                        .map(str::trim)
-                        .filter(|u| !u.is_empty())
-                        .map(str::to_owned)
-                        .collect::<Vec<_>>()
-                })
-                .filter(|urls| !urls.is_empty());
+            let redis = redis_urls(lookup);
             let config = SamplingConfig::from_path_with(path.as_ref(), redis.as_deref())?;
             let service = resolve_service(service, lookup)?;
             return Self::from_env_config(&config, &service, redis).map(Some);
@@ -159,8 +156,21 @@ impl RuleBasedSampler {
     }
 }
 
+/// The Redis URLs of [`OTEL_RATE_SAMPLER_REDIS`] (`None`: unset or empty).
+pub(super) fn redis_urls(lookup: &dyn Fn(&str) -> Option<String>) -> Option<Vec<String>> {
+    var(lookup, OTEL_RATE_SAMPLER_REDIS)
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|u| !u.is_empty())
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .filter(|urls| !urls.is_empty())
+}
+
 /// `service`, or the environment's service name when `service` is empty.
-fn resolve_service(
+pub(super) fn resolve_service(
     service: &str,
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<String, ConfigError> {

@@ -6,6 +6,8 @@ mod env;
 mod errors;
 mod files;
 mod fleet_scope;
+#[cfg(feature = "yaml")]
+mod formats;
 #[cfg(feature = "metrics")]
 mod metrics;
 #[cfg(feature = "reload")]
