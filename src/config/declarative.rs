@@ -388,7 +388,9 @@ pub(crate) fn rate_limiting_config(
 /// `file_format` key.
 pub(crate) fn is_declarative(text: &str) -> bool {
     text.lines().any(|line| {
-        line.strip_prefix("file_format")
+        // A UTF-8 byte order mark may open the first line.
+        line.trim_start_matches('\u{feff}')
+            .strip_prefix("file_format")
             .is_some_and(|rest| rest.trim_start().starts_with(':'))
     })
 }
@@ -495,7 +497,7 @@ impl fmt::Display for Node {
             Node::Sdk(Sampler::AlwaysOff) => f.write_str("always_off"),
             Node::Sdk(Sampler::TraceIdRatioBased(r)) => write!(f, "trace_id_ratio_based({r})"),
             Node::Sdk(other) => write!(f, "{other:?}"),
-            Node::RateLimiting(s) => write!(f, "{PLUGIN_KEY}(service {:?})", s.service()),
+            Node::RateLimiting(_) => f.write_str(PLUGIN_KEY),
             Node::ParentBased(b) => write!(
                 f,
                 "parent_based(root: {}, remote_parent_sampled: {}, remote_parent_not_sampled: {}, local_parent_sampled: {}, local_parent_not_sampled: {})",
@@ -510,8 +512,8 @@ impl fmt::Display for Node {
 }
 
 impl fmt::Display for DeclarativeSampler {
-    /// The sampler tree, on one line: `parent_based(root: rate_limiting(service
-    /// "checkout"), remote_parent_sampled: always_on, ...)`.
+    /// The sampler tree, on one line: `parent_based(root: rate_limiting,
+    /// remote_parent_sampled: always_on, ...)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.root.fmt(f)
     }
@@ -667,5 +669,6 @@ tracer_provider:
         assert!(is_declarative("file_format : 1.0\n"));
         assert!(!is_declarative("default:\n  rate: 1\n  # file_format: x\n"));
         assert!(!is_declarative("  file_format: 1\n"));
+        assert!(is_declarative("\u{feff}file_format: \"1.0\"\n"));
     }
 }

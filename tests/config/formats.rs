@@ -188,7 +188,7 @@ fn otel_config_file_names_the_declarative_file() {
     .expect("OTEL_CONFIG_FILE is set");
     assert!(
         s.to_string()
-            .starts_with("parent_based(root: rate_limiting(service \"checkout\"), remote_parent_sampled: always_on, remote_parent_not_sampled: trace_id_ratio_based(0.1)"),
+            .starts_with("parent_based(root: rate_limiting, remote_parent_sampled: always_on, remote_parent_not_sampled: trace_id_ratio_based(0.1)"),
         "{s}"
     );
     // Empty is unset.
