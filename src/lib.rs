@@ -7,9 +7,13 @@
 //!   [`SlidingLog`] (or [`AnyLimiter`], chosen at run time by [`Algorithm`]), each with
 //!   its guarantee stated on its type, over a [`Limit`] (fractional rates allowed) and a
 //!   [`Clock`] (a [`ManualClock`] for tests).
+//! * The environment ([`env`](mod@env)): [`RateLimitingSampler::from_env`] reads
+//!   `OTEL_TRACES_SAMPLER=ratelimiting` and its argument, with no feature.
 //! * Feature `config`: per-service rules from TOML or Jaeger strategy files and the
-//!   environment ([`SamplingConfig`], [`RuleBasedSampler`], [`env`](mod@env)); feature `reload`:
-//!   hot reload of the rule file.
+//!   environment ([`SamplingConfig`], [`RuleBasedSampler`]); feature `yaml`: the same
+//!   rules in YAML, and OpenTelemetry declarative configuration files
+//!   (`DeclarativeSampler`, `OTEL_CONFIG_FILE`); feature `reload`: hot reload of the rule
+//!   file.
 //! * Every sampler counts its decisions (kept, dropped and why) for a nanosecond or so:
 //!   [`RateLimitingSampler::stats`]; feature `metrics` reports them as OpenTelemetry
 //!   metrics (`SamplerMetrics`).
@@ -70,8 +74,14 @@ pub use sampler::env;
 pub use sampler::{attributes, RateLimitingSampler, RateLimitingSamplerBuilder, RemoteParents};
 
 // The README's code blocks, compiled as doctests without becoming the crate's docs
-// (its examples need the `config`, `metrics` and `redis` features: CI's
+// (its examples need the `config`, `yaml`, `metrics` and `redis` features: CI's
 // `--all-features`).
-#[cfg(all(doctest, feature = "config", feature = "metrics", feature = "redis"))]
+#[cfg(all(
+    doctest,
+    feature = "config",
+    feature = "yaml",
+    feature = "metrics",
+    feature = "redis"
+))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

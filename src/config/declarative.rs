@@ -19,8 +19,9 @@ use super::model::SamplingConfig;
 use super::rule_based::RuleBasedSampler;
 use super::spanned::Spanned;
 use super::validate;
-use crate::sampler::env::var;
+use crate::sampler::env::{default_limit, var, DEFAULT_TRACES_PER_SECOND, UNKNOWN_SERVICE};
 use crate::sampler::erase_threshold;
+use crate::sampler::RemoteParents;
 
 /// The plugin key of this crate's sampler in a declarative configuration file.
 pub(crate) const PLUGIN_KEY: &str = "rate_limiting";
@@ -234,6 +235,55 @@ impl DeclarativeSampler {
         let file = path.clone();
         let text = super::model::read_file(path.as_ref(), &file)?;
         Self::from_yaml_with(&text, &file, service, &lookup).map(Some)
+    }
+}
+
+impl DeclarativeSampler {
+    /// Like [`from_env`](Self::from_env), but never fails: a problem is logged as a
+    /// `tracing` warning (target `otel_rate_sampler`; the same message at most once a
+    /// minute) and the sampler falls back to
+    /// [`DEFAULT_TRACES_PER_SECOND`](super::env::DEFAULT_TRACES_PER_SECOND) for the
+    /// traces that start here, following remote parents (as
+    /// [`RuleBasedSampler::from_env_lossy`] does). `None` when `OTEL_CONFIG_FILE` is
+    /// unset or empty.
+    pub fn from_env_lossy(service: &str) -> Option<Self> {
+        Self::from_lookup_lossy(
+            service,
+            |name| std::env::var(name).ok(),
+            |e| {
+                super::log::warn(&format!(
+                    "{e}; falling back to {DEFAULT_TRACES_PER_SECOND} traces per second"
+                ))
+            },
+        )
+    }
+
+    /// Like [`from_env_lossy`](Self::from_env_lossy), reading variables through
+    /// `lookup` and reporting each problem to `warn` instead of the log.
+    pub fn from_lookup_lossy(
+        service: &str,
+        lookup: impl Fn(&str) -> Option<String>,
+        mut warn: impl FnMut(&ConfigError),
+    ) -> Option<Self> {
+        match Self::from_lookup(service, &lookup) {
+            Ok(sampler) => sampler,
+            Err(e) => {
+                warn(&e);
+                let config = SamplingConfig::single_limit(
+                    default_limit(),
+                    RemoteParents::Follow,
+                    "fallback",
+                );
+                let service = resolve_service(service, &lookup).unwrap_or_else(|e| {
+                    warn(&e);
+                    UNKNOWN_SERVICE.to_owned()
+                });
+                let sampler = RuleBasedSampler::new(&config, &service).ok()?;
+                Some(Self {
+                    root: Node::RateLimiting(sampler),
+                })
+            }
+        }
     }
 }
 

@@ -256,3 +256,24 @@ tracer_provider:
         .iter()
         .any(|kv| kv.key.as_str() == "sampler.type"));
 }
+
+#[test]
+fn the_lenient_reader_of_otel_config_file_warns_and_falls_back_to_the_default_rate() {
+    let file = TempFile::new(
+        "typo.yaml",
+        "file_format: \"1.0\"\ntracer_provider:\n  sampler:\n    always_of:\n",
+    );
+    let mut warnings = Vec::new();
+    let s = DeclarativeSampler::from_lookup_lossy(
+        "svc",
+        env(&[(OTEL_CONFIG_FILE, file.path.to_str().unwrap())]),
+        |e| warnings.push(e.to_string()),
+    )
+    .expect("a fallback sampler");
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains(":4:5: always_of: "), "{warnings:?}");
+    assert_eq!(s.to_string(), "rate_limiting");
+    let mut warned = 0;
+    assert!(DeclarativeSampler::from_lookup_lossy("svc", env(&[]), |_| warned += 1).is_none());
+    assert_eq!(warned, 0);
+}
