@@ -386,7 +386,10 @@ impl Build<'_> {
                 }))
             }
             RawSampler::RateLimiting(file) => {
-                let config = self.ctx.config(file, self.redis.as_deref())?;
+                let config = self
+                    .ctx
+                    .config(file, self.redis.as_deref())
+                    .map_err(|e| e.in_block(&format!("{path}.{PLUGIN_KEY}")))?;
                 Node::RateLimiting(RuleBasedSampler::from_env_config(
                     &config,
                     self.service,
@@ -405,26 +408,31 @@ pub(crate) fn rate_limiting_config(
     file: &str,
     redis: Option<&[String]>,
 ) -> Result<SamplingConfig, ConfigError> {
-    fn first(raw: &Spanned<RawSampler>) -> Option<&RawFile> {
+    /// The first `rate_limiting` block under `raw` (at `path`), and its path.
+    fn first<'a>(raw: &'a Spanned<RawSampler>, path: &str) -> Option<(&'a RawFile, String)> {
         match raw.get_ref() {
-            RawSampler::RateLimiting(file) => Some(file),
+            RawSampler::RateLimiting(file) => Some((file, format!("{path}.{PLUGIN_KEY}"))),
             RawSampler::ParentBased(p) => [
-                &p.root,
-                &p.remote_parent_sampled,
-                &p.remote_parent_not_sampled,
-                &p.local_parent_sampled,
-                &p.local_parent_not_sampled,
+                (&p.root, "root"),
+                (&p.remote_parent_sampled, "remote_parent_sampled"),
+                (&p.remote_parent_not_sampled, "remote_parent_not_sampled"),
+                (&p.local_parent_sampled, "local_parent_sampled"),
+                (&p.local_parent_not_sampled, "local_parent_not_sampled"),
             ]
             .into_iter()
-            .flatten()
-            .find_map(first),
+            .find_map(|(branch, name)| {
+                first(branch.as_ref()?, &format!("{path}.parent_based.{name}"))
+            }),
             _ => None,
         }
     }
     let ctx = Ctx::new(text, file);
     let sampler = read(&ctx)?;
-    match sampler.as_ref().and_then(first) {
-        Some(raw) => ctx.config(raw, redis),
+    match sampler
+        .as_ref()
+        .and_then(|s| first(s, "tracer_provider.sampler"))
+    {
+        Some((raw, path)) => ctx.config(raw, redis).map_err(|e| e.in_block(&path)),
         None => Err(ctx.new_error(
             ConfigErrorKind::MissingKey,
             sampler.map_or(0..0, |s| s.span()),
@@ -642,7 +650,11 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             (err.kind(), err.line(), err.key()),
-            (ConfigErrorKind::UnknownValue, 6, "xray"),
+            (
+                ConfigErrorKind::UnknownValue,
+                6,
+                "tracer_provider.sampler.parent_based.root.xray"
+            ),
             "{err}"
         );
         assert!(err.to_string().starts_with("otel.yaml:6:"), "{err}");
@@ -671,8 +683,21 @@ mod tests {
         let err = load("file_format: \"1.0\"\ntracer_provider:\n  sampler:\n    rate_limiting:\n      default: { rate: -1 }\n")
             .unwrap_err();
         assert_eq!(
-            (err.kind(), err.line()),
-            (ConfigErrorKind::InvalidLimit, 5),
+            (err.kind(), err.line(), err.column(), err.key()),
+            (
+                ConfigErrorKind::InvalidLimit,
+                5,
+                24,
+                "tracer_provider.sampler.rate_limiting.default.rate"
+            ),
+            "{err}"
+        );
+        // The same key path through `SamplingConfig::from_path`'s reader, in a branch.
+        let text = "file_format: \"1.0\"\ntracer_provider:\n  sampler:\n    parent_based:\n      remote_parent_sampled:\n        rate_limiting:\n          default: { rate: 0 }\n";
+        let err = rate_limiting_config(text, "otel.yaml", None).unwrap_err();
+        assert_eq!(
+            err.key(),
+            "tracer_provider.sampler.parent_based.remote_parent_sampled.rate_limiting.default.rate",
             "{err}"
         );
     }

@@ -114,6 +114,17 @@ impl ConfigError {
         }
     }
 
+    /// The error of a block nested at `prefix` in a larger file: its key, relative to
+    /// the block, becomes `prefix.key`.
+    #[cfg_attr(not(feature = "yaml"), allow(dead_code))] // declarative files nest rule files
+    pub(crate) fn in_block(mut self, prefix: &str) -> Self {
+        self.key = match self.key.as_str() {
+            "" => prefix.to_owned(),
+            key => format!("{prefix}.{key}"),
+        };
+        self
+    }
+
     pub(crate) fn with_source(mut self, source: impl Error + Send + Sync + 'static) -> Self {
         self.source = Some(Box::new(source));
         self

@@ -2,12 +2,15 @@
 //! the TOML loader's own structs, so every key, default and check is the same. See
 //! `examples/sampling.yaml`, the YAML twin of `examples/sampling.toml`.
 
-use serde::de::DeserializeOwned;
+use std::fmt;
+
+use serde::de::{DeserializeOwned, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 
 use super::error::{ConfigError, ConfigErrorKind, Pos};
 use super::from_toml::{Ctx, RawFile};
 use super::model::SamplingConfig;
-use super::spanned::{reading, Format};
+use super::spanned::{reading, Format, Spanned};
 
 impl SamplingConfig {
     /// Parses a YAML configuration (feature `yaml`); `file` names it in errors.
@@ -74,15 +77,150 @@ fn yaml_error(e: &serde_saphyr::Error, text: &str, file: &str) -> ConfigError {
             .map(str::to_owned)
     };
     let (kind, key) = if let Some(key) = quoted("unknown field `") {
-        (ConfigErrorKind::UnknownKey, key)
+        // serde names the bare key; the full path is found in the document.
+        (
+            ConfigErrorKind::UnknownKey,
+            key_path(text, pos).unwrap_or(key),
+        )
     } else if let Some(key) = quoted("missing field `") {
         (ConfigErrorKind::MissingKey, key)
     } else if let Some(value) = quoted("unknown variant `") {
-        (ConfigErrorKind::UnknownValue, value)
+        (
+            ConfigErrorKind::UnknownValue,
+            key_path(text, pos).unwrap_or(value),
+        )
     } else {
         (ConfigErrorKind::Syntax, key_on_line(text, pos.line))
     };
     ConfigError::new(kind, file, pos, key, message)
+}
+
+/// A YAML document as keys with their spans, for [`key_path`] (only on an error path).
+enum Tree {
+    Map(Vec<(Spanned<String>, Tree)>),
+    Seq(Vec<Tree>),
+    Leaf,
+}
+
+impl<'de> Deserialize<'de> for Tree {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TreeVisitor;
+
+        impl<'de> Visitor<'de> for TreeVisitor {
+            type Value = Tree;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any YAML value")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Tree, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(key) = map.next_key::<Spanned<KeyText>>()? {
+                    let key = key.map(|k| k.0);
+                    entries.push((key, map.next_value()?));
+                }
+                Ok(Tree::Map(entries))
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Tree, A::Error> {
+                let mut items = Vec::new();
+                while let Some(item) = seq.next_element()? {
+                    items.push(item);
+                }
+                Ok(Tree::Seq(items))
+            }
+
+            fn visit_bool<E>(self, _: bool) -> Result<Tree, E> {
+                Ok(Tree::Leaf)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Tree, E> {
+                Ok(Tree::Leaf)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Tree, E> {
+                Ok(Tree::Leaf)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Tree, E> {
+                Ok(Tree::Leaf)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Tree, E> {
+                Ok(Tree::Leaf)
+            }
+            fn visit_unit<E>(self) -> Result<Tree, E> {
+                Ok(Tree::Leaf)
+            }
+            fn visit_none<E>(self) -> Result<Tree, E> {
+                Ok(Tree::Leaf)
+            }
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Tree, D::Error> {
+                Tree::deserialize(d)
+            }
+        }
+
+        deserializer.deserialize_any(TreeVisitor)
+    }
+}
+
+/// A mapping key as text, whatever its YAML type (`1: x` has the key `1`).
+struct KeyText(String);
+
+impl<'de> Deserialize<'de> for KeyText {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+
+        impl Visitor<'_> for KeyVisitor {
+            type Value = KeyText;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a mapping key")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<KeyText, E> {
+                Ok(KeyText(v.to_owned()))
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<KeyText, E> {
+                Ok(KeyText(v.to_string()))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<KeyText, E> {
+                Ok(KeyText(v.to_string()))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<KeyText, E> {
+                Ok(KeyText(v.to_string()))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<KeyText, E> {
+                Ok(KeyText(v.to_string()))
+            }
+            fn visit_unit<E>(self) -> Result<KeyText, E> {
+                Ok(KeyText("null".to_owned()))
+            }
+        }
+
+        deserializer.deserialize_any(KeyVisitor)
+    }
+}
+
+/// The full path (`service[0].rule[1].rat`) of the key written at `pos`, found in the
+/// document parsed again as a [`Tree`] (only on this error path).
+fn key_path(text: &str, pos: Pos) -> Option<String> {
+    fn in_tree(tree: &Tree, text: &str, pos: Pos, path: &str) -> Option<String> {
+        match tree {
+            Tree::Map(entries) => entries.iter().find_map(|(key, value)| {
+                let path = match path {
+                    "" => key.get_ref().clone(),
+                    _ => format!("{path}.{}", key.get_ref()),
+                };
+                if Pos::of_offset(text, key.span().start) == pos {
+                    return Some(path);
+                }
+                in_tree(value, text, pos, &path)
+            }),
+            Tree::Seq(items) => items
+                .iter()
+                .enumerate()
+                .find_map(|(i, item)| in_tree(item, text, pos, &format!("{path}[{i}]"))),
+            Tree::Leaf => None,
+        }
+    }
+    let tree: Tree = reading(Format::Yaml, || serde_saphyr::from_str(text)).ok()?;
+    in_tree(&tree, text, pos, "")
 }
 
 /// The error's message alone: serde-saphyr's `Display` may add the position and a
@@ -122,17 +260,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn messages_and_positions() {
-        let cases = [
-            "default:\n  rate: 1\n  rat: 2\n",
-            "default:\n  rate: fast\n",
-            "default: [\n",
-            "service:\n  - rule: 3\n",
-            "default:\n  rate: 1\ndefault:\n  rate: 2\n",
-        ];
-        for text in cases {
-            let e = SamplingConfig::from_yaml_str(text, "t.yaml").unwrap_err();
-            println!("{e}  [{:?}]", e.kind());
-        }
+    fn unknown_keys_are_named_by_their_full_path() {
+        let text = "default:\n  rate: 1\nservice:\n  - name: a\n    rule:\n      - rate: 1\n        span_nam: x\n";
+        let e = SamplingConfig::from_yaml_str(text, "t.yaml").unwrap_err();
+        assert_eq!(
+            (e.kind(), e.line(), e.column(), e.key()),
+            (
+                ConfigErrorKind::UnknownKey,
+                7,
+                9,
+                "service[0].rule[0].span_nam"
+            ),
+            "{e}"
+        );
+        assert_eq!(
+            key_path(text, Pos { line: 4, column: 5 }).as_deref(),
+            Some("service[0].name")
+        );
+        assert_eq!(key_path(text, Pos { line: 4, column: 6 }), None);
+    }
+
+    #[test]
+    fn messages_lose_the_library_advice_and_keys_come_from_the_line() {
+        let e =
+            SamplingConfig::from_yaml_str("default:\n  rate: 1\ndefault:\n  rate: 2\n", "t.yaml")
+                .unwrap_err();
+        assert_eq!((e.line(), e.key()), (3, "default"), "{e}");
+        assert!(!e.to_string().contains("DuplicateKeyPolicy"), "{e}");
+        assert_eq!(key_on_line("a:\n  - \"b c\": 1\n", 2), "b c");
+        assert_eq!(key_on_line("a: {b: 1}\n", 1), "a");
+        assert_eq!(key_on_line("- {b: 1}\n", 1), "");
+        assert_eq!(key_on_line("", 3), "");
     }
 }

@@ -56,6 +56,15 @@ impl<T> Spanned<T> {
         &self.value
     }
 
+    /// The value changed by `f`, with the same span.
+    #[cfg_attr(not(feature = "yaml"), allow(dead_code))] // only YAML's key paths use it
+    pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> Spanned<U> {
+        Spanned {
+            span: self.span,
+            value: f(self.value),
+        }
+    }
+
     /// The byte range it was read from.
     pub(crate) fn span(&self) -> Range<usize> {
         self.span.clone()

@@ -525,7 +525,7 @@ fn yaml_and_declarative_files_that_do_not_load_exit_1_with_their_position() {
         (
             "typo.yaml",
             "default:\n  rate: 1\n  probabilty: 0.5\n",
-            ":3:3: probabilty: unknown field",
+            ":3:3: default.probabilty: unknown field",
         ),
         (
             "bad-limit.yml",
@@ -535,7 +535,7 @@ fn yaml_and_declarative_files_that_do_not_load_exit_1_with_their_position() {
         (
             "unknown-sampler.yaml",
             "file_format: \"1.0\"\ntracer_provider:\n  sampler:\n    parent_based:\n      root:\n        xray: {}\n",
-            ":6:9: xray: unknown variant",
+            ":6:9: tracer_provider.sampler.parent_based.root.xray: unknown variant",
         ),
         (
             "format.yaml",

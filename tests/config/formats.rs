@@ -96,7 +96,7 @@ fn yaml_errors_name_the_file_line_column_and_key() {
         .unwrap_err();
     assert_eq!(
         (err.kind(), err.line(), err.column(), err.key()),
-        (ConfigErrorKind::UnknownKey, 3, 3, "probabilty"),
+        (ConfigErrorKind::UnknownKey, 3, 3, "default.probabilty"),
         "{err}"
     );
     // A value of the wrong type, and broken YAML.
@@ -271,7 +271,10 @@ fn the_lenient_reader_of_otel_config_file_warns_and_falls_back_to_the_default_ra
     )
     .expect("a fallback sampler");
     assert_eq!(warnings.len(), 1, "{warnings:?}");
-    assert!(warnings[0].contains(":4:5: always_of: "), "{warnings:?}");
+    assert!(
+        warnings[0].contains(":4:5: tracer_provider.sampler.always_of: "),
+        "{warnings:?}"
+    );
     assert_eq!(s.to_string(), "rate_limiting");
     let mut warned = 0;
     assert!(DeclarativeSampler::from_lookup_lossy("svc", env(&[]), |_| warned += 1).is_none());
