@@ -59,7 +59,23 @@ impl SamplingConfig {
 
 /// Deserialises YAML `text` (from `file`) with spans, into the raw structs.
 pub(super) fn parse<T: DeserializeOwned>(text: &str, file: &str) -> Result<T, ConfigError> {
-    reading(Format::Yaml, || serde_saphyr::from_str(text)).map_err(|e| yaml_error(&e, text, file))
+    from_str(text).map_err(|e| yaml_error(&e, text, file))
+}
+
+/// The most events aliases may replay in one file: anchors and aliases that reuse a rule
+/// are welcome (a rule of ten keys replays about 25 events, so some 400 uses), a
+/// "billion laughs" is refused. Replay costs time linear in the events (measured: 10 000
+/// events in 0.19 s in a debug build), so the limit is also the time bound.
+const MAX_REPLAYED_EVENTS: usize = 10_000;
+
+/// serde-saphyr's `from_str` with this crate's spans and alias limit. (Its other
+/// defaults already refuse duplicate keys and bound the document's size and depth.)
+fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, serde_saphyr::Error> {
+    let mut options = serde_saphyr::Options::default();
+    options.alias_limits.max_total_replayed_events = MAX_REPLAYED_EVENTS;
+    reading(Format::Yaml, || {
+        serde_saphyr::from_str_with_options(text, options)
+    })
 }
 
 /// A serde-saphyr error as a [`ConfigError`]: its position (line and column already in
@@ -219,7 +235,7 @@ fn key_path(text: &str, pos: Pos) -> Option<String> {
             Tree::Leaf => None,
         }
     }
-    let tree: Tree = reading(Format::Yaml, || serde_saphyr::from_str(text)).ok()?;
+    let tree: Tree = from_str(text).ok()?;
     in_tree(&tree, text, pos, "")
 }
 
@@ -278,6 +294,22 @@ mod tests {
             Some("service[0].name")
         );
         assert_eq!(key_path(text, Pos { line: 4, column: 6 }), None);
+    }
+
+    #[test]
+    fn aliases_replay_a_bounded_number_of_events() {
+        let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..8 {
+            let p = i - 1;
+            let refs = vec![format!("*a{p}"); 10].join(", ");
+            text.push_str(&format!("a{i}: &a{i} [{refs}]\n"));
+        }
+        // The key tree reads anything, so only the limit stops it.
+        let err = from_str::<Tree>(&text).err().expect("refused");
+        assert!(err.to_string().contains("alias replay limit"), "{err}");
+        // A few aliases are fine.
+        let ok = "a: &a { rate: 1 }\nb: *a\nc: *a\n";
+        assert!(from_str::<Tree>(ok).is_ok());
     }
 
     #[test]
