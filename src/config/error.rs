@@ -9,7 +9,7 @@ use std::fmt;
 pub enum ConfigErrorKind {
     /// The file could not be read.
     Io,
-    /// The text is not valid TOML or JSON, or a value has the wrong type.
+    /// The text is not valid TOML, JSON or YAML, or a value has the wrong type.
     Syntax,
     /// A key the format does not know (a typo is never silently ignored).
     UnknownKey,
@@ -29,7 +29,8 @@ pub enum ConfigErrorKind {
     /// A strategy type other than `probabilistic` or `ratelimiting` (Jaeger files).
     UnknownType,
     /// Any other value outside its accepted set (span kind, parent origin, remote-parent
-    /// policy, the `OTEL_TRACES_SAMPLER` value).
+    /// policy, the `OTEL_TRACES_SAMPLER` value, a declarative file's `file_format` or
+    /// sampler key).
     UnknownValue,
     /// A service listed twice.
     DuplicateService,

@@ -14,7 +14,9 @@ use crate::limiter::Algorithm;
 use crate::sampler::{Origin, RemoteParents};
 
 /// A sampling configuration: per-service rules loaded from a TOML file (the primary
-/// format) or a Jaeger sampling strategies file, validated once.
+/// format), a Jaeger sampling strategies file, or (feature `yaml`) a YAML file with the
+/// TOML format's keys or the `rate_limiting` sampler of an OpenTelemetry declarative
+/// configuration file, validated once. [`from_path`](Self::from_path) picks the format.
 ///
 /// # The model
 ///

@@ -280,3 +280,30 @@ fn the_lenient_reader_of_otel_config_file_warns_and_falls_back_to_the_default_ra
     assert!(DeclarativeSampler::from_lookup_lossy("svc", env(&[]), |_| warned += 1).is_none());
     assert_eq!(warned, 0);
 }
+
+#[test]
+fn a_yaml_rule_file_reloads_like_a_toml_one() {
+    let file = TempFile::new("reload.yaml", "default:\n  limit: 2\n  window: 1h\n");
+    let config = SamplingConfig::from_path(&file.path).unwrap();
+    let sampler = RuleBasedSampler::new(&config, "svc").unwrap();
+    // The permits of the limiters in force (no decision needed).
+    let permits = |s: &RuleBasedSampler| {
+        let stats = s.stats();
+        let mut permits: Vec<u32> = stats
+            .rules
+            .iter()
+            .filter_map(|r| r.window.map(|w| w.permits))
+            .collect();
+        permits.sort_unstable();
+        (permits, stats.reloads.succeeded, stats.reloads.failed)
+    };
+    assert_eq!(permits(&sampler), (vec![2], 0, 0));
+    std::fs::write(&file.path, "default:\n  limit: 4\n  window: 1h\n").unwrap();
+    sampler.reload_from_path(&file.path).unwrap();
+    assert_eq!(permits(&sampler), (vec![4], 1, 0));
+    // A broken save keeps the rules in force, and says where.
+    std::fs::write(&file.path, "default:\n  limit: [\n").unwrap();
+    let err = sampler.reload_from_path(&file.path).unwrap_err();
+    assert_eq!(err.line(), 2, "{err}");
+    assert_eq!(permits(&sampler), (vec![4], 1, 1));
+}
