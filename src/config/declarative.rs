@@ -4,6 +4,7 @@
 //! `rate_limiting`, whose value is a rule file in YAML. See `examples/otel-config.yaml`.
 
 use std::fmt;
+use std::ops::Range;
 use std::path::Path;
 
 use opentelemetry::trace::{Link, SpanContext, SpanKind, TraceContextExt, TraceId};
@@ -302,7 +303,15 @@ impl Branches {
 
 /// Reads `file_format` and `tracer_provider.sampler` (`None` when there is no sampler).
 fn read(ctx: &Ctx<'_>) -> Result<Option<Spanned<RawSampler>>, ConfigError> {
-    let doc: RawDocument = parse(ctx.text, ctx.file)?;
+    let doc: RawDocument = parse(ctx.text, ctx.file).map_err(|e| {
+        // serde's words for a sampler mapping without exactly one key.
+        let message = e.to_string();
+        if message.contains("externally tagged enum") || message.contains("after enum variant") {
+            e.with_message(format!("a sampler is a mapping with exactly one key: always_on, always_off, trace_id_ratio_based, parent_based or {PLUGIN_KEY}"))
+        } else {
+            e
+        }
+    })?;
     let Some(format) = doc.file_format else {
         return Err(ctx.new_error(
             ConfigErrorKind::MissingKey,
@@ -386,10 +395,9 @@ impl Build<'_> {
                 }))
             }
             RawSampler::RateLimiting(file) => {
-                let config = self
-                    .ctx
-                    .config(file, self.redis.as_deref())
-                    .map_err(|e| e.in_block(&format!("{path}.{PLUGIN_KEY}")))?;
+                let config = self.ctx.config(file, self.redis.as_deref()).map_err(|e| {
+                    e.in_block(&format!("{path}.{PLUGIN_KEY}"), self.ctx.pos(raw.span()))
+                })?;
                 Node::RateLimiting(RuleBasedSampler::from_env_config(
                     &config,
                     self.service,
@@ -408,10 +416,16 @@ pub(crate) fn rate_limiting_config(
     file: &str,
     redis: Option<&[String]>,
 ) -> Result<SamplingConfig, ConfigError> {
-    /// The first `rate_limiting` block under `raw` (at `path`), and its path.
-    fn first<'a>(raw: &'a Spanned<RawSampler>, path: &str) -> Option<(&'a RawFile, String)> {
+    /// The first `rate_limiting` block under `raw` (at `path`): the block, its path and
+    /// its span.
+    fn first<'a>(
+        raw: &'a Spanned<RawSampler>,
+        path: &str,
+    ) -> Option<(&'a RawFile, String, Range<usize>)> {
         match raw.get_ref() {
-            RawSampler::RateLimiting(file) => Some((file, format!("{path}.{PLUGIN_KEY}"))),
+            RawSampler::RateLimiting(file) => {
+                Some((file, format!("{path}.{PLUGIN_KEY}"), raw.span()))
+            }
             RawSampler::ParentBased(p) => [
                 (&p.root, "root"),
                 (&p.remote_parent_sampled, "remote_parent_sampled"),
@@ -432,7 +446,9 @@ pub(crate) fn rate_limiting_config(
         .as_ref()
         .and_then(|s| first(s, "tracer_provider.sampler"))
     {
-        Some((raw, path)) => ctx.config(raw, redis).map_err(|e| e.in_block(&path)),
+        Some((raw, path, span)) => ctx
+            .config(raw, redis)
+            .map_err(|e| e.in_block(&path, ctx.pos(span))),
         None => Err(ctx.new_error(
             ConfigErrorKind::MissingKey,
             sampler.map_or(0..0, |s| s.span()),
@@ -736,6 +752,44 @@ tracer_provider:
         for (i, (cx, expected)) in cases.iter().enumerate() {
             assert_eq!(decide(&s, cx.as_ref()), *expected, "case {i}");
         }
+    }
+
+    #[test]
+    fn a_sampler_is_one_key_and_a_nested_rule_file_error_points_into_the_file() {
+        for text in [
+            "file_format: \"1.0\"\ntracer_provider:\n  sampler:\n    always_on:\n    always_off:\n",
+            "file_format: \"1.0\"\ntracer_provider:\n  sampler: {}\n",
+        ] {
+            let err = load(text).unwrap_err();
+            assert!(err.to_string().contains("exactly one key"), "{err}");
+        }
+        // A rule-file error: its key under the block's path, its position in the file.
+        let err = load("file_format: \"1.0\"\ntracer_provider:\n  sampler:\n    rate_limiting:\n      default: { rate: 1 }\n      service: [{ rate: 1 }]\n")
+            .unwrap_err();
+        assert_eq!(
+            (err.kind(), err.key()),
+            (
+                ConfigErrorKind::MissingKey,
+                "tracer_provider.sampler.rate_limiting.service[0].name"
+            ),
+            "{err}"
+        );
+        assert_eq!(err.line(), 6, "{err}");
+        // An error with no position of its own (a missing key of the whole rule file)
+        // takes the block's.
+        let nowhere = ConfigError::new(
+            ConfigErrorKind::MissingKey,
+            "f",
+            super::super::error::Pos::default(),
+            "default",
+            "m",
+        );
+        let start = super::super::error::Pos { line: 4, column: 5 };
+        let err = nowhere.in_block("tracer_provider.sampler.rate_limiting", start);
+        assert_eq!(
+            (err.line(), err.column(), err.key()),
+            (4, 5, "tracer_provider.sampler.rate_limiting.default")
+        );
     }
 
     #[test]

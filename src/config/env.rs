@@ -63,6 +63,11 @@ impl RuleBasedSampler {
     /// * else `Ok(None)`: the environment does not choose this crate's sampler (leave
     ///   the SDK's own choice in place).
     ///
+    /// [`OTEL_CONFIG_FILE`] (an OpenTelemetry declarative configuration file, whose
+    /// sampler may wrap this one in `parent_based` and other samplers) is read by
+    /// `DeclarativeSampler::from_env` (feature `yaml`), not here; an application that
+    /// supports both asks it first.
+    ///
     /// # Errors
     ///
     /// A [`ConfigError`] for a bad file, a bad `OTEL_TRACES_SAMPLER_ARG`, both a file

@@ -115,14 +115,25 @@ impl ConfigError {
         }
     }
 
-    /// The error of a block nested at `prefix` in a larger file: its key, relative to
-    /// the block, becomes `prefix.key`.
+    /// The error of a block nested at `prefix` in a larger file, the block starting at
+    /// `start`: its key, relative to the block, becomes `prefix.key`, and a position
+    /// before the block (the start of the file, for a missing key) becomes the block's.
     #[cfg_attr(not(feature = "yaml"), allow(dead_code))] // declarative files nest rule files
-    pub(crate) fn in_block(mut self, prefix: &str) -> Self {
+    pub(crate) fn in_block(mut self, prefix: &str, start: Pos) -> Self {
         self.key = match self.key.as_str() {
             "" => prefix.to_owned(),
             key => format!("{prefix}.{key}"),
         };
+        if (self.line, self.column) < (start.line, start.column) {
+            (self.line, self.column) = (start.line, start.column);
+        }
+        self
+    }
+
+    /// The same error with `message` in place of its own.
+    #[cfg_attr(not(feature = "yaml"), allow(dead_code))]
+    pub(crate) fn with_message(mut self, message: impl Into<String>) -> Self {
+        self.message = message.into();
         self
     }
 

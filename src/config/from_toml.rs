@@ -129,7 +129,7 @@ pub(super) struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    fn pos(&self, span: Range<usize>) -> Pos {
+    pub(super) fn pos(&self, span: Range<usize>) -> Pos {
         Pos::of_offset(self.text, span.start)
     }
 
