@@ -7,10 +7,14 @@
 //!   [`SlidingLog`] (or [`AnyLimiter`], chosen at run time by [`Algorithm`]), each with
 //!   its guarantee stated on its type, over a [`Limit`] (fractional rates allowed) and a
 //!   [`Clock`] (a [`ManualClock`] for tests).
+//! * The environment ([`env`](mod@env)): [`RateLimitingSampler::from_env`] reads
+//!   `OTEL_TRACES_SAMPLER=ratelimiting` and its argument, with no feature.
 //! * Feature `config`: per-service rules from TOML or Jaeger strategy files and the
-//!   environment ([`SamplingConfig`], [`RuleBasedSampler`], [`env`](mod@env)); feature `reload`:
-//!   hot reload of the rule file; feature `jaeger-remote`: strategies polled from a
-//!   Jaeger collector or agent (`JaegerRemote`).
+//!   environment ([`SamplingConfig`], [`RuleBasedSampler`]); feature `yaml`: the same
+//!   rules in YAML, and OpenTelemetry declarative configuration files
+//!   (`DeclarativeSampler`, `OTEL_CONFIG_FILE`); feature `reload`: hot reload of the rule
+//!   file; feature `jaeger-remote`: strategies polled from a Jaeger collector or agent
+//!   (`JaegerRemote`).
 //! * Every sampler counts its decisions (kept, dropped and why) for a nanosecond or so:
 //!   [`RateLimitingSampler::stats`]; feature `metrics` reports them as OpenTelemetry
 //!   metrics (`SamplerMetrics`).
@@ -47,12 +51,14 @@ pub mod stats;
 mod sync;
 
 pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock, PreciseClock};
+#[cfg(feature = "config")]
+pub use config::env;
 #[cfg(feature = "reload")]
 pub use config::ConfigWatcher;
+#[cfg(feature = "yaml")]
+pub use config::DeclarativeSampler;
 #[cfg(feature = "config")]
-pub use config::{
-    env, lint, summary, ConfigError, ConfigErrorKind, RuleBasedSampler, SamplingConfig,
-};
+pub use config::{lint, summary, ConfigError, ConfigErrorKind, RuleBasedSampler, SamplingConfig};
 #[cfg(feature = "jaeger-remote")]
 pub use config::{JaegerRemote, JaegerRemotePoller, RemoteUpdate};
 #[cfg(feature = "redis")]
@@ -66,14 +72,17 @@ pub use limiter::{
 };
 #[cfg(feature = "metrics")]
 pub use metrics::SamplerMetrics;
+#[cfg(not(feature = "config"))]
+pub use sampler::env;
 pub use sampler::{attributes, RateLimitingSampler, RateLimitingSamplerBuilder, RemoteParents};
 
 // The README's code blocks, compiled as doctests without becoming the crate's docs
-// (its examples need the `config`, `metrics`, `redis` and `jaeger-remote` features: CI's
-// `--all-features`).
+// (its examples need the `config`, `yaml`, `metrics`, `redis` and `jaeger-remote`
+// features: CI's `--all-features`).
 #[cfg(all(
     doctest,
     feature = "config",
+    feature = "yaml",
     feature = "metrics",
     feature = "redis",
     feature = "jaeger-remote"

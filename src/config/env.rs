@@ -1,20 +1,33 @@
-//! The environment variables [`RuleBasedSampler::from_env`] reads, and the values it
-//! accepts: a vendor value for `OTEL_TRACES_SAMPLER` and a variable naming a rule file,
-//! with strict and lenient entry points.
+//! The environment variables this crate reads, and the values it accepts, as the
+//! OpenTelemetry specification reads them: an empty value is the same as an unset one,
+//! sampler names are case-insensitive.
+//!
+//! * Without any feature: `OTEL_TRACES_SAMPLER` = [`RATELIMITING`] or
+//!   [`PARENTBASED_RATELIMITING`] with `OTEL_TRACES_SAMPLER_ARG`, read by
+//!   [`RateLimitingSampler::from_env`](crate::RateLimitingSampler::from_env).
+//! * Feature `config`: also a rule file ([`OTEL_RATE_SAMPLER_CONFIG`]) and a Redis for
+//!   its fleet-scoped limits ([`OTEL_RATE_SAMPLER_REDIS`]), read by
+//!   [`RuleBasedSampler::from_env`], which takes the service name from
+//!   [`OTEL_SERVICE_NAME`] (then `service.name` in [`OTEL_RESOURCE_ATTRIBUTES`]) when the
+//!   application gives none.
+//!
+//! Each entry point has a strict form (`from_env`, a typed error), a lenient one
+//! (`from_env_lossy`, a warning and a fallback) on the same code path, and `from_lookup`
+//! forms reading variables through a function.
 
 use super::error::{ConfigError, ConfigErrorKind, Pos};
 use super::model::{FleetSettings, LimitSpec, Policy, SamplingConfig, ServiceConfig};
 use super::rule_based::RuleBasedSampler;
-use super::validate;
 use crate::clock::MonotonicClock;
+use crate::limit::Limit;
 use crate::limiter::Algorithm;
+pub use crate::sampler::env::*;
+use crate::sampler::env::{chosen, default_limit, rate_limit, service_name, var};
 use crate::sampler::RemoteParents;
 
-/// The standard variable choosing the sampler.
-pub const OTEL_TRACES_SAMPLER: &str = "OTEL_TRACES_SAMPLER";
-/// The standard variable holding the sampler's argument: here, traces per second.
-pub const OTEL_TRACES_SAMPLER_ARG: &str = "OTEL_TRACES_SAMPLER_ARG";
-/// This crate's variable naming a rule file (TOML, or Jaeger JSON if it ends in `.json`).
+/// This crate's variable naming a rule file: TOML, Jaeger JSON (`.json`), or with
+/// feature `yaml` YAML (`.yaml`, `.yml`) or an OpenTelemetry declarative configuration
+/// file (recognised by its `file_format`). Empty is the same as unset.
 pub const OTEL_RATE_SAMPLER_CONFIG: &str = "OTEL_RATE_SAMPLER_CONFIG";
 /// This crate's variable naming the Redis server that fleet-scoped limits
 /// (`scope = "fleet"` in the rule file) are shared through: `redis://host:6379`, or the
@@ -23,14 +36,11 @@ pub const OTEL_RATE_SAMPLER_CONFIG: &str = "OTEL_RATE_SAMPLER_CONFIG";
 /// environment. Read by [`RuleBasedSampler::from_env`] only; a fleet-scoped limit with
 /// no URL in the file or here is a [`ConfigError`].
 pub const OTEL_RATE_SAMPLER_REDIS: &str = "OTEL_RATE_SAMPLER_REDIS";
-/// The `OTEL_TRACES_SAMPLER` value for a rate limit that also caps sampled remote
-/// parents (`remote_parents = "cap"`): every trace this process exports counts.
-pub const RATELIMITING: &str = "ratelimiting";
-/// The `OTEL_TRACES_SAMPLER` value for a rate limit on the traces that start here;
-/// remote parents are followed.
-pub const PARENTBASED_RATELIMITING: &str = "parentbased_ratelimiting";
-/// The traces per second when `OTEL_TRACES_SAMPLER_ARG` is unset (or, leniently, bad).
-pub const DEFAULT_TRACES_PER_SECOND: f64 = 100.0;
+
+/// The standard variable naming an OpenTelemetry declarative configuration file
+/// (`file_format: "1.0"`), read by `DeclarativeSampler::from_env` (feature `yaml`).
+/// Empty is the same as unset.
+pub const OTEL_CONFIG_FILE: &str = "OTEL_CONFIG_FILE";
 
 /// What [`RuleBasedSampler::from_env_lossy`] does with a problem: a rate-limited warning.
 fn log_fallback(e: &ConfigError) {
@@ -40,21 +50,29 @@ fn log_fallback(e: &ConfigError) {
 }
 
 impl RuleBasedSampler {
-    /// The sampler the process environment asks for, for `service`.
+    /// The sampler the process environment asks for, for `service` (empty: the service
+    /// [`OTEL_SERVICE_NAME`] names, else `service.name` in [`OTEL_RESOURCE_ATTRIBUTES`],
+    /// else [`UNKNOWN_SERVICE`]). Empty variables count as unset.
     ///
-    /// * `OTEL_RATE_SAMPLER_CONFIG=FILE`: the rules of `FILE` for `service`; its
+    /// * `OTEL_RATE_SAMPLER_CONFIG=FILE`: the rules of `FILE` for the service; its
     ///   fleet-scoped limits use [`OTEL_RATE_SAMPLER_REDIS`] if set, else the file's
     ///   `[fleet] redis`.
-    /// * else `OTEL_TRACES_SAMPLER=ratelimiting` or `parentbased_ratelimiting`, with
-    ///   `OTEL_TRACES_SAMPLER_ARG` = traces per second (fractional allowed, default
-    ///   [`DEFAULT_TRACES_PER_SECOND`]): one limit for every root.
+    /// * else `OTEL_TRACES_SAMPLER=ratelimiting` or `parentbased_ratelimiting` (any
+    ///   case), with `OTEL_TRACES_SAMPLER_ARG` = traces per second (fractional allowed,
+    ///   default [`DEFAULT_TRACES_PER_SECOND`]): one limit for every root.
     /// * else `Ok(None)`: the environment does not choose this crate's sampler (leave
     ///   the SDK's own choice in place).
+    ///
+    /// [`OTEL_CONFIG_FILE`] (an OpenTelemetry declarative configuration file, whose
+    /// sampler may wrap this one in `parent_based` and other samplers) is read by
+    /// `DeclarativeSampler::from_env` (feature `yaml`), not here; an application that
+    /// supports both asks it first.
     ///
     /// # Errors
     ///
     /// A [`ConfigError`] for a bad file, a bad `OTEL_TRACES_SAMPLER_ARG`, both a file
-    /// and a rate set at once, or a fleet-scoped limit with no Redis URL (neither
+    /// and a rate set at once, an `OTEL_RESOURCE_ATTRIBUTES` that does not decode (when
+    /// it is read), or a fleet-scoped limit with no Redis URL (neither
     /// [`OTEL_RATE_SAMPLER_REDIS`] nor the file's `[fleet] redis`).
     pub fn from_env(service: &str) -> Result<Option<Self>, ConfigError> {
         Self::from_lookup(service, |name| std::env::var(name).ok())
@@ -83,15 +101,11 @@ impl RuleBasedSampler {
         service: &str,
         lookup: impl Fn(&str) -> Option<String>,
     ) -> Result<Option<Self>, ConfigError> {
-        let sampler = lookup(OTEL_TRACES_SAMPLER);
-        let ours = sampler.as_deref().map(str::trim).and_then(|s| match s {
-            RATELIMITING => Some(RemoteParents::Cap),
-            PARENTBASED_RATELIMITING => Some(RemoteParents::Follow),
-            _ => None,
-        });
-        if let Some(path) = lookup(OTEL_RATE_SAMPLER_CONFIG) {
+        let lookup: &dyn Fn(&str) -> Option<String> = &lookup;
+        let ours = chosen(lookup);
+        if let Some(path) = var(lookup, OTEL_RATE_SAMPLER_CONFIG) {
             if ours.is_some() {
-                if let Some(arg) = lookup(OTEL_TRACES_SAMPLER_ARG) {
+                if let Some(arg) = var(lookup, OTEL_TRACES_SAMPLER_ARG) {
                     return Err(env_error(
                         ConfigErrorKind::ConflictingKeys,
                         OTEL_TRACES_SAMPLER_ARG,
@@ -99,33 +113,26 @@ impl RuleBasedSampler {
                     ));
                 }
             }
-            let redis: Option<Vec<String>> = lookup(OTEL_RATE_SAMPLER_REDIS)
-                .map(|v| {
-                    v.split(',')
-                        .map(str::trim)
-                        .filter(|u| !u.is_empty())
-                        .map(str::to_owned)
-                        .collect::<Vec<_>>()
-                })
-                .filter(|urls| !urls.is_empty());
-            let config = SamplingConfig::from_path_with(path.trim().as_ref(), redis.as_deref())?;
-            return Self::from_env_config(&config, service, redis).map(Some);
+            let redis = redis_urls(lookup);
+            let config = SamplingConfig::from_path_with(path.as_ref(), redis.as_deref())?;
+            let service = resolve_service(service, lookup)?;
+            return Self::from_env_config(&config, &service, redis).map(Some);
         }
         let Some(remote_parents) = ours else {
             return Ok(None);
         };
-        let rate = match lookup(OTEL_TRACES_SAMPLER_ARG) {
-            Some(arg) => parse_rate(&arg)?,
-            None => DEFAULT_TRACES_PER_SECOND,
-        };
-        let config = SamplingConfig::single_rate(rate, remote_parents, OTEL_TRACES_SAMPLER_ARG)?;
-        Self::new(&config, service).map(Some)
+        let limit =
+            rate_limit(lookup).map_err(|e| from_env_error(ConfigErrorKind::InvalidLimit, e))?;
+        let config = SamplingConfig::single_limit(limit, remote_parents, OTEL_TRACES_SAMPLER_ARG);
+        Self::new(&config, &resolve_service(service, lookup)?).map(Some)
     }
 
     /// Like [`from_env`](Self::from_env), but never fails: each problem is logged as a
     /// `tracing` warning (target `otel_rate_sampler`; the same message at most once a
     /// minute) and the sampler falls back (a bad file or rate to
-    /// [`DEFAULT_TRACES_PER_SECOND`], following remote parents).
+    /// [`DEFAULT_TRACES_PER_SECOND`], following remote parents unless
+    /// `OTEL_TRACES_SAMPLER` is [`RATELIMITING`]; a service name that cannot be read
+    /// to [`UNKNOWN_SERVICE`]).
     pub fn from_env_lossy(service: &str) -> Option<Self> {
         Self::from_lookup_lossy(service, |name| std::env::var(name).ok(), log_fallback)
     }
@@ -141,48 +148,61 @@ impl RuleBasedSampler {
             Ok(sampler) => sampler,
             Err(e) => {
                 warn(&e);
-                let remote_parents = match lookup(OTEL_TRACES_SAMPLER).as_deref().map(str::trim) {
-                    Some(RATELIMITING) => RemoteParents::Cap,
-                    _ => RemoteParents::Follow,
-                };
-                let config = SamplingConfig::single_rate(
-                    DEFAULT_TRACES_PER_SECOND,
-                    remote_parents,
-                    "fallback",
-                )
-                .ok()?;
-                RuleBasedSampler::<MonotonicClock>::new(&config, service).ok()
+                let remote_parents = chosen(&lookup).unwrap_or(RemoteParents::Follow);
+                let config =
+                    SamplingConfig::single_limit(default_limit(), remote_parents, "fallback");
+                let service = resolve_service(service, &lookup).unwrap_or_else(|e| {
+                    warn(&e);
+                    UNKNOWN_SERVICE.to_owned()
+                });
+                RuleBasedSampler::<MonotonicClock>::new(&config, &service).ok()
             }
         }
     }
+}
+
+/// The Redis URLs of [`OTEL_RATE_SAMPLER_REDIS`] (`None`: unset or empty).
+pub(super) fn redis_urls(lookup: &dyn Fn(&str) -> Option<String>) -> Option<Vec<String>> {
+    var(lookup, OTEL_RATE_SAMPLER_REDIS)
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|u| !u.is_empty())
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .filter(|urls| !urls.is_empty())
+}
+
+/// `service`, or the environment's service name when `service` is empty.
+pub(super) fn resolve_service(
+    service: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, ConfigError> {
+    if !service.is_empty() {
+        return Ok(service.to_owned());
+    }
+    service_name(lookup).map_err(|e| from_env_error(ConfigErrorKind::Syntax, e))
 }
 
 fn env_error(kind: ConfigErrorKind, variable: &str, message: String) -> ConfigError {
     ConfigError::new(kind, "environment", Pos::default(), variable, message)
 }
 
-fn parse_rate(arg: &str) -> Result<f64, ConfigError> {
-    let rate: f64 = arg.trim().parse().map_err(|_| {
-        env_error(
-            ConfigErrorKind::InvalidLimit,
-            OTEL_TRACES_SAMPLER_ARG,
-            format!("{arg:?} is not a number of traces per second; use a positive number such as 100 or 0.5"),
-        )
-    })?;
-    validate::rate(rate)
-        .map_err(|e| e.at("environment", Pos::default(), OTEL_TRACES_SAMPLER_ARG))?;
-    Ok(rate)
+/// The sampler layer's [`EnvError`] as a [`ConfigError`] of `kind`.
+fn from_env_error(kind: ConfigErrorKind, e: EnvError) -> ConfigError {
+    env_error(
+        kind,
+        e.variable(),
+        format!("{:?}: {}", e.value(), e.message()),
+    )
+    .with_source(e)
 }
 
 impl SamplingConfig {
-    /// One limit of `rate` traces per second for every service.
-    pub(crate) fn single_rate(
-        rate: f64,
-        remote_parents: RemoteParents,
-        source: &str,
-    ) -> Result<Self, ConfigError> {
-        let limit = validate::rate(rate).map_err(|e| e.at(source, Pos::default(), ""))?;
-        Ok(Self {
+    /// One limit for every service, a fixed window.
+    pub(crate) fn single_limit(limit: Limit, remote_parents: RemoteParents, source: &str) -> Self {
+        Self {
             source: source.to_owned(),
             default: ServiceConfig {
                 name: String::new(),
@@ -196,7 +216,7 @@ impl SamplingConfig {
             },
             services: Vec::new(),
             fleet: FleetSettings::default(),
-        })
+        }
     }
 }
 

@@ -10,7 +10,7 @@ pub enum ConfigErrorKind {
     /// The file could not be read, or (feature `jaeger-remote`) the sampling endpoint
     /// gave no answer in time, an error status or an answer too large.
     Io,
-    /// The text is not valid TOML or JSON, or a value has the wrong type.
+    /// The text is not valid TOML, JSON or YAML, or a value has the wrong type.
     Syntax,
     /// A key the format does not know (a typo is never silently ignored).
     UnknownKey,
@@ -30,7 +30,8 @@ pub enum ConfigErrorKind {
     /// A strategy type other than `probabilistic` or `ratelimiting` (Jaeger files).
     UnknownType,
     /// Any other value outside its accepted set (span kind, parent origin, remote-parent
-    /// policy, the `OTEL_TRACES_SAMPLER` value).
+    /// policy, the `OTEL_TRACES_SAMPLER` value, a declarative file's `file_format` or
+    /// sampler key).
     UnknownValue,
     /// A service listed twice.
     DuplicateService,
@@ -113,6 +114,28 @@ impl ConfigError {
             message: message.into(),
             source: None,
         }
+    }
+
+    /// The error of a block nested at `prefix` in a larger file, the block starting at
+    /// `start`: its key, relative to the block, becomes `prefix.key`, and a position
+    /// before the block (the start of the file, for a missing key) becomes the block's.
+    #[cfg_attr(not(feature = "yaml"), allow(dead_code))] // declarative files nest rule files
+    pub(crate) fn in_block(mut self, prefix: &str, start: Pos) -> Self {
+        self.key = match self.key.as_str() {
+            "" => prefix.to_owned(),
+            key => format!("{prefix}.{key}"),
+        };
+        if (self.line, self.column) < (start.line, start.column) {
+            (self.line, self.column) = (start.line, start.column);
+        }
+        self
+    }
+
+    /// The same error with `message` in place of its own.
+    #[cfg_attr(not(feature = "yaml"), allow(dead_code))]
+    pub(crate) fn with_message(mut self, message: impl Into<String>) -> Self {
+        self.message = message.into();
+        self
     }
 
     pub(crate) fn with_source(mut self, source: impl Error + Send + Sync + 'static) -> Self {

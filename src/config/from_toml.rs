@@ -7,20 +7,21 @@ use std::ops::Range;
 
 use serde::Deserialize;
 use toml::de::{DeTable, DeValue};
-use toml::Spanned;
 
 use super::error::{ConfigError, ConfigErrorKind, Pos};
 use super::model::{
     fleet_cap_key, fleet_key, FleetSettings, LimitSpec, Policy, Rule, SamplingConfig, Scope,
     ServiceConfig,
 };
+use super::spanned::Spanned;
 use super::validate::{self, Invalid};
 use crate::limiter::Algorithm;
 use crate::sampler::RemoteParents;
 
+/// A rule file: the same structs (and so the same keys) for TOML and YAML.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawFile {
+pub(super) struct RawFile {
     default: Option<Spanned<RawBlock>>,
     #[serde(default)]
     service: Vec<Spanned<RawBlock>>,
@@ -120,15 +121,15 @@ struct RawPolicy<'a> {
     scope: &'a Option<Spanned<String>>,
 }
 
-struct Ctx<'a> {
-    text: &'a str,
-    file: &'a str,
+pub(super) struct Ctx<'a> {
+    pub(super) text: &'a str,
+    pub(super) file: &'a str,
     /// The first `scope = "fleet"` (its span and key), for the Redis URL check.
     first_fleet: RefCell<Option<(Range<usize>, String)>>,
 }
 
 impl Ctx<'_> {
-    fn pos(&self, span: Range<usize>) -> Pos {
+    pub(super) fn pos(&self, span: Range<usize>) -> Pos {
         Pos::of_offset(self.text, span.start)
     }
 
@@ -136,7 +137,7 @@ impl Ctx<'_> {
         invalid.at(self.file, self.pos(span), key)
     }
 
-    fn check<T, U>(
+    pub(super) fn check<T, U>(
         &self,
         value: &Spanned<T>,
         key: &str,
@@ -145,7 +146,7 @@ impl Ctx<'_> {
         f(value.get_ref()).map_err(|e| self.err(e, value.span(), key))
     }
 
-    fn new_error(
+    pub(super) fn new_error(
         &self,
         kind: ConfigErrorKind,
         span: Range<usize>,
@@ -583,12 +584,30 @@ impl SamplingConfig {
         file: &str,
         redis: Option<&[String]>,
     ) -> Result<Self, ConfigError> {
-        let ctx = Ctx {
+        let ctx = Ctx::new(text, file);
+        let raw: RawFile = toml::from_str(text).map_err(|e| toml_error(&ctx, &e))?;
+        ctx.config(&raw, redis)
+    }
+}
+
+impl<'a> Ctx<'a> {
+    /// A context for the errors of `text`, read from `file`.
+    pub(super) fn new(text: &'a str, file: &'a str) -> Self {
+        Ctx {
             text,
             file,
             first_fleet: RefCell::new(None),
-        };
-        let raw: RawFile = toml::from_str(text).map_err(|e| toml_error(&ctx, &e))?;
+        }
+    }
+
+    /// The configuration `raw` describes, checked, with `redis` (from the environment),
+    /// when given, replacing the file's Redis URLs.
+    pub(super) fn config(
+        &self,
+        raw: &RawFile,
+        redis: Option<&[String]>,
+    ) -> Result<SamplingConfig, ConfigError> {
+        let (ctx, file) = (self, self.file);
         let default = match &raw.default {
             Some(d) => ctx.block(d, "default", true)?,
             None => {
@@ -635,7 +654,7 @@ impl SamplingConfig {
                 ));
             }
         }
-        Ok(Self {
+        Ok(SamplingConfig {
             source: file.to_owned(),
             default,
             services,

@@ -14,7 +14,9 @@ use crate::limiter::Algorithm;
 use crate::sampler::{Origin, RemoteParents};
 
 /// A sampling configuration: per-service rules loaded from a TOML file (the primary
-/// format) or a Jaeger sampling strategies file, validated once.
+/// format), a Jaeger sampling strategies file, or (feature `yaml`) a YAML file with the
+/// TOML format's keys or the `rate_limiting` sampler of an OpenTelemetry declarative
+/// configuration file, validated once. [`from_path`](Self::from_path) picks the format.
 ///
 /// # The model
 ///
@@ -183,7 +185,14 @@ pub(crate) struct Rule {
 }
 
 impl SamplingConfig {
-    /// Loads a file: Jaeger strategies if its name ends in `.json`, TOML otherwise.
+    /// Loads a file, choosing the format by the name's extension and the content:
+    ///
+    /// * `.json`: Jaeger sampling strategies;
+    /// * `.yaml` / `.yml` (feature `yaml`): an OpenTelemetry declarative configuration
+    ///   file if it has a top-level `file_format` (the rules of its first
+    ///   `rate_limiting` sampler, see [`DeclarativeSampler`](crate::DeclarativeSampler)),
+    ///   else a rule file in YAML ([`from_yaml_str`](Self::from_yaml_str));
+    /// * anything else: TOML.
     ///
     /// # Errors
     ///
@@ -199,24 +208,49 @@ impl SamplingConfig {
         redis: Option<&[String]>,
     ) -> Result<Self, ConfigError> {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            ConfigError::new(
-                ConfigErrorKind::Io,
-                &file,
-                Pos::default(),
-                "",
-                format!("cannot read the file: {e}"),
-            )
-            .with_source(e)
-        })?;
-        if path
+        let text = read_file(path, &file)?;
+        let extension = path
             .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("json"))
-        {
+            .and_then(|e| e.to_str())
+            .unwrap_or_default();
+        if extension.eq_ignore_ascii_case("json") {
             Self::from_jaeger_json_str(&text, &file)
+        } else if ["yaml", "yml"]
+            .iter()
+            .any(|e| extension.eq_ignore_ascii_case(e))
+        {
+            Self::from_yaml_file(&text, &file, redis)
         } else {
             Self::from_toml_with(&text, &file, redis)
         }
+    }
+
+    /// A `.yaml` / `.yml` file: a declarative configuration file (it has a
+    /// `file_format`), whose first `rate_limiting` sampler holds the rules, or a rule
+    /// file in YAML.
+    #[cfg(feature = "yaml")]
+    fn from_yaml_file(
+        text: &str,
+        file: &str,
+        redis: Option<&[String]>,
+    ) -> Result<Self, ConfigError> {
+        if super::declarative::is_declarative(text) {
+            super::declarative::rate_limiting_config(text, file, redis)
+        } else {
+            Self::from_yaml_with(text, file, redis)
+        }
+    }
+
+    /// A `.yaml` / `.yml` file in a build without the `yaml` feature: refused.
+    #[cfg(not(feature = "yaml"))]
+    fn from_yaml_file(_: &str, file: &str, _: Option<&[String]>) -> Result<Self, ConfigError> {
+        Err(ConfigError::new(
+            ConfigErrorKind::MissingFeature,
+            file,
+            Pos::default(),
+            "",
+            "a YAML file needs the `yaml` feature of otel-rate-sampler; build with it, or write the rules in TOML",
+        ))
     }
 
     /// The names of the services the file lists, in file order.
@@ -246,6 +280,20 @@ impl SamplingConfig {
             self.services.iter().any(|s| s.name == service),
         )
     }
+}
+
+/// The text of the file at `path` (named `file` in errors).
+pub(crate) fn read_file(path: &Path, file: &str) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|e| {
+        ConfigError::new(
+            ConfigErrorKind::Io,
+            file,
+            Pos::default(),
+            "",
+            format!("cannot read the file: {e}"),
+        )
+        .with_source(e)
+    })
 }
 
 struct Describe(ServiceConfig, bool);

@@ -3,6 +3,12 @@
 //! they record.
 
 pub mod attributes;
+// Public at the crate root as `env`; with `config`, through the rule layer's `env`,
+// which adds the rule file's variables.
+#[cfg(not(feature = "config"))]
+pub mod env;
+#[cfg(feature = "config")]
+pub(crate) mod env;
 mod parent;
 mod rate_limiting;
 mod trace_state;

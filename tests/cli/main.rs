@@ -491,3 +491,115 @@ fn help_and_version_exit_0() {
     }
     assert!(Path::new(BIN).exists());
 }
+
+#[test]
+fn check_reads_the_yaml_example_as_it_reads_the_toml_one() {
+    let toml = run(&["check", &example("sampling.toml")]);
+    let yaml = run(&["check", &example("sampling.yaml")]);
+    assert_eq!((code(&toml), code(&yaml)), (0, 0), "{}", stderr(&yaml));
+    // Everything after the "FILE: ok" line is the same.
+    let body = |out: &Output| stdout(out).lines().skip(1).collect::<Vec<_>>().join("\n");
+    assert_eq!(body(&toml), body(&yaml));
+    assert!(stdout(&yaml).starts_with(&format!("{}: ok\n", example("sampling.yaml"))));
+}
+
+#[test]
+fn check_shows_the_sampler_tree_and_rules_of_a_declarative_file() {
+    let out = run(&["check", &example("otel-config.yaml")]);
+    let text = stdout(&out);
+    assert_eq!(code(&out), 0, "{text}{}", stderr(&out));
+    for want in [
+        "otel-config.yaml: ok",
+        "sampler: parent_based(root: rate_limiting, remote_parent_sampled: always_on, remote_parent_not_sampled: trace_id_ratio_based(0.1), local_parent_sampled: always_on, local_parent_not_sampled: always_off)",
+        "rules of the first rate_limiting sampler:",
+        "service \"checkout\"",
+        "rule \"payments\": name ~ \"POST /api/pay*\" => keep",
+    ] {
+        assert!(text.contains(want), "{want:?} missing from:\n{text}");
+    }
+}
+
+#[test]
+fn yaml_and_declarative_files_that_do_not_load_exit_1_with_their_position() {
+    let cases = [
+        (
+            "typo.yaml",
+            "default:\n  rate: 1\n  probabilty: 0.5\n",
+            ":3:3: default.probabilty: unknown field",
+        ),
+        (
+            "bad-limit.yml",
+            "default:\n  rate: 1\nservice:\n  - name: a\n    limit: 0\n",
+            ":5:12: service[0].limit: ",
+        ),
+        (
+            "unknown-sampler.yaml",
+            "file_format: \"1.0\"\ntracer_provider:\n  sampler:\n    parent_based:\n      root:\n        xray: {}\n",
+            ":6:9: tracer_provider.sampler.parent_based.root.xray: unknown variant",
+        ),
+        (
+            "format.yaml",
+            "file_format: \"0.3\"\ntracer_provider:\n  sampler:\n    always_on:\n",
+            ":1:14: file_format: ",
+        ),
+        (
+            "no-plugin.yaml",
+            "file_format: \"1.0\"\ntracer_provider:\n  sampler:\n    always_on:\n",
+            ":4:5: tracer_provider.sampler: ",
+        ),
+    ];
+    for (name, text, want) in cases {
+        let file = TempFile::new(name, text);
+        let out = run(&["check", file.path()]);
+        assert_eq!(code(&out), 1, "{name}: {}", stdout(&out));
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{name}: {err}");
+        assert!(
+            err.starts_with(&format!("{}{want}", file.path())),
+            "{name}: {want:?} in {err}"
+        );
+    }
+}
+
+#[test]
+fn simulate_reads_yaml_and_declarative_files() {
+    let args = |file: &str| {
+        run(&[
+            "simulate",
+            file,
+            "--service",
+            "search",
+            "--span",
+            "GET /search",
+            "--rate",
+            "50",
+            "--duration",
+            "3s",
+        ])
+    };
+    let toml = args(&example("sampling.toml"));
+    let yaml = args(&example("sampling.yaml"));
+    assert_eq!(code(&yaml), 0, "{}", stderr(&yaml));
+    assert_eq!(rows(&yaml), rows(&toml));
+    assert_eq!(rows(&yaml), vec![[50, 5, 0, 5]; 3], "{}", stdout(&yaml));
+    // The declarative example: checkout's payments rule, 5 per second.
+    let out = run(&[
+        "simulate",
+        &example("otel-config.yaml"),
+        "--service",
+        "checkout",
+        "--span",
+        "POST /api/pay",
+        "--rate",
+        "100",
+        "--duration",
+        "2s",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("rule \"payments\""),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(rows(&out), vec![[100, 5, 0, 5]; 2], "{}", stdout(&out));
+}

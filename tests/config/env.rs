@@ -7,7 +7,8 @@ use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, Tra
 use opentelemetry::{Context, KeyValue, Value};
 use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult, ShouldSample};
 use otel_rate_sampler::env::{
-    OTEL_RATE_SAMPLER_CONFIG, OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG,
+    OTEL_RATE_SAMPLER_CONFIG, OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER,
+    OTEL_TRACES_SAMPLER_ARG, UNKNOWN_SERVICE,
 };
 use otel_rate_sampler::{ConfigErrorKind, RuleBasedSampler};
 
@@ -148,7 +149,7 @@ fn strict_entry_points_report_bad_values() {
         )
     );
     assert!(
-        bad_arg.to_string().contains("\"fast\" is not a number"),
+        bad_arg.to_string().contains("\"fast\": not a number"),
         "{bad_arg}"
     );
     let negative = RuleBasedSampler::from_lookup(
@@ -209,4 +210,144 @@ fn lenient_entry_points_warn_and_fall_back() {
     let mut warned = 0;
     let none = RuleBasedSampler::from_lookup_lossy("svc", env(&[]), |_| warned += 1);
     assert!(none.is_none() && warned == 0);
+}
+
+#[test]
+fn sampler_names_are_case_insensitive() {
+    let s = RuleBasedSampler::from_lookup(
+        "svc",
+        env(&[
+            (OTEL_TRACES_SAMPLER, "RATELIMITING"),
+            (OTEL_TRACES_SAMPLER_ARG, "1"),
+        ]),
+    )
+    .unwrap()
+    .expect("RATELIMITING chooses this crate's sampler");
+    // Capped remote parents: `ratelimiting`, not the parent-based form.
+    assert_eq!(
+        sample(&s, Some(&remote_sampled())).decision,
+        SamplingDecision::RecordAndSample
+    );
+    assert_eq!(
+        sample(&s, Some(&remote_sampled())).decision,
+        SamplingDecision::Drop
+    );
+}
+
+#[test]
+fn empty_variables_count_as_unset() {
+    // An empty file variable is no file: the rate applies, with no conflict.
+    let s = RuleBasedSampler::from_lookup(
+        "svc",
+        env(&[
+            (OTEL_RATE_SAMPLER_CONFIG, ""),
+            (OTEL_TRACES_SAMPLER, "ratelimiting"),
+            (OTEL_TRACES_SAMPLER_ARG, "0.5"),
+        ]),
+    )
+    .unwrap()
+    .unwrap();
+    assert!(sample(&s, None)
+        .attributes
+        .contains(&KeyValue::new("sampler.param", Value::F64(0.5))));
+    // An empty argument is the default rate, also beside a file (no conflict).
+    let s = RuleBasedSampler::from_lookup(
+        "svc",
+        env(&[
+            (OTEL_TRACES_SAMPLER, "parentbased_ratelimiting"),
+            (OTEL_TRACES_SAMPLER_ARG, ""),
+        ]),
+    )
+    .unwrap()
+    .unwrap();
+    assert!(sample(&s, None)
+        .attributes
+        .contains(&KeyValue::new("sampler.param", Value::F64(100.0))));
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/sampling.toml");
+    let s = RuleBasedSampler::from_lookup(
+        "search",
+        env(&[
+            (OTEL_RATE_SAMPLER_CONFIG, path),
+            (OTEL_TRACES_SAMPLER, "ratelimiting"),
+            (OTEL_TRACES_SAMPLER_ARG, " "),
+        ]),
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(s.service(), "search");
+    // Everything empty: nothing chosen.
+    assert!(RuleBasedSampler::from_lookup(
+        "svc",
+        env(&[(OTEL_RATE_SAMPLER_CONFIG, ""), (OTEL_TRACES_SAMPLER, "")])
+    )
+    .unwrap()
+    .is_none());
+}
+
+#[test]
+fn with_no_service_given_the_environment_names_it() {
+    let chosen = [(OTEL_TRACES_SAMPLER, "ratelimiting")];
+    let with = |extra: &[(&'static str, &'static str)]| {
+        let pairs: Vec<_> = chosen.iter().chain(extra).copied().collect();
+        RuleBasedSampler::from_lookup("", env(&pairs))
+    };
+    let s = with(&[
+        (OTEL_SERVICE_NAME, "checkout"),
+        (OTEL_RESOURCE_ATTRIBUTES, "service.name=other"),
+    ])
+    .unwrap()
+    .unwrap();
+    assert_eq!(s.service(), "checkout");
+    let s = with(&[
+        (OTEL_SERVICE_NAME, ""),
+        (
+            OTEL_RESOURCE_ATTRIBUTES,
+            "host.name=a,service.name=check%20out",
+        ),
+    ])
+    .unwrap()
+    .unwrap();
+    assert_eq!(s.service(), "check out");
+    assert_eq!(with(&[]).unwrap().unwrap().service(), UNKNOWN_SERVICE);
+    // A given name wins over the environment.
+    let s = RuleBasedSampler::from_lookup(
+        "given",
+        env(&[
+            (OTEL_TRACES_SAMPLER, "ratelimiting"),
+            (OTEL_SERVICE_NAME, "checkout"),
+        ]),
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(s.service(), "given");
+    // The file's rules are those of the environment's service.
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/sampling.toml");
+    let s = RuleBasedSampler::from_lookup(
+        "",
+        env(&[
+            (OTEL_RATE_SAMPLER_CONFIG, path),
+            (OTEL_SERVICE_NAME, "search"),
+        ]),
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(s.service(), "search");
+}
+
+#[test]
+fn resource_attributes_that_do_not_decode_are_an_error_or_a_warning() {
+    let vars = [
+        (OTEL_TRACES_SAMPLER, "ratelimiting"),
+        (OTEL_RESOURCE_ATTRIBUTES, "service.name=a%zz"),
+    ];
+    let err = RuleBasedSampler::from_lookup("", env(&vars)).unwrap_err();
+    assert_eq!(err.key(), OTEL_RESOURCE_ATTRIBUTES);
+    assert!(err.to_string().contains("percent"), "{err}");
+    // Not read when the application names the service.
+    assert!(RuleBasedSampler::from_lookup("svc", env(&vars)).is_ok());
+    let mut warnings = Vec::new();
+    let s = RuleBasedSampler::from_lookup_lossy("", env(&vars), |e| warnings.push(e.to_string()))
+        .unwrap();
+    assert_eq!(s.service(), UNKNOWN_SERVICE);
+    assert!(!warnings.is_empty(), "{warnings:?}");
 }

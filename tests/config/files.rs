@@ -11,10 +11,9 @@ fn every_example_file_parses() {
     let mut seen = 0;
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
-        if matches!(
-            path.extension().and_then(|e| e.to_str()),
-            Some("toml" | "json")
-        ) {
+        let extension = path.extension().and_then(|e| e.to_str());
+        let yaml = cfg!(feature = "yaml") && matches!(extension, Some("yaml" | "yml"));
+        if yaml || matches!(extension, Some("toml" | "json")) {
             let config = match SamplingConfig::from_path(&path) {
                 Ok(config) => config,
                 // A fleet-scoped example needs the `redis` feature, and says so.
@@ -178,4 +177,13 @@ fn jaeger_errors_name_the_key_and_position() {
         "",
         "EOF",
     );
+}
+
+#[cfg(not(feature = "yaml"))]
+#[test]
+fn a_yaml_file_without_the_yaml_feature_says_so() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/sampling.yaml");
+    let err = SamplingConfig::from_path(path).unwrap_err();
+    assert_eq!(err.kind(), ConfigErrorKind::MissingFeature, "{err}");
+    assert!(err.to_string().contains("`yaml` feature"), "{err}");
 }

@@ -7,6 +7,8 @@ mod env;
 mod errors;
 mod files;
 mod fleet_scope;
+#[cfg(feature = "yaml")]
+mod formats;
 #[cfg(feature = "jaeger-remote")]
 mod jaeger_remote;
 #[cfg(feature = "metrics")]

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::builder::NonEmptyStringValueParser;
 use otel_rate_sampler::lint::{Lint, Severity};
-use otel_rate_sampler::SamplingConfig;
+use otel_rate_sampler::{ConfigErrorKind, DeclarativeSampler, SamplingConfig};
 
 use crate::{args, Failure};
 
@@ -24,7 +24,9 @@ const ANY_OTHER: &str = "(any other service)";
 /// `file:line:column: key: message`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct CheckArgs {
-    /// The rule file: TOML, or Jaeger sampling strategies (`.json`).
+    /// The rule file: TOML, Jaeger sampling strategies (`.json`), YAML (`.yaml`, `.yml`),
+    /// or an OpenTelemetry declarative configuration file (YAML with `file_format`: its
+    /// sampler tree, then the rules of its first `rate_limiting` sampler).
     file: PathBuf,
     /// Only this service (one the file does not list shows the file default).
     #[arg(long, value_name = "NAME", value_parser = NonEmptyStringValueParser::new())]
@@ -37,6 +39,10 @@ pub(crate) struct CheckArgs {
 pub(crate) fn run(args: &CheckArgs) -> Result<ExitCode, Failure> {
     let config = SamplingConfig::from_path(&args.file)?;
     println!("{}: ok", args.file.display());
+    if let Some(sampler) = declarative(args)? {
+        println!("sampler: {sampler}");
+        println!("rules of the first rate_limiting sampler:");
+    }
     let names: Vec<&str> = match &args.service {
         Some(name) => vec![name.as_str()],
         None => config.services().chain([ANY_OTHER]).collect(),
@@ -59,6 +65,25 @@ pub(crate) fn run(args: &CheckArgs) -> Result<ExitCode, Failure> {
         .filter(|l| only.is_none_or(|name| l.service() == name))
         .collect();
     Ok(print_lints(&lints))
+}
+
+/// The sampler tree of a declarative configuration file (`None` for any other file).
+fn declarative(args: &CheckArgs) -> Result<Option<DeclarativeSampler>, Failure> {
+    let yaml = args
+        .file
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml"));
+    if !yaml {
+        return Ok(None);
+    }
+    let service = args.service.as_deref().unwrap_or(ANY_OTHER);
+    match DeclarativeSampler::from_path(&args.file, service) {
+        Ok(sampler) => Ok(Some(sampler)),
+        // A YAML rule file: it loaded above, and has no `file_format`.
+        Err(e) if e.kind() == ConfigErrorKind::MissingKey && e.key() == "file_format" => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn print_service(config: &SamplingConfig, name: &str, replicas: NonZeroU32) {

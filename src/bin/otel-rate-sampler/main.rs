@@ -2,7 +2,7 @@
 //!
 //! ```sh
 //! cargo install --path . --features cli
-//! otel-rate-sampler check sampling.toml [--service NAME] [--replicas K]
+//! otel-rate-sampler check sampling.toml [--service NAME] [--replicas K]   # or .json, .yaml
 //! otel-rate-sampler simulate sampling.toml --service checkout --rate 500 --duration 10s \
 //!     [--span NAME] [--kind server] [--attr KEY=VALUE]... [--replicas K]
 //! ```
@@ -20,7 +20,8 @@ use clap::error::ErrorKind;
 use clap::{Parser, Subcommand};
 use otel_rate_sampler::{ConfigError, LimitError};
 
-/// Check a sampling rule file (TOML or Jaeger JSON) and simulate loads against it.
+/// Check a sampling rule file (TOML, Jaeger JSON, YAML or an OpenTelemetry declarative
+/// configuration file) and simulate loads against it.
 ///
 /// Exit codes: 0 all well (warnings allowed); 1 the file does not load, or a lint is an
 /// error; 2 a bad argument.

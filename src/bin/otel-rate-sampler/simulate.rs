@@ -65,7 +65,9 @@ const KEEP_ID: TraceId = TraceId::from_bytes([0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0
 /// limiters per run; a longer run is refused with the duration that fits.
 #[derive(Debug, clap::Args)]
 pub(crate) struct SimulateArgs {
-    /// The rule file: TOML, or Jaeger sampling strategies (`.json`).
+    /// The rule file: TOML, Jaeger sampling strategies (`.json`), YAML (`.yaml`, `.yml`),
+    /// or an OpenTelemetry declarative configuration file (YAML with `file_format`,
+    /// simulated with the rules of its first `rate_limiting` sampler).
     file: PathBuf,
     /// The service whose sampler decides (one the file does not list gets the default).
     #[arg(long, value_name = "NAME", value_parser = NonEmptyStringValueParser::new())]

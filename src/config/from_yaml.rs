@@ -1,0 +1,327 @@
+//! The YAML format (feature `yaml`): the TOML model written in YAML, deserialised into
+//! the TOML loader's own structs, so every key, default and check is the same. See
+//! `examples/sampling.yaml`, the YAML twin of `examples/sampling.toml`.
+
+use std::fmt;
+
+use serde::de::{DeserializeOwned, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+
+use super::error::{ConfigError, ConfigErrorKind, Pos};
+use super::from_toml::{Ctx, RawFile};
+use super::model::SamplingConfig;
+use super::spanned::{reading, Format, Spanned};
+
+impl SamplingConfig {
+    /// Parses a YAML configuration (feature `yaml`); `file` names it in errors.
+    ///
+    /// The keys are those of the TOML format: a `default` mapping, a `service` list whose
+    /// entries have a `rule` list, and a `fleet` mapping.
+    ///
+    /// ```
+    /// use otel_rate_sampler::SamplingConfig;
+    ///
+    /// let config = SamplingConfig::from_yaml_str("
+    /// default:
+    ///   rate: 10.0
+    /// service:
+    ///   - name: checkout
+    ///     cap: { rate: 50.0 }
+    ///     rule:
+    ///       - name: health
+    ///         span_name: GET /health*
+    ///         probability: 0.0
+    /// ", "sampling.yaml")?;
+    /// assert_eq!(config.services().collect::<Vec<_>>(), ["checkout"]);
+    /// # Ok::<(), otel_rate_sampler::ConfigError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming `file`, the line, column (in characters) and key of the
+    /// first mistake: YAML syntax, a key the model does not know, a value of the wrong
+    /// type, or any check the TOML loader makes.
+    pub fn from_yaml_str(text: &str, file: &str) -> Result<Self, ConfigError> {
+        Self::from_yaml_with(text, file, None)
+    }
+
+    /// [`from_yaml_str`](Self::from_yaml_str), with `redis` (from the environment), when
+    /// given, replacing the `fleet` mapping's Redis URLs.
+    pub(crate) fn from_yaml_with(
+        text: &str,
+        file: &str,
+        redis: Option<&[String]>,
+    ) -> Result<Self, ConfigError> {
+        let raw: RawFile = parse(text, file)?;
+        Ctx::new(text, file).config(&raw, redis)
+    }
+}
+
+/// Deserialises YAML `text` (from `file`) with spans, into the raw structs.
+pub(super) fn parse<T: DeserializeOwned>(text: &str, file: &str) -> Result<T, ConfigError> {
+    from_str(text).map_err(|e| yaml_error(&e, text, file))
+}
+
+/// The most events aliases may replay in one file: anchors and aliases that reuse a rule
+/// are welcome (a rule of ten keys replays about 25 events, so some 400 uses), a
+/// "billion laughs" is refused. Replay costs time linear in the events (measured: 10 000
+/// events in 0.19 s in a debug build), so the limit is also the time bound.
+const MAX_REPLAYED_EVENTS: usize = 10_000;
+
+/// serde-saphyr's `from_str` with this crate's spans and alias limit. (Its other
+/// defaults already refuse duplicate keys and bound the document's size and depth.)
+fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, serde_saphyr::Error> {
+    let mut options = serde_saphyr::Options::default();
+    options.alias_limits.max_total_replayed_events = MAX_REPLAYED_EVENTS;
+    reading(Format::Yaml, || {
+        serde_saphyr::from_str_with_options(text, options)
+    })
+}
+
+/// A serde-saphyr error as a [`ConfigError`]: its position (line and column already in
+/// characters), its message without the source snippet, and the key serde names.
+fn yaml_error(e: &serde_saphyr::Error, text: &str, file: &str) -> ConfigError {
+    let pos = e.location().map_or(Pos::default(), |l| Pos {
+        line: usize::try_from(l.line()).unwrap_or(usize::MAX),
+        column: usize::try_from(l.column()).unwrap_or(usize::MAX),
+    });
+    let message = plain_message(e);
+    let quoted = |prefix: &str| {
+        message
+            .split_once(prefix)
+            .and_then(|(_, rest)| rest.split('`').next())
+            .map(str::to_owned)
+    };
+    let (kind, key) = if let Some(key) = quoted("unknown field `") {
+        // serde names the bare key; the full path is found in the document.
+        (
+            ConfigErrorKind::UnknownKey,
+            key_path(text, pos).unwrap_or(key),
+        )
+    } else if let Some(key) = quoted("missing field `") {
+        (ConfigErrorKind::MissingKey, key)
+    } else if let Some(value) = quoted("unknown variant `") {
+        (
+            ConfigErrorKind::UnknownValue,
+            key_path(text, pos).unwrap_or(value),
+        )
+    } else {
+        (ConfigErrorKind::Syntax, key_on_line(text, pos.line))
+    };
+    ConfigError::new(kind, file, pos, key, message)
+}
+
+/// A YAML document as keys with their spans, for [`key_path`] (only on an error path).
+enum Tree {
+    Map(Vec<(Spanned<String>, Tree)>),
+    Seq(Vec<Tree>),
+    Leaf,
+}
+
+impl<'de> Deserialize<'de> for Tree {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TreeVisitor;
+
+        impl<'de> Visitor<'de> for TreeVisitor {
+            type Value = Tree;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any YAML value")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Tree, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(key) = map.next_key::<Spanned<KeyText>>()? {
+                    let key = key.map(|k| k.0);
+                    entries.push((key, map.next_value()?));
+                }
+                Ok(Tree::Map(entries))
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Tree, A::Error> {
+                let mut items = Vec::new();
+                while let Some(item) = seq.next_element()? {
+                    items.push(item);
+                }
+                Ok(Tree::Seq(items))
+            }
+
+            fn visit_bool<E>(self, _: bool) -> Result<Tree, E> {
+                Ok(Tree::Leaf)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Tree, E> {
+                Ok(Tree::Leaf)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Tree, E> {
+                Ok(Tree::Leaf)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Tree, E> {
+                Ok(Tree::Leaf)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Tree, E> {
+                Ok(Tree::Leaf)
+            }
+            fn visit_unit<E>(self) -> Result<Tree, E> {
+                Ok(Tree::Leaf)
+            }
+            fn visit_none<E>(self) -> Result<Tree, E> {
+                Ok(Tree::Leaf)
+            }
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Tree, D::Error> {
+                Tree::deserialize(d)
+            }
+        }
+
+        deserializer.deserialize_any(TreeVisitor)
+    }
+}
+
+/// A mapping key as text, whatever its YAML type (`1: x` has the key `1`).
+struct KeyText(String);
+
+impl<'de> Deserialize<'de> for KeyText {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+
+        impl Visitor<'_> for KeyVisitor {
+            type Value = KeyText;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a mapping key")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<KeyText, E> {
+                Ok(KeyText(v.to_owned()))
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<KeyText, E> {
+                Ok(KeyText(v.to_string()))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<KeyText, E> {
+                Ok(KeyText(v.to_string()))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<KeyText, E> {
+                Ok(KeyText(v.to_string()))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<KeyText, E> {
+                Ok(KeyText(v.to_string()))
+            }
+            fn visit_unit<E>(self) -> Result<KeyText, E> {
+                Ok(KeyText("null".to_owned()))
+            }
+        }
+
+        deserializer.deserialize_any(KeyVisitor)
+    }
+}
+
+/// The full path (`service[0].rule[1].rat`) of the key written at `pos`, found in the
+/// document parsed again as a [`Tree`] (only on this error path).
+fn key_path(text: &str, pos: Pos) -> Option<String> {
+    fn in_tree(tree: &Tree, text: &str, pos: Pos, path: &str) -> Option<String> {
+        match tree {
+            Tree::Map(entries) => entries.iter().find_map(|(key, value)| {
+                let path = match path {
+                    "" => key.get_ref().clone(),
+                    _ => format!("{path}.{}", key.get_ref()),
+                };
+                if Pos::of_offset(text, key.span().start) == pos {
+                    return Some(path);
+                }
+                in_tree(value, text, pos, &path)
+            }),
+            Tree::Seq(items) => items
+                .iter()
+                .enumerate()
+                .find_map(|(i, item)| in_tree(item, text, pos, &format!("{path}[{i}]"))),
+            Tree::Leaf => None,
+        }
+    }
+    let tree: Tree = from_str(text).ok()?;
+    in_tree(&tree, text, pos, "")
+}
+
+/// The error's message alone: serde-saphyr's `Display` may add the position and a
+/// snippet of the source, which [`ConfigError`] gives its own way.
+fn plain_message(e: &serde_saphyr::Error) -> String {
+    let text = e.without_snippet().to_string();
+    let first = text.lines().next().unwrap_or_default().trim();
+    // "... at line 3, column 5" (the position is given separately).
+    let first = first
+        .rsplit_once(" at line ")
+        .map_or(first, |(message, _)| message);
+    let first = first.trim_end_matches(':').trim();
+    // Advice about the library's options is not for the file's author.
+    first
+        .split_once(", set DuplicateKeyPolicy")
+        .map_or(first, |(message, _)| message)
+        .to_owned()
+}
+
+/// The key of the `key: value` on line `line` (from 1) of `text`, best effort: the key
+/// whose value a type or syntax error is about.
+fn key_on_line(text: &str, line: usize) -> String {
+    let Some(content) = line.checked_sub(1).and_then(|i| text.lines().nth(i)) else {
+        return String::new();
+    };
+    let content = content.trim_start().trim_start_matches("- ").trim_start();
+    match content.split_once(':') {
+        Some((key, _)) if !key.contains(['{', '[', '#']) => {
+            key.trim().trim_matches(['"', '\'']).to_owned()
+        }
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_keys_are_named_by_their_full_path() {
+        let text = "default:\n  rate: 1\nservice:\n  - name: a\n    rule:\n      - rate: 1\n        span_nam: x\n";
+        let e = SamplingConfig::from_yaml_str(text, "t.yaml").unwrap_err();
+        assert_eq!(
+            (e.kind(), e.line(), e.column(), e.key()),
+            (
+                ConfigErrorKind::UnknownKey,
+                7,
+                9,
+                "service[0].rule[0].span_nam"
+            ),
+            "{e}"
+        );
+        assert_eq!(
+            key_path(text, Pos { line: 4, column: 5 }).as_deref(),
+            Some("service[0].name")
+        );
+        assert_eq!(key_path(text, Pos { line: 4, column: 6 }), None);
+    }
+
+    #[test]
+    fn aliases_replay_a_bounded_number_of_events() {
+        let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..8 {
+            let p = i - 1;
+            let refs = vec![format!("*a{p}"); 10].join(", ");
+            text.push_str(&format!("a{i}: &a{i} [{refs}]\n"));
+        }
+        // The key tree reads anything, so only the limit stops it.
+        let err = from_str::<Tree>(&text).err().expect("refused");
+        assert!(err.to_string().contains("alias replay limit"), "{err}");
+        // A few aliases are fine.
+        let ok = "a: &a { rate: 1 }\nb: *a\nc: *a\n";
+        assert!(from_str::<Tree>(ok).is_ok());
+    }
+
+    #[test]
+    fn messages_lose_the_library_advice_and_keys_come_from_the_line() {
+        let e =
+            SamplingConfig::from_yaml_str("default:\n  rate: 1\ndefault:\n  rate: 2\n", "t.yaml")
+                .unwrap_err();
+        assert_eq!((e.line(), e.key()), (3, "default"), "{e}");
+        assert!(!e.to_string().contains("DuplicateKeyPolicy"), "{e}");
+        assert_eq!(key_on_line("a:\n  - \"b c\": 1\n", 2), "b c");
+        assert_eq!(key_on_line("a: {b: 1}\n", 1), "a");
+        assert_eq!(key_on_line("- {b: 1}\n", 1), "");
+        assert_eq!(key_on_line("", 3), "");
+    }
+}

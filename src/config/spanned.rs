@@ -1,0 +1,126 @@
+//! A value with the byte range it was read from, from TOML or (feature `yaml`) YAML: the
+//! raw structs of the rule file are written once and deserialised from either format,
+//! so every key, default and check is shared.
+//!
+//! `toml` and `serde-saphyr` each have their own span wrapper, with its own private
+//! protocol between the wrapper and the deserializer, and a `Deserialize` impl cannot
+//! ask which deserializer it is given. The loader therefore says which format it reads
+//! ([`reading`]) for the duration of one parse, on its own thread, and [`Spanned`]
+//! delegates to that format's wrapper. Outside [`reading`], TOML is assumed.
+
+use std::cell::Cell;
+use std::cmp::Ordering;
+use std::hash::{Hash, Hasher};
+use std::ops::Range;
+
+use serde::{Deserialize, Deserializer};
+
+/// The text format a loader is reading.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Format {
+    #[default]
+    Toml,
+    #[cfg(feature = "yaml")]
+    Yaml,
+}
+
+thread_local! {
+    static FORMAT: Cell<Format> = const { Cell::new(Format::Toml) };
+}
+
+/// Runs `parse` with [`Spanned`] reading `format`'s spans; the previous format is
+/// restored afterwards, also if `parse` panics.
+#[cfg_attr(not(feature = "yaml"), allow(dead_code))] // only YAML sets a format
+pub(crate) fn reading<R>(format: Format, parse: impl FnOnce() -> R) -> R {
+    struct Restore(Format);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            FORMAT.with(|f| f.set(self.0));
+        }
+    }
+    let _restore = Restore(FORMAT.with(|f| f.replace(format)));
+    parse()
+}
+
+/// A value and the byte range of the text it was read from. Compared, ordered and
+/// hashed by value alone, like `toml::Spanned`.
+#[derive(Clone, Debug)]
+pub(crate) struct Spanned<T> {
+    span: Range<usize>,
+    value: T,
+}
+
+impl<T> Spanned<T> {
+    /// The value.
+    pub(crate) fn get_ref(&self) -> &T {
+        &self.value
+    }
+
+    /// The value changed by `f`, with the same span.
+    #[cfg_attr(not(feature = "yaml"), allow(dead_code))] // only YAML's key paths use it
+    pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> Spanned<U> {
+        Spanned {
+            span: self.span,
+            value: f(self.value),
+        }
+    }
+
+    /// The byte range it was read from.
+    pub(crate) fn span(&self) -> Range<usize> {
+        self.span.clone()
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Spanned<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match FORMAT.with(Cell::get) {
+            Format::Toml => {
+                let s = toml::Spanned::<T>::deserialize(deserializer)?;
+                let span = s.span();
+                Ok(Self {
+                    span,
+                    value: s.into_inner(),
+                })
+            }
+            #[cfg(feature = "yaml")]
+            Format::Yaml => {
+                let s = serde_saphyr::Spanned::<T>::deserialize(deserializer)?;
+                let at = s.referenced.span();
+                // Byte offsets are known for text read from a string, as here.
+                let start = at.byte_offset().unwrap_or(0);
+                let end = start + at.byte_len().unwrap_or(0);
+                Ok(Self {
+                    span: usize::try_from(start).unwrap_or(usize::MAX)
+                        ..usize::try_from(end).unwrap_or(usize::MAX),
+                    value: s.value,
+                })
+            }
+        }
+    }
+}
+
+impl<T: PartialEq> PartialEq for Spanned<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.value == other.value
+    }
+}
+
+impl<T: Eq> Eq for Spanned<T> {}
+
+impl<T: Hash> Hash for Spanned<T> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.value.hash(state);
+    }
+}
+
+impl<T: PartialOrd> PartialOrd for Spanned<T> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        self.value.partial_cmp(&other.value)
+    }
+}
+
+impl<T: Ord> Ord for Spanned<T> {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.value.cmp(&other.value)
+    }
+}
