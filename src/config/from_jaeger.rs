@@ -163,8 +163,10 @@ impl SamplingConfig {
     ///
     /// A [`ConfigError`] naming `file`, the line, column and key of the first mistake.
     pub fn from_jaeger_json_str(text: &str, file: &str) -> Result<Self, ConfigError> {
+        // A UTF-8 byte order mark is not part of the JSON, nor counted in columns.
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let ctx = Ctx { text, file };
-        let raw: RawFile = serde_json::from_str(text).map_err(|e| json_error(file, &e))?;
+        let raw: RawFile = serde_json::from_str(text).map_err(|e| json_error(text, file, &e))?;
         let default = match &raw.default_strategy {
             Some(d) => {
                 let at = [Step::Key("default_strategy")];
@@ -244,7 +246,7 @@ impl SamplingConfig {
     }
 }
 
-fn json_error(file: &str, e: &serde_json::Error) -> ConfigError {
+fn json_error(text: &str, file: &str, e: &serde_json::Error) -> ConfigError {
     let message = e.to_string();
     // serde_json appends " at line L column C"; the position is reported separately.
     let message = message
@@ -265,12 +267,29 @@ fn json_error(file: &str, e: &serde_json::Error) -> ConfigError {
     } else {
         (ConfigErrorKind::Syntax, String::new())
     };
-    let pos = Pos {
-        line: e.line(),
-        column: e.column(),
-    };
+    let pos = json_pos(text, e.line(), e.column());
     let source = serde_json::Error::io(std::io::Error::other(e.to_string()));
     ConfigError::new(kind, file, pos, key, message).with_source(source)
+}
+
+/// serde_json's line and byte column (from 1; column 0 before a line's first byte) as a
+/// line and a column in characters.
+fn json_pos(text: &str, line: usize, column: usize) -> Pos {
+    if line == 0 {
+        return Pos::default();
+    }
+    let line_start = if line == 1 {
+        0
+    } else {
+        match memchr::memchr_iter(b'\n', text.as_bytes()).nth(line - 2) {
+            Some(newline) => newline + 1,
+            None => return Pos::of_offset(text, text.len()),
+        }
+    };
+    let line_end = memchr::memchr(b'\n', &text.as_bytes()[line_start..])
+        .map_or(text.len(), |n| line_start + n);
+    let offset = (line_start + column.saturating_sub(1)).min(line_end);
+    Pos::of_offset(text, offset)
 }
 
 fn path_string(path: &[Step<'_>]) -> String {
@@ -392,6 +411,23 @@ fn skip_value(bytes: &[u8], i: usize) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_byte_columns_become_character_columns() {
+        let text = "{\n  \"é\": 1, \"x\": ]\n}";
+        let err = serde_json::from_str::<serde_json::Value>(text).unwrap_err();
+        // serde_json counts bytes ("é" is two): the `]` is byte 17, character 16.
+        assert_eq!((err.line(), err.column()), (2, 17));
+        assert_eq!(
+            json_pos(text, err.line(), err.column()),
+            Pos {
+                line: 2,
+                column: 16
+            }
+        );
+        assert_eq!(json_pos(text, 0, 0), Pos::default());
+        assert_eq!(json_pos(text, 9, 1), Pos { line: 3, column: 2 });
+    }
 
     #[test]
     fn locate_finds_nested_values() {

@@ -217,7 +217,7 @@ impl Ctx<'_> {
             }
             (None, Some(l)) => {
                 let window = match raw.window {
-                    Some(w) => self.check(w, &key("window"), |w| validate::window(w))?,
+                    Some(w) => self.check(w, &key("window"), |w| validate::limit_window(w))?,
                     None => std::time::Duration::from_secs(1),
                 };
                 self.check(l, &key("limit"), |l| validate::per_window(*l, window))?
@@ -583,6 +583,9 @@ impl SamplingConfig {
         file: &str,
         redis: Option<&[String]>,
     ) -> Result<Self, ConfigError> {
+        // A UTF-8 byte order mark (some Windows editors write one) is not part of the
+        // text, nor counted in columns.
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let ctx = Ctx {
             text,
             file,
@@ -691,13 +694,14 @@ fn toml_error(ctx: &Ctx<'_>, e: &toml::de::Error) -> ConfigError {
         let key = rest.split('`').next().unwrap_or_default().to_owned();
         (ConfigErrorKind::MissingKey, key)
     } else {
-        (ConfigErrorKind::Syntax, key_before(ctx.text, span.start))
+        let key = key_path(ctx.text, &span).unwrap_or_else(|| key_before(ctx.text, span.start));
+        (ConfigErrorKind::Syntax, key)
     };
     ConfigError::new(kind, ctx.file, ctx.pos(span), key, message).with_source(e.clone())
 }
 
-/// The full path (`service[0].rule[1].rat`) of the key spelled at `span`, found in the
-/// document parsed again with spans (only on this error path).
+/// The full path (`service[0].rule[1].rat`) of the key spelled at `span`, or whose value
+/// is at `span`, found in the document parsed again with spans (only on this error path).
 fn key_path(text: &str, span: &Range<usize>) -> Option<String> {
     fn in_table(table: &DeTable<'_>, span: &Range<usize>, path: &str) -> Option<String> {
         table.iter().find_map(|(key, value)| {
@@ -705,7 +709,8 @@ fn key_path(text: &str, span: &Range<usize>) -> Option<String> {
                 "" => key.get_ref().to_string(),
                 _ => format!("{path}.{}", key.get_ref()),
             };
-            if key.span() == *span {
+            // The key itself (an unknown key), or its value (a value of the wrong type).
+            if key.span() == *span || value.span() == *span {
                 return Some(path);
             }
             in_value(value.get_ref(), span, &path)
