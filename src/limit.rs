@@ -188,7 +188,10 @@ pub enum LimitError {
     #[error("a limit needs at least 1 permit per window, got 0")]
     ZeroPermits,
     /// The window was shorter than [`Limit::MIN_WINDOW`].
-    #[error("window {window:?} is shorter than the minimum of {:?}", Limit::MIN_WINDOW)]
+    #[error(
+        "window {window:?} is shorter than the minimum of {:?}",
+        Limit::MIN_WINDOW
+    )]
     WindowTooShort {
         /// The window given.
         window: Duration,
@@ -315,7 +318,10 @@ mod tests {
     #[test]
     fn the_range_in_messages_is_the_one_the_type_enforces() {
         let msg = Limit::per_second(1e12).unwrap_err().to_string();
-        assert!(msg.contains(&format!("to {} per second", Limit::MAX_PERMITS)), "{msg}");
+        assert!(
+            msg.contains(&format!("to {} per second", Limit::MAX_PERMITS)),
+            "{msg}"
+        );
         assert!(msg.contains("5.421e-11"), "{msg}");
         // The smallest rate the message states is accepted; a hair below is not.
         assert!(Limit::per_second(5.422e-11).is_ok());

@@ -3,11 +3,10 @@
 //! with strict and lenient entry points.
 
 use super::error::{ConfigError, ConfigErrorKind, Pos};
-use super::model::{FleetSettings, LimitSpec, Policy, SamplingConfig, ServiceConfig};
+use super::model::{FleetSettings, SamplingConfig, ServiceConfig};
 use super::rule_based::RuleBasedSampler;
 use super::validate;
 use crate::clock::MonotonicClock;
-use crate::limiter::Algorithm;
 use crate::sampler::RemoteParents;
 
 /// The standard variable choosing the sampler.
@@ -182,21 +181,13 @@ impl SamplingConfig {
         source: &str,
     ) -> Result<Self, ConfigError> {
         let limit = validate::rate(rate).map_err(|e| e.at(source, Pos::default(), ""))?;
-        Ok(Self {
-            source: source.to_owned(),
-            default: ServiceConfig {
-                name: String::new(),
-                policy: Some(Policy::Limit(LimitSpec::local(
-                    limit,
-                    Algorithm::FixedWindow,
-                ))),
-                cap: None,
-                remote_parents,
-                rules: Vec::new(),
-            },
-            services: Vec::new(),
-            fleet: FleetSettings::default(),
-        })
+        let default = ServiceConfig::single_rate(limit, remote_parents);
+        Ok(Self::new(
+            source,
+            default,
+            Vec::new(),
+            FleetSettings::default(),
+        ))
     }
 }
 

@@ -47,6 +47,16 @@ pub enum ConfigErrorKind {
     /// A fleet-scoped limiter could not be built (a bad Redis URL, or its thread could
     /// not start).
     Fleet,
+    /// A service's limiters would take more memory than the budget
+    /// ([`SamplingConfig::DEFAULT_MEMORY_BUDGET`](crate::SamplingConfig::DEFAULT_MEMORY_BUDGET),
+    /// or the file's `[limits] memory_budget`).
+    MemoryBudget,
+    /// A rule that can never decide: it follows a rule with no condition (which matches
+    /// every span), in the service's own rules or among those it inherits.
+    UnreachableRule,
+    /// A limit's window is shorter than the resolution of the clock the sampler reads,
+    /// which would silently enforce a different rate.
+    WindowBelowClockResolution,
 }
 
 /// A sampling configuration that could not be loaded: the file, the line and column,

@@ -4,8 +4,12 @@
 //!
 //! Two departures from the Jaeger backend, both in the user's favour: fractional rate
 //! limits are honoured (0.5 is one trace per two seconds, not zero), and operation
-//! strategies may be `ratelimiting` too. As in Jaeger, a listed service's operations
-//! come first, then the default strategy's operations it does not name itself.
+//! strategies may be `ratelimiting` too. As in Jaeger (and as `[[default.rule]]` in
+//! TOML), a listed service's operations come first, then the default strategy's
+//! operations it does not name itself; a service strategy may opt out with
+//! `"inherit_default_rules": false` (an extension, which Jaeger itself ignores).
+
+use std::collections::HashSet;
 
 use serde::Deserialize;
 
@@ -36,15 +40,16 @@ struct RawStrategy {
     param: Option<f64>,
     #[serde(default)]
     operation_strategies: Vec<RawOperation>,
+    inherit_default_rules: Option<bool>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawOperation {
-    operation: String,
+    operation: Option<String>,
     #[serde(rename = "type")]
-    kind: String,
-    param: f64,
+    kind: Option<String>,
+    param: Option<f64>,
 }
 
 /// One step of a path into a JSON document.
@@ -112,30 +117,49 @@ impl Ctx<'_> {
 
     fn operations(&self, raw: &RawStrategy, at: &[Step<'_>]) -> Result<Vec<Rule>, ConfigError> {
         let mut rules: Vec<Rule> = Vec::with_capacity(raw.operation_strategies.len());
+        let mut names: HashSet<&str> = HashSet::with_capacity(raw.operation_strategies.len());
         for (i, op) in raw.operation_strategies.iter().enumerate() {
             let here = [at, &[Step::Key("operation_strategies"), Step::Index(i)]].concat();
             let key = [here.as_slice(), &[Step::Key("operation")]].concat();
-            validate::name("operation", &op.operation).map_err(|e| self.err(e, &key))?;
-            if rules.iter().any(|r| r.name == op.operation) {
+            let missing = |name: &str| {
+                self.err(
+                    Invalid::new(
+                        ConfigErrorKind::MissingKey,
+                        format!("an operation strategy needs `operation`, `type` and `param`; add `{name}`"),
+                    ),
+                    &here,
+                )
+            };
+            let (Some(operation), Some(kind), Some(param)) = (&op.operation, &op.kind, op.param)
+            else {
+                let name = match (&op.operation, &op.kind) {
+                    (None, _) => "operation",
+                    (_, None) => "type",
+                    _ => "param",
+                };
+                return Err(missing(name));
+            };
+            validate::name("operation", operation).map_err(|e| self.err(e, &key))?;
+            if !names.insert(operation) {
                 return Err(self.err(
                     Invalid::new(
                         ConfigErrorKind::DuplicateRule,
                         format!(
-                            "operation {:?} is listed twice in this strategy; list it once",
-                            op.operation
+                            "operation {operation:?} is listed twice in this strategy; list it once"
                         ),
                     ),
                     &key,
                 ));
             }
             rules.push(Rule {
-                name: op.operation.clone(),
-                span_name: Some(Pattern::literal(&op.operation)),
+                name: operation.clone(),
+                span_name: Some(Pattern::literal(operation)),
                 kind: None,
                 parent: None,
                 attributes: Vec::new(),
-                policy: self.policy(&op.kind, op.param, &here)?,
+                policy: self.policy(kind, param, &here)?,
                 floor: 0,
+                inherited: false,
             });
         }
         Ok(rules)
@@ -170,39 +194,37 @@ impl SamplingConfig {
         let default = match &raw.default_strategy {
             Some(d) => {
                 let at = [Step::Key("default_strategy")];
-                if d.service.is_some() {
-                    return Err(ctx.err(
-                        Invalid::new(
-                            ConfigErrorKind::UnknownKey,
-                            "the default strategy takes no `service`",
-                        ),
-                        &[at[0], Step::Key("service")],
-                    ));
+                for (given, key) in [
+                    (d.service.is_some(), "service"),
+                    (d.inherit_default_rules.is_some(), "inherit_default_rules"),
+                ] {
+                    if given {
+                        return Err(ctx.err(
+                            Invalid::new(
+                                ConfigErrorKind::UnknownKey,
+                                format!("the default strategy takes no `{key}`"),
+                            ),
+                            &[at[0], Step::Key(key)],
+                        ));
+                    }
                 }
                 ServiceConfig {
-                    name: String::new(),
                     policy: Some(
                         ctx.strategy_policy(d, &at)?
                             .unwrap_or(Policy::Probability(JAEGER_DEFAULT_PROBABILITY)),
                     ),
-                    cap: None,
-                    remote_parents: RemoteParents::default(),
                     rules: ctx.operations(d, &at)?,
+                    ..jaeger_default()
                 }
             }
-            None => ServiceConfig {
-                name: String::new(),
-                policy: Some(Policy::Probability(JAEGER_DEFAULT_PROBABILITY)),
-                cap: None,
-                remote_parents: RemoteParents::default(),
-                rules: Vec::new(),
-            },
+            None => jaeger_default(),
         };
         let mut services: Vec<ServiceConfig> = Vec::with_capacity(raw.service_strategies.len());
+        let mut names: HashSet<&str> = HashSet::with_capacity(raw.service_strategies.len());
         for (i, s) in raw.service_strategies.iter().enumerate() {
             let at = [Step::Key("service_strategies"), Step::Index(i)];
             let name_key = [at[0], at[1], Step::Key("service")];
-            let name = s.service.clone().ok_or_else(|| {
+            let name = s.service.as_deref().ok_or_else(|| {
                 ctx.err(
                     Invalid::new(
                         ConfigErrorKind::MissingKey,
@@ -211,8 +233,8 @@ impl SamplingConfig {
                     &at,
                 )
             })?;
-            validate::name("service name", &name).map_err(|e| ctx.err(e, &name_key))?;
-            if services.iter().any(|o| o.name == name) {
+            validate::name("service name", name).map_err(|e| ctx.err(e, &name_key))?;
+            if !names.insert(name) {
                 return Err(ctx.err(
                     Invalid::new(
                         ConfigErrorKind::DuplicateService,
@@ -221,28 +243,36 @@ impl SamplingConfig {
                     &name_key,
                 ));
             }
-            let mut rules = ctx.operations(s, &at)?;
-            let inherited: Vec<Rule> = default
-                .rules
-                .iter()
-                .filter(|d| rules.iter().all(|r| r.name != d.name))
-                .cloned()
-                .collect();
-            rules.extend(inherited);
             services.push(ServiceConfig {
-                name,
+                name: name.to_owned(),
                 policy: ctx.strategy_policy(s, &at)?,
                 cap: None,
                 remote_parents: RemoteParents::default(),
-                rules,
+                rules: ctx.operations(s, &at)?,
+                inherit_default_rules: s.inherit_default_rules.unwrap_or(true),
             });
         }
-        Ok(Self {
-            source: file.to_owned(),
-            default,
-            services,
-            fleet: FleetSettings::default(),
-        })
+        let config = Self::new(file, default, services, FleetSettings::default());
+        if let Some(over) = config.over_budget() {
+            let at = match over.service {
+                Some(i) => vec![Step::Key("service_strategies"), Step::Index(i)],
+                None => vec![Step::Key("default_strategy")],
+            };
+            return Err(ctx.err(over.invalid(&config), &at));
+        }
+        Ok(config)
+    }
+}
+
+/// Jaeger's default strategy when the file has none: probability 0.001.
+fn jaeger_default() -> ServiceConfig {
+    ServiceConfig {
+        name: String::new(),
+        policy: Some(Policy::Probability(JAEGER_DEFAULT_PROBABILITY)),
+        cap: None,
+        remote_parents: RemoteParents::default(),
+        rules: Vec::new(),
+        inherit_default_rules: true,
     }
 }
 

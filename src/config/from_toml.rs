@@ -2,13 +2,14 @@
 //! See `examples/sampling.toml` for a complete commented file.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::ops::Range;
 
 use serde::Deserialize;
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
+use super::budget::{self, Culprit};
 use super::error::{ConfigError, ConfigErrorKind, Pos};
 use super::model::{
     fleet_cap_key, fleet_key, FleetSettings, LimitSpec, Policy, Rule, SamplingConfig, Scope,
@@ -25,6 +26,22 @@ struct RawFile {
     #[serde(default)]
     service: Vec<Spanned<RawBlock>>,
     fleet: Option<Spanned<RawFleet>>,
+    limits: Option<Spanned<RawLimits>>,
+}
+
+/// `[limits]`: bounds on what the file may ask for.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    memory_budget: Option<Spanned<RawBytes>>,
+}
+
+/// `memory_budget = 134217728` or `memory_budget = "128MiB"`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawBytes {
+    Bytes(i64),
+    Text(String),
 }
 
 /// `[fleet]`: where fleet-scoped limits are shared.
@@ -87,6 +104,7 @@ limit_table! {
         name: Option<Spanned<String>>,
         cap: Option<Spanned<RawCap>>,
         remote_parents: Option<Spanned<String>>,
+        inherit_default_rules: Option<Spanned<bool>>,
         #[serde(default)]
         rule: Vec<Spanned<RawRule>>,
     }
@@ -323,15 +341,22 @@ impl Ctx<'_> {
                 ))
             }
         };
-        let policy = self.policy(&raw.policy_keys(), path)?;
-        if is_default && policy.is_none() {
-            return Err(self.new_error(
-                ConfigErrorKind::MissingKey,
-                span,
-                "default",
-                "[default] needs a policy for the spans no rule matches: `rate`, `limit` (with `window`) or `probability`".into(),
-            ));
+        let mut policy = self.policy(&raw.policy_keys(), path)?;
+        if is_default {
+            // A [default] that sets no policy keeps the built-in one.
+            policy = policy.or(ServiceConfig::builtin_default().policy);
         }
+        let inherit_default_rules = match (&raw.inherit_default_rules, is_default) {
+            (Some(i), true) => return Err(self.new_error(
+                ConfigErrorKind::UnknownKey,
+                i.span(),
+                &key("inherit_default_rules"),
+                "`inherit_default_rules` is set on a [[service]], to opt out of [default]'s rules"
+                    .into(),
+            )),
+            (Some(i), false) => *i.get_ref(),
+            (None, _) => true,
+        };
         let cap = match &raw.cap {
             Some(c) => {
                 let cap_path = key("cap");
@@ -361,11 +386,28 @@ impl Ctx<'_> {
             None => RemoteParents::default(),
         };
         let mut rules: Vec<Rule> = Vec::with_capacity(raw.rule.len());
+        let mut names: HashSet<String> = HashSet::with_capacity(raw.rule.len());
         let mut floors = 0u64;
+        // Unnamed rules are named by position, those of [default] apart from a
+        // service's so that neither replaces the other when inherited.
+        let unnamed = if is_default { "default-rule" } else { "rule" };
+        // The first rule with no condition: no rule may follow it.
+        let mut catch_all: Option<usize> = None;
         for (i, r) in raw.rule.iter().enumerate() {
             let rule_path = format!("{path}.rule[{i}]");
-            let rule = self.rule(r, &rule_path, i, remote_parents)?;
-            if rules.iter().any(|other| other.name == rule.name) {
+            let rule = self.rule(r, &rule_path, i, unnamed, remote_parents)?;
+            if let Some(all) = catch_all {
+                return Err(self.new_error(
+                    ConfigErrorKind::UnreachableRule,
+                    raw.rule[all].span(),
+                    &format!("{path}.rule[{all}]"),
+                    format!(
+                        "rule {:?} has no condition (no `span_name`, `kind`, `parent` or `attributes`) and matches every span, so rule {:?} after it never decides; give it a condition, move it last, or make it the block's own policy",
+                        rules[all].name, rule.name
+                    ),
+                ));
+            }
+            if !names.insert(rule.name.clone()) {
                 let span = r.get_ref().name.as_ref().map_or(r.span(), |n| n.span());
                 return Err(self.new_error(
                     ConfigErrorKind::DuplicateRule,
@@ -400,6 +442,9 @@ impl Ctx<'_> {
                     ));
                 }
             }
+            if rule.matches_everything() {
+                catch_all = Some(i);
+            }
             rules.push(rule);
         }
         self.fleet_keys(raw, path, policy.as_ref(), cap.as_ref(), &rules)?;
@@ -409,6 +454,7 @@ impl Ctx<'_> {
             cap,
             remote_parents,
             rules,
+            inherit_default_rules,
         })
     }
 
@@ -470,6 +516,7 @@ impl Ctx<'_> {
         raw: &Spanned<RawRule>,
         path: &str,
         index: usize,
+        unnamed: &str,
         remote_parents: RemoteParents,
     ) -> Result<Rule, ConfigError> {
         let span = raw.span();
@@ -480,7 +527,7 @@ impl Ctx<'_> {
                 self.check(n, &key("name"), |n| validate::name("rule name", n))?;
                 n.get_ref().clone()
             }
-            None => format!("rule-{}", index + 1),
+            None => format!("{unnamed}-{}", index + 1),
         };
         let span_name = match &raw.span_name {
             Some(g) => Some(self.check(g, &key("span_name"), |g| validate::glob(g))?),
@@ -542,6 +589,7 @@ impl Ctx<'_> {
             attributes,
             policy,
             floor,
+            inherited: false,
         })
     }
 }
@@ -594,20 +642,14 @@ impl SamplingConfig {
         let raw: RawFile = toml::from_str(text).map_err(|e| toml_error(&ctx, &e))?;
         let default = match &raw.default {
             Some(d) => ctx.block(d, "default", true)?,
-            None => {
-                return Err(ctx.new_error(
-                    ConfigErrorKind::MissingKey,
-                    0..0,
-                    "default",
-                    "the file needs a [default] block with a policy (`rate`, `limit` or `probability`) for services and spans no rule covers".into(),
-                ))
-            }
+            None => ServiceConfig::builtin_default(),
         };
         let mut services: Vec<ServiceConfig> = Vec::with_capacity(raw.service.len());
+        let mut names: HashSet<String> = HashSet::with_capacity(raw.service.len());
         for (i, s) in raw.service.iter().enumerate() {
             let path = format!("service[{i}]");
             let service = ctx.block(s, &path, false)?;
-            if services.iter().any(|other| other.name == service.name) {
+            if !names.insert(service.name.clone()) {
                 let span = s.get_ref().name.as_ref().map_or(s.span(), |n| n.span());
                 return Err(ctx.new_error(
                     ConfigErrorKind::DuplicateService,
@@ -638,12 +680,120 @@ impl SamplingConfig {
                 ));
             }
         }
-        Ok(Self {
-            source: file.to_owned(),
-            default,
-            services,
-            fleet,
-        })
+        let mut config = Self::new(file, default, services, fleet);
+        if let Some(limits) = &raw.limits {
+            if let Some(b) = &limits.get_ref().memory_budget {
+                config.memory_budget = ctx.check(b, "limits.memory_budget", |b| match b {
+                    RawBytes::Bytes(n) => budget::budget_bytes(*n),
+                    RawBytes::Text(t) => budget::parse_budget(t),
+                })?;
+            }
+        }
+        ctx.inherited(&config, &raw)?;
+        if let Some(over) = config.over_budget() {
+            let (span, key) = match (over.service, over.largest) {
+                (_, Culprit::Inherited(j)) | (None, Culprit::Rule(j)) => {
+                    (rule_span(&raw.default, j), format!("default.rule[{j}]"))
+                }
+                (Some(i), Culprit::Rule(j)) => (
+                    raw.service[i].get_ref().rule[j].span(),
+                    format!("service[{i}].rule[{j}]"),
+                ),
+                (Some(i), Culprit::Policy) => (raw.service[i].span(), format!("service[{i}]")),
+                (Some(i), Culprit::Cap) => (
+                    raw.service[i]
+                        .get_ref()
+                        .cap
+                        .as_ref()
+                        .map_or(raw.service[i].span(), |c| c.span()),
+                    format!("service[{i}].cap"),
+                ),
+                (None, Culprit::Policy) => (block_span(&raw.default), "default".to_owned()),
+                (None, Culprit::Cap) => (block_span(&raw.default), "default.cap".to_owned()),
+            };
+            return Err(ctx.err(over.invalid(&config), span, &key));
+        }
+        Ok(config)
+    }
+}
+
+/// The span of `[default]`'s rule `j` (the file's start if there is none).
+fn rule_span(default: &Option<Spanned<RawBlock>>, j: usize) -> Range<usize> {
+    default
+        .as_ref()
+        .and_then(|d| d.get_ref().rule.get(j))
+        .map_or(0..0, |r| r.span())
+}
+
+/// The span of `[default]` (the file's start if there is none).
+fn block_span(default: &Option<Spanned<RawBlock>>) -> Range<usize> {
+    default.as_ref().map_or(0..0, |d| d.span())
+}
+
+impl Ctx<'_> {
+    /// Checks what each listed service inherits from `[default]`: no inherited rule
+    /// after a rule of its own that matches every span, and inherited floors that fit
+    /// in its cap.
+    fn inherited(&self, config: &SamplingConfig, raw: &RawFile) -> Result<(), ConfigError> {
+        if config.default.rules.is_empty() {
+            return Ok(());
+        }
+        for (i, own) in config.services.iter().enumerate() {
+            if !own.inherit_default_rules {
+                continue;
+            }
+            let s = config.listed(own);
+            let Some(first) = s.rules.get(own.rules.len()) else {
+                continue; // every default rule is replaced by one of its own
+            };
+            let opt_out = format!("service[{i}].inherit_default_rules = false");
+            if let Some(last) = own.rules.last().filter(|r| r.matches_everything()) {
+                let j = own.rules.len() - 1;
+                return Err(self.new_error(
+                    ConfigErrorKind::UnreachableRule,
+                    raw.service[i].get_ref().rule[j].span(),
+                    &format!("service[{i}].rule[{j}]"),
+                    format!(
+                        "rule {:?} has no condition and matches every span, so the rules service {:?} inherits from [default] (first {:?}) never decide; give it a condition, make it the service's own policy, or set {opt_out}",
+                        last.name, own.name, first.name
+                    ),
+                ));
+            }
+            let inherited = &s.rules[own.rules.len()..];
+            let Some(floored) = inherited.iter().find(|r| r.floor > 0) else {
+                continue;
+            };
+            let floors: u64 = s.rules.iter().map(|r| u64::from(r.floor)).sum();
+            let block = &raw.service[i];
+            match own.cap {
+                None => {
+                    return Err(self.new_error(
+                        ConfigErrorKind::MissingKey,
+                        block.span(),
+                        &format!("service[{i}].cap"),
+                        format!(
+                            "service {:?} inherits rule {:?} from [default], whose `floor` reserves permits in the service cap, and the service has no cap; add `service[{i}].cap`, or set {opt_out}",
+                            own.name, floored.name
+                        ),
+                    ))
+                }
+                Some(cap) if floors > u64::from(cap.limit.permits()) => {
+                    let span = block.get_ref().cap.as_ref().map_or(block.span(), |c| c.span());
+                    return Err(self.new_error(
+                        ConfigErrorKind::InvalidLimit,
+                        span,
+                        &format!("service[{i}].cap"),
+                        format!(
+                            "the floors of service {:?}'s rules, with those it inherits from [default], add up to {floors}, more than the cap's {} permits per window; raise the cap, lower the floors, or set {opt_out}",
+                            own.name,
+                            cap.limit.permits()
+                        ),
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(())
     }
 }
 

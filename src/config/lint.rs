@@ -26,7 +26,8 @@ pub enum Severity {
 #[non_exhaustive]
 pub enum LintKind {
     /// Error: an earlier rule has no condition at all (it matches every span), so this
-    /// rule never decides.
+    /// rule never decides. (The loaders refuse such a file; this catches any other
+    /// source of a configuration.)
     Unreachable,
     /// Error: every span this rule matches is matched by an earlier rule first (its
     /// conditions imply this rule's), so this rule never decides.
@@ -137,7 +138,8 @@ impl SamplingConfig {
     ///     [default]
     ///     rate = 10.0
     ///     [[default.rule]]
-    ///     name = "all"
+    ///     name = "all-gets"
+    ///     span_name = "GET *"
     ///     rate = 1.0
     ///     [[default.rule]]
     ///     name = "never"
@@ -146,7 +148,7 @@ impl SamplingConfig {
     /// "#, "inline")?;
     /// let lints = config.lints(NonZeroU32::MIN);
     /// assert_eq!(lints.len(), 1);
-    /// assert_eq!(lints[0].kind(), LintKind::Unreachable);
+    /// assert_eq!(lints[0].kind(), LintKind::Shadowed);
     /// assert_eq!(lints[0].rule(), Some("never"));
     /// # Ok::<(), otel_rate_sampler::ConfigError>(())
     /// ```
@@ -192,7 +194,7 @@ fn shadowed_rules(s: &ServiceConfig, out: &mut Vec<Lint>) {
         else {
             continue;
         };
-        let (kind, why) = if has_no_condition(earlier) {
+        let (kind, why) = if earlier.matches_everything() {
             (LintKind::Unreachable, "matches every span")
         } else {
             (
@@ -212,10 +214,6 @@ fn shadowed_rules(s: &ServiceConfig, out: &mut Vec<Lint>) {
             ),
         ));
     }
-}
-
-fn has_no_condition(r: &Rule) -> bool {
-    r.span_name.is_none() && r.kind.is_none() && r.parent.is_none() && r.attributes.is_empty()
 }
 
 /// Whether every span `b` matches is matched by `a` (conservative: `false` when unsure).
@@ -328,20 +326,19 @@ mod tests {
     }
 
     #[test]
-    fn a_rule_after_a_catch_all_is_unreachable() {
-        let lints = lints_of(
-            r#"
-[default]
-rate = 1.0
-[[default.rule]]
-name = "all"
-probability = 0.5
-[[default.rule]]
-name = "late"
-kind = "server"
-rate = 2.0
-"#,
-        );
+    fn a_rule_after_a_catch_all_is_unreachable_whatever_loaded_it() {
+        // The loaders refuse this; a configuration made another way is still linted.
+        let mut config = SamplingConfig::from_toml_str(
+            "[default]\nrate = 1.0\n[[default.rule]]\nname = \"all\"\nkind = \"client\"\nprobability = 0.5\n[[default.rule]]\nname = \"late\"\nkind = \"server\"\nrate = 2.0\n",
+            "t.toml",
+        )
+        .unwrap();
+        config.default.rules[0].kind = None;
+        let lints: Vec<_> = config
+            .lints(NonZeroU32::MIN)
+            .into_iter()
+            .map(|l| (l.kind(), l.rule().map(str::to_owned)))
+            .collect();
         assert_eq!(lints, [(LintKind::Unreachable, Some("late".into()))]);
     }
 

@@ -3,6 +3,7 @@
 //! [`RuleBasedSampler`] on top of the sampler layer, and inspected by the lints and
 //! summaries the `otel-rate-sampler` command prints.
 
+mod budget;
 pub mod env;
 mod error;
 mod from_jaeger;
