@@ -111,6 +111,37 @@ impl Pos {
     }
 }
 
+/// The start of each line of a text, to turn many offsets into positions in
+/// logarithmic time each (what a loader uses for positions it keeps, not only errors).
+#[derive(Debug)]
+pub(crate) struct LineIndex<'a> {
+    text: &'a str,
+    starts: Vec<usize>,
+}
+
+impl<'a> LineIndex<'a> {
+    pub(crate) fn new(text: &'a str) -> Self {
+        let starts = std::iter::once(0)
+            .chain(memchr::memchr_iter(b'\n', text.as_bytes()).map(|i| i + 1))
+            .collect();
+        Self { text, starts }
+    }
+
+    /// [`Pos::of_offset`], in time logarithmic in the lines and linear in the line.
+    pub(crate) fn pos(&self, offset: usize) -> Pos {
+        let mut offset = offset.min(self.text.len());
+        while !self.text.is_char_boundary(offset) {
+            offset -= 1;
+        }
+        let line = self.starts.partition_point(|&s| s <= offset);
+        let start = self.starts[line - 1];
+        Pos {
+            line,
+            column: self.text[start..offset].chars().count() + 1,
+        }
+    }
+}
+
 impl ConfigError {
     pub(crate) fn new(
         kind: ConfigErrorKind,
@@ -214,6 +245,15 @@ mod tests {
         assert_eq!(Pos::of_offset(text, 999), Pos { line: 3, column: 1 });
         // Inside "é": that character.
         assert_eq!(Pos::of_offset(text, 4), Pos { line: 2, column: 2 });
+    }
+
+    #[test]
+    fn the_line_index_agrees_with_of_offset() {
+        let text = "a\nbé = 1\n\nlast";
+        let index = LineIndex::new(text);
+        for offset in 0..=text.len() + 2 {
+            assert_eq!(index.pos(offset), Pos::of_offset(text, offset), "{offset}");
+        }
     }
 
     #[test]

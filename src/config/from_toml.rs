@@ -10,7 +10,7 @@ use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
 use super::budget::{self, Culprit};
-use super::error::{ConfigError, ConfigErrorKind, Pos};
+use super::error::{ConfigError, ConfigErrorKind, LineIndex, Pos};
 use super::model::{
     fleet_cap_key, fleet_key, FleetSettings, LimitSpec, Policy, Rule, SamplingConfig, Scope,
     ServiceConfig,
@@ -141,13 +141,18 @@ struct RawPolicy<'a> {
 struct Ctx<'a> {
     text: &'a str,
     file: &'a str,
+    /// Line starts, built on the first position asked for.
+    lines: std::cell::OnceCell<LineIndex<'a>>,
     /// The first `scope = "fleet"` (its span and key), for the Redis URL check.
     first_fleet: RefCell<Option<(Range<usize>, String)>>,
 }
 
 impl Ctx<'_> {
     fn pos(&self, span: Range<usize>) -> Pos {
-        Pos::of_offset(self.text, span.start)
+        // Each limit keeps the position of its window: one scan of the text in all.
+        self.lines
+            .get_or_init(|| LineIndex::new(self.text))
+            .pos(span.start)
     }
 
     fn err(&self, invalid: Invalid, span: Range<usize>, key: &str) -> ConfigError {
@@ -297,10 +302,18 @@ impl Ctx<'_> {
                     .get_or_insert_with(|| (sc.span(), key("scope")));
             }
         }
+        let at = raw
+            .window
+            .as_ref()
+            .map(Spanned::span)
+            .or(raw.rate.as_ref().map(Spanned::span))
+            .or(raw.limit.as_ref().map(Spanned::span))
+            .map_or_else(Pos::default, |span| self.pos(span));
         Ok(Some(LimitSpec {
             limit,
             algorithm,
             scope,
+            at,
         }))
     }
 
@@ -637,6 +650,7 @@ impl SamplingConfig {
         let ctx = Ctx {
             text,
             file,
+            lines: std::cell::OnceCell::new(),
             first_fleet: RefCell::new(None),
         };
         let raw: RawFile = toml::from_str(text).map_err(|e| toml_error(&ctx, &e))?;

@@ -3,10 +3,12 @@
 
 use std::fmt;
 use std::num::NonZeroU32;
+use std::time::Duration;
 
 use super::model::{Rule, SamplingConfig, ServiceConfig};
 use super::pattern::Pattern;
 use super::summary::{EffectiveRules, RulePolicy};
+use crate::clock::{Clock, MonotonicClock};
 
 /// A service whose limiters take more than this many bytes gets a
 /// [`LintKind::LargeMemory`] warning: 16 MiB.
@@ -42,6 +44,13 @@ pub enum LintKind {
     FloorOverLimit,
     /// Warning: a service's limiters take more than [`LARGE_MEMORY_BYTES`].
     LargeMemory,
+    /// Error: a local limit's window is shorter than the resolution of the default clock
+    /// ([`MonotonicClock`](crate::MonotonicClock), one kernel tick, 4 ms on most Linux
+    /// systems), so [`RuleBasedSampler::new`](crate::RuleBasedSampler::new) refuses it
+    /// (a limiter that sees time in steps longer than its window enforces another rate).
+    /// A finer clock ([`RuleBasedSampler::with_clock`](crate::RuleBasedSampler::with_clock)
+    /// with a [`PreciseClock`](crate::PreciseClock)) serves it.
+    WindowBelowClock,
     /// Error: a limit divided by the replica count is out of [`Limit::per_second`](crate::Limit::per_second)'s
     /// range, so no per-replica limit expresses it. Fleet-scoped limits are never
     /// divided: they already hold for the whole fleet.
@@ -56,6 +65,7 @@ impl LintKind {
             LintKind::Unreachable
             | LintKind::Shadowed
             | LintKind::FloorsOverCap
+            | LintKind::WindowBelowClock
             | LintKind::CannotSplit => Severity::Error,
         }
     }
@@ -154,17 +164,37 @@ impl SamplingConfig {
     /// ```
     pub fn lints(&self, replicas: NonZeroU32) -> Vec<Lint> {
         let mut lints = Vec::new();
-        lint_service(&self.default, false, replicas, &mut lints);
-        for name in self.services() {
-            lint_service(&self.service(name), true, replicas, &mut lints);
+        let resolution = MonotonicClock::new().resolution();
+        lint_service(&self.default, false, replicas, resolution, &mut lints);
+        for s in &self.services {
+            lint_service(&self.listed(s), true, replicas, resolution, &mut lints);
         }
         lints
     }
 }
 
-fn lint_service(s: &ServiceConfig, listed: bool, replicas: NonZeroU32, out: &mut Vec<Lint>) {
+fn lint_service(
+    s: &ServiceConfig,
+    listed: bool,
+    replicas: NonZeroU32,
+    resolution: Duration,
+    out: &mut Vec<Lint>,
+) {
     shadowed_rules(s, out);
     let effective = EffectiveRules::of(s, listed);
+    for (name, limit) in effective.local_limits() {
+        if limit.window() < resolution {
+            out.push(Lint::new(
+                LintKind::WindowBelowClock,
+                &s.name,
+                Some(name),
+                format!(
+                    "window {:?} is shorter than the default clock's resolution ({resolution:?} here), so RuleBasedSampler::new refuses it; use a window of at least {resolution:?}, or build the sampler with a finer clock (with_clock and PreciseClock)",
+                    limit.window()
+                ),
+            ));
+        }
+    }
     floors(s, &effective, out);
     let bytes: usize = effective.limiters().iter().map(|l| l.bytes()).sum();
     if bytes > LARGE_MEMORY_BYTES {
@@ -427,6 +457,33 @@ rate = 1.0
                 {"operation": "b", "type": "probabilistic", "param": 0.1}]}}"#;
         let config = SamplingConfig::from_jaeger_json_str(json, "s.json").unwrap();
         assert_eq!(config.lints(NonZeroU32::MIN), []);
+    }
+
+    #[test]
+    fn windows_below_the_default_clock_resolution_are_errors() {
+        let config = SamplingConfig::from_toml_str(
+            "[default]\nlimit = 1\nwindow = \"1ms\"\n[[service]]\nname = \"s\"\nlimit = 1\nwindow = \"1s\"\n",
+            "t.toml",
+        )
+        .unwrap();
+        let resolution = MonotonicClock::new().resolution();
+        let lints = config.lints(NonZeroU32::MIN);
+        let below: Vec<_> = lints
+            .iter()
+            .filter(|l| l.kind() == LintKind::WindowBelowClock)
+            .map(|l| (l.service().to_owned(), l.rule().map(str::to_owned)))
+            .collect();
+        // The service "s" inherits the default's policy only when it has none.
+        if resolution > Duration::from_millis(1) {
+            assert_eq!(
+                below,
+                [(String::new(), Some("default".into()))],
+                "{lints:?}"
+            );
+            assert_eq!(LintKind::WindowBelowClock.severity(), Severity::Error);
+        } else {
+            assert_eq!(below, [], "{lints:?}");
+        }
     }
 
     #[test]

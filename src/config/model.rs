@@ -10,6 +10,7 @@ use opentelemetry::trace::SpanKind;
 
 use super::error::{ConfigError, ConfigErrorKind, Pos};
 use super::pattern::Pattern;
+use super::rule_limiter::LimitOf;
 use crate::limit::Limit;
 use crate::limiter::Algorithm;
 use crate::sampler::{Origin, RemoteParents};
@@ -180,6 +181,9 @@ pub(crate) struct LimitSpec {
     pub(crate) limit: Limit,
     pub(crate) algorithm: Algorithm,
     pub(crate) scope: Scope,
+    /// Where the file sets the window (`window`, else `rate` or `limit`; 0:0 if nowhere),
+    /// for the errors found when the sampler is built.
+    pub(crate) at: Pos,
 }
 
 impl LimitSpec {
@@ -189,6 +193,7 @@ impl LimitSpec {
             limit,
             algorithm,
             scope: Scope::Local,
+            at: Pos { line: 0, column: 0 },
         }
     }
 }
@@ -335,6 +340,35 @@ impl SamplingConfig {
                 ..self.default.clone()
             },
         }
+    }
+
+    /// The key of the window of `of` in `service`'s settings (`service[1].rule[0].window`,
+    /// `default.rule[2].window` for an inherited rule, `service[1].cap.window`).
+    pub(crate) fn window_key(&self, service: &str, of: &LimitOf) -> String {
+        let listed = self.index.get(service).map(|&i| (i, &self.services[i]));
+        let in_default = |name: &str| {
+            self.default
+                .rules
+                .iter()
+                .position(|r| r.name == name)
+                .map(|k| format!("default.rule[{k}].window"))
+        };
+        let key = match (listed, of) {
+            (Some((i, s)), LimitOf::Rule(name)) => s
+                .rules
+                .iter()
+                .position(|r| &r.name == name)
+                .map(|j| format!("service[{i}].rule[{j}].window"))
+                .or_else(|| in_default(name)),
+            (None, LimitOf::Rule(name)) => in_default(name),
+            (Some((i, s)), LimitOf::Default) if s.policy.is_some() => {
+                Some(format!("service[{i}].window"))
+            }
+            (_, LimitOf::Default) => Some("default.window".to_owned()),
+            (Some((i, _)), LimitOf::Cap) => Some(format!("service[{i}].cap.window")),
+            (None, LimitOf::Cap) => Some("default.cap.window".to_owned()),
+        };
+        key.unwrap_or_default()
     }
 
     /// A listed service as its sampler applies it: its own rules, then the default's it

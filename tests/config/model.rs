@@ -289,3 +289,52 @@ fn two_hundred_thousand_services_load_in_linear_time() {
     // Reported, never asserted (speed belongs in benches): see the report of this change.
     eprintln!("{N} services: TOML {toml_time:?}, lints {lint_time:?}, Jaeger JSON {json_time:?}");
 }
+
+#[test]
+fn a_window_shorter_than_the_clock_resolution_is_refused_not_silently_changed() {
+    use otel_rate_sampler::{CachedClock, PreciseClock};
+    let text = "[[service]]\nname = \"a\"\n[[service.rule]]\nname = \"fast\"\nspan_name = \"x\"\nlimit = 1\nwindow = \"1ms\"\n";
+    let config = SamplingConfig::from_toml_str(text, "s.toml").unwrap();
+    // A real clock whose readings move in 4 ms steps. Before: the rule enforced 251/s.
+    let coarse = CachedClock::start(std::time::Duration::from_millis(4)).unwrap();
+    let err = RuleBasedSampler::with_clock(&config, "a", coarse.clone()).unwrap_err();
+    assert_eq!(err.kind(), K::WindowBelowClockResolution, "{err}");
+    assert_eq!(
+        (err.line(), err.column(), err.key()),
+        (7, 10, "service[0].rule[0].window"),
+        "{err}"
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains(
+            "rule \"fast\": window 1ms is shorter than the resolution of the sampler's clock, 4ms"
+        ),
+        "{msg}"
+    );
+    // A finer clock serves it; so does a window of the clock's resolution.
+    RuleBasedSampler::with_clock(&config, "a", PreciseClock::new()).unwrap();
+    let ok = SamplingConfig::from_toml_str(&text.replace("1ms", "4ms"), "s.toml").unwrap();
+    RuleBasedSampler::with_clock(&ok, "a", coarse.clone()).unwrap();
+    // The cap and inherited rules are checked too, and named by their own keys.
+    let cap = SamplingConfig::from_toml_str(
+        "[[default.rule]]\nname = \"d\"\nspan_name = \"y\"\nlimit = 1\nwindow = \"2ms\"\n[[service]]\nname = \"a\"\ncap = { limit = 5, window = \"3ms\" }\n",
+        "s.toml",
+    )
+    .unwrap();
+    let err = RuleBasedSampler::with_clock(&cap, "a", coarse.clone()).unwrap_err();
+    assert_eq!(err.key(), "default.rule[0].window", "{err}");
+    let err = RuleBasedSampler::with_clock(&cap, "other", coarse.clone()).unwrap_err();
+    assert_eq!(err.key(), "default.rule[0].window", "{err}");
+    let cap = SamplingConfig::from_toml_str(
+        "[[service]]\nname = \"a\"\ncap = { limit = 5, window = \"3ms\" }\n",
+        "s.toml",
+    )
+    .unwrap();
+    let err = RuleBasedSampler::with_clock(&cap, "a", coarse).unwrap_err();
+    assert_eq!(
+        (err.key(), err.line()),
+        ("service[0].cap.window", 3),
+        "{err}"
+    );
+    assert!(err.to_string().contains("the cap: window 3ms"), "{err}");
+}
