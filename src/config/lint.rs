@@ -5,7 +5,7 @@ use std::fmt;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use super::model::{Rule, SamplingConfig, ServiceConfig};
+use super::model::{LimitSpec, Rule, SamplingConfig, ServiceConfig};
 use super::pattern::Pattern;
 use super::summary::{EffectiveRules, RulePolicy};
 use crate::clock::{Clock, MonotonicClock};
@@ -42,6 +42,15 @@ pub enum LintKind {
     /// through (compared as rates); the excess is held back from the shared pool and
     /// never used.
     FloorOverLimit,
+    /// Error: the floors reserve every permit of the cap, so the cap's shared pool is
+    /// empty: spans decided by the service's default policy (and by rules without a
+    /// floor) are never kept.
+    SharedPoolEmpty,
+    /// Warning: the cap's shared pool (the cap less the floors) lets through fewer than
+    /// the default policy's limit (compared as rates), so spans no rule matches keep at
+    /// most the pool, not the default's limit (a cap of 10 with floors of 9 keeps 1 per
+    /// window for them).
+    SharedPoolBelowDefault,
     /// Warning: a service's limiters take more than [`LARGE_MEMORY_BYTES`].
     LargeMemory,
     /// Error: a local limit's window is shorter than the resolution of the default clock
@@ -61,11 +70,14 @@ impl LintKind {
     /// The severity of this kind of lint.
     pub fn severity(self) -> Severity {
         match self {
-            LintKind::FloorOverLimit | LintKind::LargeMemory => Severity::Warning,
+            LintKind::FloorOverLimit | LintKind::SharedPoolBelowDefault | LintKind::LargeMemory => {
+                Severity::Warning
+            }
             LintKind::Unreachable
             | LintKind::Shadowed
             | LintKind::FloorsOverCap
             | LintKind::WindowBelowClock
+            | LintKind::SharedPoolEmpty
             | LintKind::CannotSplit => Severity::Error,
         }
     }
@@ -232,12 +244,17 @@ fn shadowed_rules(s: &ServiceConfig, out: &mut Vec<Lint>) {
                 "matches every span this rule matches (its conditions imply this rule's)",
             )
         };
+        let fix = if later.inherited {
+            "it is inherited from [default]: narrow the earlier rule, or set inherit_default_rules = false on the service"
+        } else {
+            "move it up or narrow the earlier rule"
+        };
         out.push(Lint::new(
             kind,
             &s.name,
             Some(&later.name),
             format!(
-                "rule {} never decides: rule {} {:?} before it {why}; move it up or narrow the earlier rule",
+                "rule {} never decides: rule {} {:?} before it {why}; {fix}",
                 j + 1,
                 i + 1,
                 earlier.name
@@ -302,6 +319,8 @@ fn floors(s: &ServiceConfig, effective: &EffectiveRules, out: &mut Vec<Lint>) {
                 cap.limit.window()
             ),
         ));
+    } else {
+        shared_pool(s, &cap, floors, out);
     }
     for rule in s.rules.iter().filter(|r| r.floor > 0) {
         let RulePolicy::Limit { limit, .. } = rule.policy.into() else {
@@ -323,6 +342,46 @@ fn floors(s: &ServiceConfig, effective: &EffectiveRules, out: &mut Vec<Lint>) {
                 ),
             ));
         }
+    }
+}
+
+/// A shared pool the floors leave empty, or smaller than the default policy's limit.
+fn shared_pool(s: &ServiceConfig, cap: &LimitSpec, floors: u64, out: &mut Vec<Lint>) {
+    let Some(default) = s.policy else { return };
+    let pool = u64::from(cap.limit.permits()).saturating_sub(floors);
+    if floors == 0 {
+        return;
+    }
+    if pool == 0 {
+        out.push(Lint::new(
+            LintKind::SharedPoolEmpty,
+            &s.name,
+            Some("default"),
+            format!(
+                "the floors ({floors}) reserve all of the cap's {} permits per {:?}, so the shared pool is empty and spans no rule matches are never kept (nor those of rules without a floor); lower the floors or raise the cap",
+                cap.limit.permits(),
+                cap.limit.window()
+            ),
+        ));
+        return;
+    }
+    let RulePolicy::Limit { limit, .. } = default.into() else {
+        return;
+    };
+    // pool / cap window < permits / default window, in whole numbers.
+    let pool_rate = u128::from(pool) * u128::from(limit.window_nanos());
+    let default_rate = u128::from(limit.permits()) * u128::from(cap.limit.window_nanos());
+    if pool_rate < default_rate {
+        out.push(Lint::new(
+            LintKind::SharedPoolBelowDefault,
+            &s.name,
+            Some("default"),
+            format!(
+                "the cap's shared pool is {pool} per {:?} (the cap's {} less the floors' {floors}), less than the default policy's {limit}: spans no rule matches keep at most {pool} per cap window; lower the floors or raise the cap",
+                cap.limit.window(),
+                cap.limit.permits()
+            ),
+        ));
     }
 }
 
@@ -484,6 +543,45 @@ rate = 1.0
         } else {
             assert_eq!(below, [], "{lints:?}");
         }
+    }
+
+    #[test]
+    fn floors_that_starve_the_default_are_linted_as_the_sampler_applies_them() {
+        // A cap of 10 with floors of 9 keeps 1 per window for spans no rule matches.
+        let text = |floor: u32| {
+            format!(
+                "[[service]]\nname = \"s\"\nlimit = 5\ncap = {{ limit = 10 }}\n[[service.rule]]\nname = \"pay\"\nspan_name = \"POST /pay\"\nrate = 9.0\nfloor = {floor}\n"
+            )
+        };
+        let kinds = |floor| {
+            let config = SamplingConfig::from_toml_str(&text(floor), "t.toml").unwrap();
+            config
+                .lints(NonZeroU32::MIN)
+                .into_iter()
+                .map(|l| {
+                    (
+                        l.kind(),
+                        l.service().to_owned(),
+                        l.rule().map(str::to_owned),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        let s = |kind| (kind, "s".to_owned(), Some("default".to_owned()));
+        assert_eq!(kinds(9), [s(LintKind::SharedPoolBelowDefault)]);
+        assert_eq!(kinds(5), []);
+        // The sampler keeps nothing for the default when the floors take the whole cap.
+        let config = SamplingConfig::from_toml_str(
+            &text(9)
+                .replace("rate = 9.0", "rate = 10.0")
+                .replace("floor = 9", "floor = 10"),
+            "t.toml",
+        )
+        .unwrap();
+        let lints = config.lints(NonZeroU32::MIN);
+        assert_eq!(lints.len(), 1, "{lints:?}");
+        assert_eq!(lints[0].kind(), LintKind::SharedPoolEmpty);
+        assert_eq!(lints[0].severity(), Severity::Error);
     }
 
     #[test]

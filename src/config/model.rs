@@ -428,6 +428,17 @@ impl fmt::Display for Describe {
             }
             None => writeln!(f, "  cap: none")?,
         }
+        if let Some(cap) = &s.cap {
+            let floors: u64 = s.rules.iter().map(|r| u64::from(r.floor)).sum();
+            if floors > 0 {
+                let pool = u64::from(cap.limit.permits()).saturating_sub(floors);
+                writeln!(
+                    f,
+                    "  cap shared pool: {pool} per {:?} (the cap less the floors' {floors}), for the default and for rules past their floor",
+                    cap.limit.window()
+                )?;
+            }
+        }
         for (i, r) in s.rules.iter().enumerate() {
             write!(f, "  {}. rule {:?}: ", i + 1, r.name)?;
             let mut any = false;

@@ -338,3 +338,41 @@ fn a_window_shorter_than_the_clock_resolution_is_refused_not_silently_changed() 
     );
     assert!(err.to_string().contains("the cap: window 3ms"), "{err}");
 }
+
+#[test]
+fn check_says_what_the_sampler_does_when_floors_squeeze_the_default() {
+    use otel_rate_sampler::lint::LintKind;
+    // A cap of 10 per second, 9 of them reserved for "pay": the default's 5 per second
+    // get the one permit left. Before: `check` said nothing of it.
+    let config = SamplingConfig::from_toml_str(
+        "[[service]]\nname = \"s\"\nlimit = 5\ncap = { limit = 10 }\n[[service.rule]]\nname = \"pay\"\nspan_name = \"POST /pay\"\nrate = 9.0\nfloor = 9\n",
+        "s.toml",
+    )
+    .unwrap();
+    let clock = ManualClock::new();
+    let sampler = RuleBasedSampler::with_clock(&config, "s", clock.clone()).unwrap();
+    for _ in 0..3 {
+        // Offered through the whole window (a paced limiter spreads its permits), the
+        // default first in each step so the rule never takes the pool from it.
+        let (mut kept_default, mut kept_pay) = (0, 0);
+        for _ in 0..10 {
+            kept_default += (0..5).filter(|_| kept(&sampler, "GET /")).count();
+            kept_pay += (0..9).filter(|_| kept(&sampler, "POST /pay")).count();
+            clock.advance(std::time::Duration::from_millis(100));
+        }
+        assert_eq!(kept_default, 1);
+        assert!(kept_default + kept_pay <= 10, "{kept_pay}");
+    }
+    let lints = config.lints(std::num::NonZeroU32::MIN);
+    assert_eq!(lints.len(), 1, "{lints:?}");
+    assert_eq!(lints[0].kind(), LintKind::SharedPoolBelowDefault);
+    assert!(
+        lints[0]
+            .to_string()
+            .contains("keep at most 1 per cap window"),
+        "{}",
+        lints[0]
+    );
+    let text = config.describe("s").to_string();
+    assert!(text.contains("cap shared pool: 1 per 1s"), "{text}");
+}
