@@ -71,8 +71,14 @@ impl SamplingConfig {
         if let Some(Policy::Limit(spec)) = s.policy {
             limiters.push((Culprit::Policy, spec));
         }
+        // The cap's shared pool: the cap less the floors (as the sampler builds it).
         if let Some(cap) = s.cap {
-            limiters.push((Culprit::Cap, cap));
+            let floors: u64 = s.rules.iter().map(|r| u64::from(r.floor)).sum();
+            let pool = u64::from(cap.limit.permits()).saturating_sub(floors);
+            let pool = u32::try_from(pool).ok().filter(|&p| p > 0);
+            if let Some(limit) = pool.and_then(|p| Limit::per_window(p, cap.limit.window()).ok()) {
+                limiters.push((Culprit::Cap, LimitSpec { limit, ..cap }));
+            }
         }
         let sized: Vec<(Culprit, LimitSpec, usize)> = limiters
             .into_iter()
@@ -189,6 +195,26 @@ pub(crate) fn budget_bytes(bytes: i64) -> Result<usize, Invalid> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_budget_counts_what_the_summary_counts() {
+        let text = "[limits]\nmemory_budget = \"1GiB\"\n[[service]]\nname = \"s\"\ncap = { limit = 1000, algorithm = \"sliding-log\" }\n[[service.rule]]\nspan_name = \"a\"\nlimit = 500\nalgorithm = \"sliding-log\"\nfloor = 300\n";
+        let mut config = SamplingConfig::from_toml_str(text, "t.toml").unwrap();
+        let total: usize = config
+            .effective_rules("s")
+            .limiters()
+            .iter()
+            .map(|l| l.bytes())
+            .sum();
+        config.memory_budget = total;
+        assert!(config.over_budget().is_none());
+        config.memory_budget = total - 1;
+        let over = config.over_budget().unwrap();
+        assert_eq!(
+            (over.service, over.largest, over.total),
+            (Some(0), Culprit::Cap, total)
+        );
+    }
 
     #[test]
     fn budgets_parse_with_units_and_refuse_nonsense() {
