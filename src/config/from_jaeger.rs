@@ -284,20 +284,23 @@ fn json_error(text: &str, file: &str, e: &serde_json::Error) -> ConfigError {
         .next()
         .unwrap_or_default()
         .to_owned();
-    let (kind, key) = if let Some(rest) = message.strip_prefix("unknown field `") {
-        (
-            ConfigErrorKind::UnknownKey,
-            rest.split('`').next().unwrap_or_default().to_owned(),
-        )
+    let pos = json_pos(text, e.line(), e.column());
+    // serde names the bare key: the full path is read from the text up to the error.
+    let offset = json_offset(text, e.line(), e.column());
+    let (kind, key) = if message.starts_with("unknown field `") {
+        (ConfigErrorKind::UnknownKey, path_at(text, offset))
     } else if let Some(rest) = message.strip_prefix("missing field `") {
-        (
-            ConfigErrorKind::MissingKey,
-            rest.split('`').next().unwrap_or_default().to_owned(),
-        )
+        let field = rest.split('`').next().unwrap_or_default();
+        let key = match path_at(text, offset) {
+            at if at.is_empty() => field.to_owned(),
+            at => format!("{at}.{field}"),
+        };
+        (ConfigErrorKind::MissingKey, key)
+    } else if e.is_data() {
+        (ConfigErrorKind::Syntax, path_at(text, offset))
     } else {
         (ConfigErrorKind::Syntax, String::new())
     };
-    let pos = json_pos(text, e.line(), e.column());
     let source = serde_json::Error::io(std::io::Error::other(e.to_string()));
     ConfigError::new(kind, file, pos, key, message).with_source(source)
 }
@@ -308,18 +311,85 @@ fn json_pos(text: &str, line: usize, column: usize) -> Pos {
     if line == 0 {
         return Pos::default();
     }
-    let line_start = if line == 1 {
-        0
-    } else {
-        match memchr::memchr_iter(b'\n', text.as_bytes()).nth(line - 2) {
+    Pos::of_offset(text, json_offset(text, line, column))
+}
+
+/// The byte offset of serde_json's line and byte column.
+fn json_offset(text: &str, line: usize, column: usize) -> usize {
+    let line_start = match line {
+        0 | 1 => 0,
+        _ => match memchr::memchr_iter(b'\n', text.as_bytes()).nth(line - 2) {
             Some(newline) => newline + 1,
-            None => return Pos::of_offset(text, text.len()),
-        }
+            None => return text.len(),
+        },
     };
     let line_end = memchr::memchr(b'\n', &text.as_bytes()[line_start..])
         .map_or(text.len(), |n| line_start + n);
-    let offset = (line_start + column.saturating_sub(1)).min(line_end);
-    Pos::of_offset(text, offset)
+    (line_start + column.saturating_sub(1)).min(line_end)
+}
+
+/// The path (`service_strategies[1].operation_strategies[0].typ`) of the key or value
+/// the text is in at byte `offset`: the last key read in each open object, the index in
+/// each open array. A scan of the text before `offset`, on the error path only.
+fn path_at(text: &str, offset: usize) -> String {
+    enum Frame {
+        Object(Option<String>),
+        Array(usize),
+    }
+    let bytes = text.as_bytes();
+    let end = offset.min(bytes.len());
+    let mut stack: Vec<Frame> = Vec::new();
+    let mut key_next = false;
+    let mut i = 0;
+    while i < end {
+        match bytes[i] {
+            b'{' => {
+                stack.push(Frame::Object(None));
+                key_next = true;
+            }
+            b'[' => {
+                stack.push(Frame::Array(0));
+                key_next = false;
+            }
+            b'}' | b']' => {
+                stack.pop();
+                key_next = false;
+            }
+            b',' => match stack.last_mut() {
+                Some(Frame::Array(n)) => *n += 1,
+                Some(Frame::Object(_)) => key_next = true,
+                None => {}
+            },
+            b'"' => {
+                let after = skip_string(bytes, i).unwrap_or(bytes.len());
+                if key_next {
+                    if let Some(Frame::Object(key)) = stack.last_mut() {
+                        *key = text
+                            .get(i..after)
+                            .and_then(|s| serde_json::from_str(s).ok());
+                    }
+                    key_next = false;
+                }
+                i = after;
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    let mut out = String::new();
+    for frame in &stack {
+        match frame {
+            Frame::Object(Some(key)) if out.is_empty() => out.push_str(key),
+            Frame::Object(Some(key)) => {
+                out.push('.');
+                out.push_str(key);
+            }
+            Frame::Object(None) => {}
+            Frame::Array(n) => out.push_str(&format!("[{n}]")),
+        }
+    }
+    out
 }
 
 fn path_string(path: &[Step<'_>]) -> String {
@@ -457,6 +527,16 @@ mod tests {
         );
         assert_eq!(json_pos(text, 0, 0), Pos::default());
         assert_eq!(json_pos(text, 9, 1), Pos { line: 3, column: 2 });
+    }
+
+    #[test]
+    fn the_path_at_an_offset_names_every_enclosing_key_and_index() {
+        let text = r#"{"a": [1, {"b": "x\",}", "c": {"d": 2}}], "e": 3}"#;
+        let at = |needle: &str| path_at(text, text.find(needle).unwrap() + needle.len());
+        assert_eq!(at("\"b\""), "a[1].b");
+        assert_eq!(at("\"d\": 2"), "a[1].c.d");
+        assert_eq!(at("\"e\""), "e");
+        assert_eq!(path_at(text, 0), "");
     }
 
     #[test]

@@ -521,3 +521,36 @@ fn question_mark_in_main_prints_the_message_not_a_struct() {
         "{err}"
     );
 }
+
+#[test]
+fn jaeger_unknown_keys_and_wrong_types_are_named_by_their_full_path() {
+    // Before: the bare `typ`, and no key at all for a value of the wrong type.
+    let json = "{\"service_strategies\": [{\"service\": \"a\"},\n  {\"service\": \"b\", \"operation_strategies\": [\n    {\"operation\": \"x\", \"typ\": \"probabilistic\", \"param\": 1}]}]}";
+    let err = SamplingConfig::from_jaeger_json_str(json, "s.json").unwrap_err();
+    assert_eq!(err.kind(), K::UnknownKey, "{err}");
+    assert_eq!(
+        (err.line(), err.key()),
+        (3, "service_strategies[1].operation_strategies[0].typ"),
+        "{err}"
+    );
+    let json = "{\"default_strategy\": {\"type\": \"probabilistic\", \"param\": \"high\"}}";
+    let err = SamplingConfig::from_jaeger_json_str(json, "s.json").unwrap_err();
+    assert_eq!(
+        (err.kind(), err.key()),
+        (K::Syntax, "default_strategy.param"),
+        "{err}"
+    );
+    // A missing operation key is named in full, at its object.
+    let json = "{\"default_strategy\": {\"operation_strategies\": [{\"operation\": \"x\", \"type\": \"probabilistic\"}]}}";
+    let err = SamplingConfig::from_jaeger_json_str(json, "s.json").unwrap_err();
+    assert_eq!(
+        (err.kind(), err.key(), err.column()),
+        (
+            K::MissingKey,
+            "default_strategy.operation_strategies[0]",
+            48
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("add `param`"), "{err}");
+}
