@@ -774,6 +774,7 @@ impl Ctx<'_> {
                 ));
             }
             let inherited = &s.rules[own.rules.len()..];
+            self.inherited_fleet_keys(i, own, inherited, &raw.service[i], &opt_out)?;
             let Some(floored) = inherited.iter().find(|r| r.floor > 0) else {
                 continue;
             };
@@ -812,6 +813,46 @@ impl Ctx<'_> {
 }
 
 impl Ctx<'_> {
+    /// Checks that the fleet-scoped rules service `i` inherits get valid Redis keys of
+    /// its name, distinct from its own fleet-scoped default and cap.
+    fn inherited_fleet_keys(
+        &self,
+        i: usize,
+        own: &ServiceConfig,
+        inherited: &[Rule],
+        raw: &Spanned<RawBlock>,
+        opt_out: &str,
+    ) -> Result<(), ConfigError> {
+        let fleet = |p: &Policy| matches!(p, Policy::Limit(s) if s.scope == Scope::Fleet);
+        let cap_fleet = own.cap.is_some_and(|c| c.scope == Scope::Fleet);
+        if !inherited
+            .iter()
+            .any(|r| fleet(&r.policy) || cap_fleet && r.floor > 0)
+        {
+            return Ok(());
+        }
+        if let Some(n) = &raw.get_ref().name {
+            self.fleet_name(n, &format!("service[{i}].name"))?;
+        }
+        let clash = inherited.iter().find(|r| {
+            fleet(&r.policy)
+                && (r.name == "cap" && cap_fleet
+                    || r.name == "default" && own.policy.as_ref().is_some_and(fleet))
+        });
+        if let Some(rule) = clash {
+            return Err(self.new_error(
+                ConfigErrorKind::DuplicateRule,
+                raw.span(),
+                &format!("service[{i}]"),
+                format!(
+                    "service {:?} inherits the fleet-scoped rule {:?} from [default], whose Redis key would be that of the service's own fleet-scoped {}; rename the rule, or set {opt_out}",
+                    own.name, rule.name, rule.name
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// The `[fleet]` table.
     fn fleet(&self, raw: &RawFleet) -> Result<FleetSettings, ConfigError> {
         let urls = match &raw.redis {
