@@ -460,6 +460,9 @@ impl Ctx<'_> {
             }
             rules.push(rule);
         }
+        if let (false, Some(all), Some((span, k))) = (is_default, catch_all, policy_key(raw)) {
+            return Err(self.unreachable_policy(span, &key(k), &rules[all].name, ""));
+        }
         self.fleet_keys(raw, path, policy.as_ref(), cap.as_ref(), &rules)?;
         Ok(ServiceConfig {
             name,
@@ -731,6 +734,15 @@ impl SamplingConfig {
     }
 }
 
+/// The span and name of the key that sets a block's own policy, if any.
+fn policy_key(raw: &RawBlock) -> Option<(Range<usize>, &'static str)> {
+    raw.rate
+        .as_ref()
+        .map(|r| (r.span(), "rate"))
+        .or_else(|| raw.limit.as_ref().map(|l| (l.span(), "limit")))
+        .or_else(|| raw.probability.as_ref().map(|p| (p.span(), "probability")))
+}
+
 /// The span of `[default]`'s rule `j` (the file's start if there is none).
 fn rule_span(default: &Option<Spanned<RawBlock>>, j: usize) -> Range<usize> {
     default
@@ -774,6 +786,18 @@ impl Ctx<'_> {
                 ));
             }
             let inherited = &s.rules[own.rules.len()..];
+            let block = raw.service[i].get_ref();
+            if let (Some(last), Some((span, k))) = (
+                inherited.last().filter(|r| r.matches_everything()),
+                policy_key(block),
+            ) {
+                return Err(self.unreachable_policy(
+                    span,
+                    &format!("service[{i}].{k}"),
+                    &last.name,
+                    &format!(", or set {opt_out} (the rule is inherited from [default])"),
+                ));
+            }
             self.inherited_fleet_keys(i, own, inherited, &raw.service[i], &opt_out)?;
             let Some(floored) = inherited.iter().find(|r| r.floor > 0) else {
                 continue;
@@ -813,6 +837,22 @@ impl Ctx<'_> {
 }
 
 impl Ctx<'_> {
+    /// A service's own policy that no span can reach: `rule` matches every span first.
+    fn unreachable_policy(
+        &self,
+        span: Range<usize>,
+        key: &str,
+        rule: &str,
+        hint: &str,
+    ) -> ConfigError {
+        self.new_error(
+            ConfigErrorKind::UnreachableRule,
+            span,
+            key,
+            format!("the service's own policy never decides: its last rule, {rule:?}, has no condition and matches every span first; remove one of the two, or give the rule a condition{hint}"),
+        )
+    }
+
     /// Checks that the fleet-scoped rules service `i` inherits get valid Redis keys of
     /// its name, distinct from its own fleet-scoped default and cap.
     fn inherited_fleet_keys(

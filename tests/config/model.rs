@@ -376,3 +376,36 @@ fn check_says_what_the_sampler_does_when_floors_squeeze_the_default() {
     let text = config.describe("s").to_string();
     assert!(text.contains("cap shared pool: 1 per 1s"), "{text}");
 }
+
+#[test]
+fn a_service_policy_behind_a_rule_that_matches_everything_is_refused() {
+    // Before: the service's `rate = 2.0` was silently never used.
+    let err = SamplingConfig::from_toml_str(
+        "[[service]]\nname = \"a\"\nrate = 2.0\n[[service.rule]]\nname = \"all\"\nrate = 1.0\n",
+        "s.toml",
+    )
+    .unwrap_err();
+    assert_eq!(
+        (err.kind(), err.line(), err.column(), err.key()),
+        (K::UnreachableRule, 3, 8, "service[0].rate"),
+        "{err}"
+    );
+    // Through an inherited rule too.
+    let err = SamplingConfig::from_toml_str(
+        "[[default.rule]]\nname = \"rest\"\nprobability = 0.1\n[[service]]\nname = \"a\"\nprobability = 0.5\n",
+        "s.toml",
+    )
+    .unwrap_err();
+    assert_eq!(
+        (err.kind(), err.key()),
+        (K::UnreachableRule, "service[0].probability"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("\"rest\""), "{err}");
+    // Without a policy of its own, nothing is lost.
+    SamplingConfig::from_toml_str(
+        "[[default.rule]]\nname = \"rest\"\nprobability = 0.1\n[[service]]\nname = \"a\"\n",
+        "s.toml",
+    )
+    .unwrap();
+}
