@@ -51,8 +51,9 @@ pub enum ConfigErrorKind {
     /// ([`SamplingConfig::DEFAULT_MEMORY_BUDGET`](crate::SamplingConfig::DEFAULT_MEMORY_BUDGET),
     /// or the file's `[limits] memory_budget`).
     MemoryBudget,
-    /// A rule that can never decide: it follows a rule with no condition (which matches
-    /// every span), in the service's own rules or among those it inherits.
+    /// A rule, or a service's own policy, that can never decide: it follows a rule with
+    /// no condition (which matches every span), in the service's own rules or among
+    /// those it inherits.
     UnreachableRule,
     /// A limit's window is shorter than the resolution of the clock the sampler reads,
     /// which would silently enforce a different rate.

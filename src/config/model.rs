@@ -56,7 +56,8 @@ use crate::sampler::{Origin, RemoteParents};
 /// `remote_parents = "cap"`): the first rule in order (the service's own, then the
 /// inherited ones) that matches decides; if none does, the service's default policy,
 /// then the file default's. A rule with no condition matches every span, so the loaders
-/// refuse one that is followed by any other rule (inherited ones included). The chosen policy's own
+/// refuse one that is followed by any other rule (inherited ones included), or that
+/// comes before a listed service's own policy (which would never decide). The chosen policy's own
 /// limiter (or probability) must admit the span; then, if the service has a cap, the
 /// span must also get a permit from the cap (first from the rule's reserved `floor`,
 /// then from the cap's shared pool). Only then is it kept. Children with a local parent
