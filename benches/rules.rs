@@ -64,13 +64,14 @@ fn bench(c: &mut Criterion) {
             &[],
         )
     };
-    // Admit: a limit no benchmark can exhaust (4 194 303 per 1 ms).
+    // Admit: a limit no benchmark can exhaust (4 194 303 per 10 ms; a window above the
+    // default clock's resolution, which RuleBasedSampler::new requires).
     // Reject: one trace per hour, spent on the first call.
     for (path, limit, toml) in [
         (
             "admit",
-            Limit::per_window(4_194_303, Duration::from_millis(1)).unwrap(),
-            "limit = 4194303\nwindow = \"1ms\"",
+            Limit::per_window(4_194_303, Duration::from_millis(10)).unwrap(),
+            "limit = 4194303\nwindow = \"10ms\"",
         ),
         (
             "reject",

@@ -188,7 +188,10 @@ pub enum LimitError {
     #[error("a limit needs at least 1 permit per window, got 0")]
     ZeroPermits,
     /// The window was shorter than [`Limit::MIN_WINDOW`].
-    #[error("window {window:?} is shorter than the minimum of 1ms")]
+    #[error(
+        "window {window:?} is shorter than the minimum of {:?}",
+        Limit::MIN_WINDOW
+    )]
     WindowTooShort {
         /// The window given.
         window: Duration,
@@ -212,7 +215,11 @@ pub enum LimitError {
         rate: f64,
     },
     /// The rate is positive and finite but cannot be represented.
-    #[error("rate {rate:?} per second is out of range (from 5.5e-11 to 4194303 per second)")]
+    #[error(
+        "rate {rate:?} per second is out of range (from {:.3e}, one per 2^64-1 ns, to {} per second)",
+        1e9 / u64::MAX as f64,
+        Limit::MAX_PERMITS
+    )]
     RateOutOfRange {
         /// The rate given.
         rate: f64,
@@ -306,6 +313,23 @@ mod tests {
     fn limits_are_const() {
         const HUNDRED: Result<Limit, LimitError> = Limit::per_window(100, Duration::from_secs(1));
         assert!(matches!(HUNDRED, Ok(l) if l.permits() == 100));
+    }
+
+    #[test]
+    fn the_range_in_messages_is_the_one_the_type_enforces() {
+        let msg = Limit::per_second(1e12).unwrap_err().to_string();
+        assert!(
+            msg.contains(&format!("to {} per second", Limit::MAX_PERMITS)),
+            "{msg}"
+        );
+        assert!(msg.contains("5.421e-11"), "{msg}");
+        // The smallest rate the message states is accepted; a hair below is not.
+        assert!(Limit::per_second(5.422e-11).is_ok());
+        assert!(Limit::per_second(5.420e-11).is_err());
+        let msg = Limit::per_window(1, Duration::from_micros(10))
+            .unwrap_err()
+            .to_string();
+        assert!(msg.ends_with("minimum of 1ms"), "{msg}");
     }
 
     #[test]

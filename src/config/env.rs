@@ -16,11 +16,10 @@
 //! forms reading variables through a function.
 
 use super::error::{ConfigError, ConfigErrorKind, Pos};
-use super::model::{FleetSettings, LimitSpec, Policy, SamplingConfig, ServiceConfig};
+use super::model::{FleetSettings, SamplingConfig, ServiceConfig};
 use super::rule_based::RuleBasedSampler;
 use crate::clock::MonotonicClock;
 use crate::limit::Limit;
-use crate::limiter::Algorithm;
 pub use crate::sampler::env::*;
 use crate::sampler::env::{chosen, default_limit, rate_limit, service_name, var};
 use crate::sampler::RemoteParents;
@@ -202,21 +201,12 @@ fn from_env_error(kind: ConfigErrorKind, e: EnvError) -> ConfigError {
 impl SamplingConfig {
     /// One limit for every service, a fixed window.
     pub(crate) fn single_limit(limit: Limit, remote_parents: RemoteParents, source: &str) -> Self {
-        Self {
-            source: source.to_owned(),
-            default: ServiceConfig {
-                name: String::new(),
-                policy: Some(Policy::Limit(LimitSpec::local(
-                    limit,
-                    Algorithm::FixedWindow,
-                ))),
-                cap: None,
-                remote_parents,
-                rules: Vec::new(),
-            },
-            services: Vec::new(),
-            fleet: FleetSettings::default(),
-        }
+        Self::new(
+            source,
+            ServiceConfig::single_rate(limit, remote_parents),
+            Vec::new(),
+            FleetSettings::default(),
+        )
     }
 }
 

@@ -49,14 +49,28 @@ pub enum ConfigErrorKind {
     /// A fleet-scoped limiter could not be built (a bad Redis URL, or its thread could
     /// not start).
     Fleet,
+    /// A service's limiters would take more memory than the budget
+    /// ([`SamplingConfig::DEFAULT_MEMORY_BUDGET`](crate::SamplingConfig::DEFAULT_MEMORY_BUDGET),
+    /// or the file's `[limits] memory_budget`).
+    MemoryBudget,
+    /// A rule, or a service's own policy, that can never decide: it follows a rule with
+    /// no condition (which matches every span), in the service's own rules or among
+    /// those it inherits.
+    UnreachableRule,
+    /// A limit's window is shorter than the resolution of the clock the sampler reads,
+    /// which would silently enforce a different rate.
+    WindowBelowClockResolution,
 }
 
 /// A sampling configuration that could not be loaded: the file, the line and column,
 /// the key, what was wrong and what is accepted.
 ///
 /// Its `Display` reads `FILE:LINE:COLUMN: KEY: MESSAGE`, the form editors and terminals
-/// turn into a link. Line and column count from 1; they are 0 where there is no file
-/// position (an environment variable, an unreadable file).
+/// turn into a link. Line and column count from 1, columns in characters (not bytes), a
+/// leading UTF-8 byte order mark not counted; they are 0 where there is no file position
+/// (an environment variable, an unreadable file), and `Display` then reads
+/// `FILE: KEY: MESSAGE`. Its `Debug` (what `?` in a `main` returning `Result` prints)
+/// reads the same; `{:#?}` shows the fields.
 ///
 /// ```
 /// use otel_rate_sampler::{ConfigErrorKind, SamplingConfig};
@@ -66,7 +80,6 @@ pub enum ConfigErrorKind {
 /// assert_eq!((err.file(), err.line(), err.column(), err.key()), ("sampling.toml", 2, 8, "default.rate"));
 /// assert!(err.to_string().starts_with("sampling.toml:2:8: default.rate: "));
 /// ```
-#[derive(Debug)]
 pub struct ConfigError {
     kind: ConfigErrorKind,
     file: String,
@@ -85,14 +98,49 @@ pub(crate) struct Pos {
 }
 
 impl Pos {
-    /// The line and column (in characters) of byte `offset` in `text`.
+    /// The line and column (in characters) of byte `offset` in `text` (an offset inside
+    /// a character counts as that character).
     pub(crate) fn of_offset(text: &str, offset: usize) -> Pos {
-        let offset = offset.min(text.len());
-        let before = text.get(..offset).unwrap_or(text);
+        let mut offset = offset.min(text.len());
+        while !text.is_char_boundary(offset) {
+            offset -= 1;
+        }
+        let before = &text[..offset];
         let line_start = before.rfind('\n').map_or(0, |i| i + 1);
         Pos {
             line: before.matches('\n').count() + 1,
             column: before[line_start..].chars().count() + 1,
+        }
+    }
+}
+
+/// The start of each line of a text, to turn many offsets into positions in
+/// logarithmic time each (what a loader uses for positions it keeps, not only errors).
+#[derive(Debug)]
+pub(crate) struct LineIndex<'a> {
+    text: &'a str,
+    starts: Vec<usize>,
+}
+
+impl<'a> LineIndex<'a> {
+    pub(crate) fn new(text: &'a str) -> Self {
+        let starts = std::iter::once(0)
+            .chain(memchr::memchr_iter(b'\n', text.as_bytes()).map(|i| i + 1))
+            .collect();
+        Self { text, starts }
+    }
+
+    /// [`Pos::of_offset`], in time logarithmic in the lines and linear in the line.
+    pub(crate) fn pos(&self, offset: usize) -> Pos {
+        let mut offset = offset.min(self.text.len());
+        while !self.text.is_char_boundary(offset) {
+            offset -= 1;
+        }
+        let line = self.starts.partition_point(|&s| s <= offset);
+        let start = self.starts[line - 1];
+        Pos {
+            line,
+            column: self.text[start..offset].chars().count() + 1,
         }
     }
 }
@@ -171,11 +219,34 @@ impl ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}:{}: ", self.file, self.line, self.column)?;
+        if self.line == 0 {
+            write!(f, "{}: ", self.file)?;
+        } else {
+            write!(f, "{}:{}:{}: ", self.file, self.line, self.column)?;
+        }
         if !self.key.is_empty() {
             write!(f, "{}: ", self.key)?;
         }
         f.write_str(&self.message)
+    }
+}
+
+/// The `Display` form, so that `fn main() -> Result<(), ConfigError>` (or a boxed error)
+/// prints `Error: FILE:LINE:COLUMN: KEY: MESSAGE`; `{:#?}` shows the fields.
+impl fmt::Debug for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !f.alternate() {
+            return fmt::Display::fmt(self, f);
+        }
+        f.debug_struct("ConfigError")
+            .field("kind", &self.kind)
+            .field("file", &self.file)
+            .field("line", &self.line)
+            .field("column", &self.column)
+            .field("key", &self.key)
+            .field("message", &self.message)
+            .field("source", &self.source)
+            .finish()
     }
 }
 
@@ -197,5 +268,41 @@ mod tests {
         // "é" is two bytes, one column.
         assert_eq!(Pos::of_offset(text, 6), Pos { line: 2, column: 4 });
         assert_eq!(Pos::of_offset(text, 999), Pos { line: 3, column: 1 });
+        // Inside "é": that character.
+        assert_eq!(Pos::of_offset(text, 4), Pos { line: 2, column: 2 });
+    }
+
+    #[test]
+    fn the_line_index_agrees_with_of_offset() {
+        let text = "a\nbé = 1\n\nlast";
+        let index = LineIndex::new(text);
+        for offset in 0..=text.len() + 2 {
+            assert_eq!(index.pos(offset), Pos::of_offset(text, offset), "{offset}");
+        }
+    }
+
+    #[test]
+    fn debug_reads_like_display_and_no_position_is_not_printed_as_zeros() {
+        let err = ConfigError::new(
+            ConfigErrorKind::InvalidLimit,
+            "s.toml",
+            Pos { line: 2, column: 8 },
+            "default.rate",
+            "rate -1.0 per second is not positive",
+        );
+        assert_eq!(format!("{err:?}"), err.to_string());
+        assert_eq!(
+            err.to_string(),
+            "s.toml:2:8: default.rate: rate -1.0 per second is not positive"
+        );
+        assert!(format!("{err:#?}").contains("InvalidLimit"));
+        let err = ConfigError::new(
+            ConfigErrorKind::Io,
+            "s.toml",
+            Pos::default(),
+            "",
+            "cannot read the file",
+        );
+        assert_eq!(err.to_string(), "s.toml: cannot read the file");
     }
 }

@@ -4,8 +4,12 @@
 //!
 //! Two departures from the Jaeger backend, both in the user's favour: fractional rate
 //! limits are honoured (0.5 is one trace per two seconds, not zero), and operation
-//! strategies may be `ratelimiting` too. As in Jaeger, a listed service's operations
-//! come first, then the default strategy's operations it does not name itself.
+//! strategies may be `ratelimiting` too. As in Jaeger (and as `[[default.rule]]` in
+//! TOML), a listed service's operations come first, then the default strategy's
+//! operations it does not name itself; a service strategy may opt out with
+//! `"inherit_default_rules": false` (an extension, which Jaeger itself ignores).
+
+use std::collections::HashSet;
 
 use serde::Deserialize;
 
@@ -36,15 +40,16 @@ struct RawStrategy {
     param: Option<f64>,
     #[serde(default)]
     operation_strategies: Vec<RawOperation>,
+    inherit_default_rules: Option<bool>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawOperation {
-    operation: String,
+    operation: Option<String>,
     #[serde(rename = "type")]
-    kind: String,
-    param: f64,
+    kind: Option<String>,
+    param: Option<f64>,
 }
 
 /// One step of a path into a JSON document.
@@ -112,30 +117,49 @@ impl Ctx<'_> {
 
     fn operations(&self, raw: &RawStrategy, at: &[Step<'_>]) -> Result<Vec<Rule>, ConfigError> {
         let mut rules: Vec<Rule> = Vec::with_capacity(raw.operation_strategies.len());
+        let mut names: HashSet<&str> = HashSet::with_capacity(raw.operation_strategies.len());
         for (i, op) in raw.operation_strategies.iter().enumerate() {
             let here = [at, &[Step::Key("operation_strategies"), Step::Index(i)]].concat();
             let key = [here.as_slice(), &[Step::Key("operation")]].concat();
-            validate::name("operation", &op.operation).map_err(|e| self.err(e, &key))?;
-            if rules.iter().any(|r| r.name == op.operation) {
+            let missing = |name: &str| {
+                self.err(
+                    Invalid::new(
+                        ConfigErrorKind::MissingKey,
+                        format!("an operation strategy needs `operation`, `type` and `param`; add `{name}`"),
+                    ),
+                    &here,
+                )
+            };
+            let (Some(operation), Some(kind), Some(param)) = (&op.operation, &op.kind, op.param)
+            else {
+                let name = match (&op.operation, &op.kind) {
+                    (None, _) => "operation",
+                    (_, None) => "type",
+                    _ => "param",
+                };
+                return Err(missing(name));
+            };
+            validate::name("operation", operation).map_err(|e| self.err(e, &key))?;
+            if !names.insert(operation) {
                 return Err(self.err(
                     Invalid::new(
                         ConfigErrorKind::DuplicateRule,
                         format!(
-                            "operation {:?} is listed twice in this strategy; list it once",
-                            op.operation
+                            "operation {operation:?} is listed twice in this strategy; list it once"
                         ),
                     ),
                     &key,
                 ));
             }
             rules.push(Rule {
-                name: op.operation.clone(),
-                span_name: Some(Pattern::literal(&op.operation)),
+                name: operation.clone(),
+                span_name: Some(Pattern::literal(operation)),
                 kind: None,
                 parent: None,
                 attributes: Vec::new(),
-                policy: self.policy(&op.kind, op.param, &here)?,
+                policy: self.policy(kind, param, &here)?,
                 floor: 0,
+                inherited: false,
             });
         }
         Ok(rules)
@@ -163,44 +187,44 @@ impl SamplingConfig {
     ///
     /// A [`ConfigError`] naming `file`, the line, column and key of the first mistake.
     pub fn from_jaeger_json_str(text: &str, file: &str) -> Result<Self, ConfigError> {
+        // A UTF-8 byte order mark is not part of the JSON, nor counted in columns.
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let ctx = Ctx { text, file };
-        let raw: RawFile = serde_json::from_str(text).map_err(|e| json_error(file, &e))?;
+        let raw: RawFile = serde_json::from_str(text).map_err(|e| json_error(text, file, &e))?;
         let default = match &raw.default_strategy {
             Some(d) => {
                 let at = [Step::Key("default_strategy")];
-                if d.service.is_some() {
-                    return Err(ctx.err(
-                        Invalid::new(
-                            ConfigErrorKind::UnknownKey,
-                            "the default strategy takes no `service`",
-                        ),
-                        &[at[0], Step::Key("service")],
-                    ));
+                for (given, key) in [
+                    (d.service.is_some(), "service"),
+                    (d.inherit_default_rules.is_some(), "inherit_default_rules"),
+                ] {
+                    if given {
+                        return Err(ctx.err(
+                            Invalid::new(
+                                ConfigErrorKind::UnknownKey,
+                                format!("the default strategy takes no `{key}`"),
+                            ),
+                            &[at[0], Step::Key(key)],
+                        ));
+                    }
                 }
                 ServiceConfig {
-                    name: String::new(),
                     policy: Some(
                         ctx.strategy_policy(d, &at)?
                             .unwrap_or(Policy::Probability(JAEGER_DEFAULT_PROBABILITY)),
                     ),
-                    cap: None,
-                    remote_parents: RemoteParents::default(),
                     rules: ctx.operations(d, &at)?,
+                    ..jaeger_default()
                 }
             }
-            None => ServiceConfig {
-                name: String::new(),
-                policy: Some(Policy::Probability(JAEGER_DEFAULT_PROBABILITY)),
-                cap: None,
-                remote_parents: RemoteParents::default(),
-                rules: Vec::new(),
-            },
+            None => jaeger_default(),
         };
         let mut services: Vec<ServiceConfig> = Vec::with_capacity(raw.service_strategies.len());
+        let mut names: HashSet<&str> = HashSet::with_capacity(raw.service_strategies.len());
         for (i, s) in raw.service_strategies.iter().enumerate() {
             let at = [Step::Key("service_strategies"), Step::Index(i)];
             let name_key = [at[0], at[1], Step::Key("service")];
-            let name = s.service.clone().ok_or_else(|| {
+            let name = s.service.as_deref().ok_or_else(|| {
                 ctx.err(
                     Invalid::new(
                         ConfigErrorKind::MissingKey,
@@ -209,8 +233,8 @@ impl SamplingConfig {
                     &at,
                 )
             })?;
-            validate::name("service name", &name).map_err(|e| ctx.err(e, &name_key))?;
-            if services.iter().any(|o| o.name == name) {
+            validate::name("service name", name).map_err(|e| ctx.err(e, &name_key))?;
+            if !names.insert(name) {
                 return Err(ctx.err(
                     Invalid::new(
                         ConfigErrorKind::DuplicateService,
@@ -219,32 +243,40 @@ impl SamplingConfig {
                     &name_key,
                 ));
             }
-            let mut rules = ctx.operations(s, &at)?;
-            let inherited: Vec<Rule> = default
-                .rules
-                .iter()
-                .filter(|d| rules.iter().all(|r| r.name != d.name))
-                .cloned()
-                .collect();
-            rules.extend(inherited);
             services.push(ServiceConfig {
-                name,
+                name: name.to_owned(),
                 policy: ctx.strategy_policy(s, &at)?,
                 cap: None,
                 remote_parents: RemoteParents::default(),
-                rules,
+                rules: ctx.operations(s, &at)?,
+                inherit_default_rules: s.inherit_default_rules.unwrap_or(true),
             });
         }
-        Ok(Self {
-            source: file.to_owned(),
-            default,
-            services,
-            fleet: FleetSettings::default(),
-        })
+        let config = Self::new(file, default, services, FleetSettings::default());
+        if let Some(over) = config.over_budget() {
+            let at = match over.service {
+                Some(i) => vec![Step::Key("service_strategies"), Step::Index(i)],
+                None => vec![Step::Key("default_strategy")],
+            };
+            return Err(ctx.err(over.invalid(&config), &at));
+        }
+        Ok(config)
     }
 }
 
-fn json_error(file: &str, e: &serde_json::Error) -> ConfigError {
+/// Jaeger's default strategy when the file has none: probability 0.001.
+fn jaeger_default() -> ServiceConfig {
+    ServiceConfig {
+        name: String::new(),
+        policy: Some(Policy::Probability(JAEGER_DEFAULT_PROBABILITY)),
+        cap: None,
+        remote_parents: RemoteParents::default(),
+        rules: Vec::new(),
+        inherit_default_rules: true,
+    }
+}
+
+fn json_error(text: &str, file: &str, e: &serde_json::Error) -> ConfigError {
     let message = e.to_string();
     // serde_json appends " at line L column C"; the position is reported separately.
     let message = message
@@ -252,25 +284,112 @@ fn json_error(file: &str, e: &serde_json::Error) -> ConfigError {
         .next()
         .unwrap_or_default()
         .to_owned();
-    let (kind, key) = if let Some(rest) = message.strip_prefix("unknown field `") {
-        (
-            ConfigErrorKind::UnknownKey,
-            rest.split('`').next().unwrap_or_default().to_owned(),
-        )
+    let pos = json_pos(text, e.line(), e.column());
+    // serde names the bare key: the full path is read from the text up to the error.
+    let offset = json_offset(text, e.line(), e.column());
+    let (kind, key) = if message.starts_with("unknown field `") {
+        (ConfigErrorKind::UnknownKey, path_at(text, offset))
     } else if let Some(rest) = message.strip_prefix("missing field `") {
-        (
-            ConfigErrorKind::MissingKey,
-            rest.split('`').next().unwrap_or_default().to_owned(),
-        )
+        let field = rest.split('`').next().unwrap_or_default();
+        let key = match path_at(text, offset) {
+            at if at.is_empty() => field.to_owned(),
+            at => format!("{at}.{field}"),
+        };
+        (ConfigErrorKind::MissingKey, key)
+    } else if e.is_data() {
+        (ConfigErrorKind::Syntax, path_at(text, offset))
     } else {
         (ConfigErrorKind::Syntax, String::new())
     };
-    let pos = Pos {
-        line: e.line(),
-        column: e.column(),
-    };
     let source = serde_json::Error::io(std::io::Error::other(e.to_string()));
     ConfigError::new(kind, file, pos, key, message).with_source(source)
+}
+
+/// serde_json's line and byte column (from 1; column 0 before a line's first byte) as a
+/// line and a column in characters.
+fn json_pos(text: &str, line: usize, column: usize) -> Pos {
+    if line == 0 {
+        return Pos::default();
+    }
+    Pos::of_offset(text, json_offset(text, line, column))
+}
+
+/// The byte offset of serde_json's line and byte column.
+fn json_offset(text: &str, line: usize, column: usize) -> usize {
+    let line_start = match line {
+        0 | 1 => 0,
+        _ => match memchr::memchr_iter(b'\n', text.as_bytes()).nth(line - 2) {
+            Some(newline) => newline + 1,
+            None => return text.len(),
+        },
+    };
+    let line_end = memchr::memchr(b'\n', &text.as_bytes()[line_start..])
+        .map_or(text.len(), |n| line_start + n);
+    (line_start + column.saturating_sub(1)).min(line_end)
+}
+
+/// The path (`service_strategies[1].operation_strategies[0].typ`) of the key or value
+/// the text is in at byte `offset`: the last key read in each open object, the index in
+/// each open array. A scan of the text before `offset`, on the error path only.
+fn path_at(text: &str, offset: usize) -> String {
+    enum Frame {
+        Object(Option<String>),
+        Array(usize),
+    }
+    let bytes = text.as_bytes();
+    let end = offset.min(bytes.len());
+    let mut stack: Vec<Frame> = Vec::new();
+    let mut key_next = false;
+    let mut i = 0;
+    while i < end {
+        match bytes[i] {
+            b'{' => {
+                stack.push(Frame::Object(None));
+                key_next = true;
+            }
+            b'[' => {
+                stack.push(Frame::Array(0));
+                key_next = false;
+            }
+            b'}' | b']' => {
+                stack.pop();
+                key_next = false;
+            }
+            b',' => match stack.last_mut() {
+                Some(Frame::Array(n)) => *n += 1,
+                Some(Frame::Object(_)) => key_next = true,
+                None => {}
+            },
+            b'"' => {
+                let after = skip_string(bytes, i).unwrap_or(bytes.len());
+                if key_next {
+                    if let Some(Frame::Object(key)) = stack.last_mut() {
+                        *key = text
+                            .get(i..after)
+                            .and_then(|s| serde_json::from_str(s).ok());
+                    }
+                    key_next = false;
+                }
+                i = after;
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    let mut out = String::new();
+    for frame in &stack {
+        match frame {
+            Frame::Object(Some(key)) if out.is_empty() => out.push_str(key),
+            Frame::Object(Some(key)) => {
+                out.push('.');
+                out.push_str(key);
+            }
+            Frame::Object(None) => {}
+            Frame::Array(n) => out.push_str(&format!("[{n}]")),
+        }
+    }
+    out
 }
 
 fn path_string(path: &[Step<'_>]) -> String {
@@ -392,6 +511,33 @@ fn skip_value(bytes: &[u8], i: usize) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_byte_columns_become_character_columns() {
+        let text = "{\n  \"é\": 1, \"x\": ]\n}";
+        let err = serde_json::from_str::<serde_json::Value>(text).unwrap_err();
+        // serde_json counts bytes ("é" is two): the `]` is byte 17, character 16.
+        assert_eq!((err.line(), err.column()), (2, 17));
+        assert_eq!(
+            json_pos(text, err.line(), err.column()),
+            Pos {
+                line: 2,
+                column: 16
+            }
+        );
+        assert_eq!(json_pos(text, 0, 0), Pos::default());
+        assert_eq!(json_pos(text, 9, 1), Pos { line: 3, column: 2 });
+    }
+
+    #[test]
+    fn the_path_at_an_offset_names_every_enclosing_key_and_index() {
+        let text = r#"{"a": [1, {"b": "x\",}", "c": {"d": 2}}], "e": 3}"#;
+        let at = |needle: &str| path_at(text, text.find(needle).unwrap() + needle.len());
+        assert_eq!(at("\"b\""), "a[1].b");
+        assert_eq!(at("\"d\": 2"), "a[1].c.d");
+        assert_eq!(at("\"e\""), "e");
+        assert_eq!(path_at(text, 0), "");
+    }
 
     #[test]
     fn locate_finds_nested_values() {

@@ -2,13 +2,14 @@
 //! See `examples/sampling.toml` for a complete commented file.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::ops::Range;
 
 use serde::Deserialize;
 use toml::de::{DeTable, DeValue};
 
-use super::error::{ConfigError, ConfigErrorKind, Pos};
+use super::budget::{self, Culprit};
+use super::error::{ConfigError, ConfigErrorKind, LineIndex, Pos};
 use super::model::{
     fleet_cap_key, fleet_key, FleetSettings, LimitSpec, Policy, Rule, SamplingConfig, Scope,
     ServiceConfig,
@@ -26,6 +27,22 @@ pub(super) struct RawFile {
     #[serde(default)]
     service: Vec<Spanned<RawBlock>>,
     fleet: Option<Spanned<RawFleet>>,
+    limits: Option<Spanned<RawLimits>>,
+}
+
+/// `[limits]`: bounds on what the file may ask for.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    memory_budget: Option<Spanned<RawBytes>>,
+}
+
+/// `memory_budget = 134217728` or `memory_budget = "128MiB"`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawBytes {
+    Bytes(i64),
+    Text(String),
 }
 
 /// `[fleet]`: where fleet-scoped limits are shared.
@@ -88,6 +105,7 @@ limit_table! {
         name: Option<Spanned<String>>,
         cap: Option<Spanned<RawCap>>,
         remote_parents: Option<Spanned<String>>,
+        inherit_default_rules: Option<Spanned<bool>>,
         #[serde(default)]
         rule: Vec<Spanned<RawRule>>,
     }
@@ -124,13 +142,18 @@ struct RawPolicy<'a> {
 pub(super) struct Ctx<'a> {
     pub(super) text: &'a str,
     pub(super) file: &'a str,
+    /// Line starts, built on the first position asked for.
+    lines: std::cell::OnceCell<LineIndex<'a>>,
     /// The first `scope = "fleet"` (its span and key), for the Redis URL check.
     first_fleet: RefCell<Option<(Range<usize>, String)>>,
 }
 
 impl Ctx<'_> {
     pub(super) fn pos(&self, span: Range<usize>) -> Pos {
-        Pos::of_offset(self.text, span.start)
+        // Each limit keeps the position of its window: one scan of the text in all.
+        self.lines
+            .get_or_init(|| LineIndex::new(self.text))
+            .pos(span.start)
     }
 
     fn err(&self, invalid: Invalid, span: Range<usize>, key: &str) -> ConfigError {
@@ -218,7 +241,7 @@ impl Ctx<'_> {
             }
             (None, Some(l)) => {
                 let window = match raw.window {
-                    Some(w) => self.check(w, &key("window"), |w| validate::window(w))?,
+                    Some(w) => self.check(w, &key("window"), |w| validate::limit_window(w))?,
                     None => std::time::Duration::from_secs(1),
                 };
                 self.check(l, &key("limit"), |l| validate::per_window(*l, window))?
@@ -280,10 +303,18 @@ impl Ctx<'_> {
                     .get_or_insert_with(|| (sc.span(), key("scope")));
             }
         }
+        let at = raw
+            .window
+            .as_ref()
+            .map(Spanned::span)
+            .or(raw.rate.as_ref().map(Spanned::span))
+            .or(raw.limit.as_ref().map(Spanned::span))
+            .map_or_else(Pos::default, |span| self.pos(span));
         Ok(Some(LimitSpec {
             limit,
             algorithm,
             scope,
+            at,
         }))
     }
 
@@ -324,15 +355,22 @@ impl Ctx<'_> {
                 ))
             }
         };
-        let policy = self.policy(&raw.policy_keys(), path)?;
-        if is_default && policy.is_none() {
-            return Err(self.new_error(
-                ConfigErrorKind::MissingKey,
-                span,
-                "default",
-                "[default] needs a policy for the spans no rule matches: `rate`, `limit` (with `window`) or `probability`".into(),
-            ));
+        let mut policy = self.policy(&raw.policy_keys(), path)?;
+        if is_default {
+            // A [default] that sets no policy keeps the built-in one.
+            policy = policy.or(ServiceConfig::builtin_default().policy);
         }
+        let inherit_default_rules = match (&raw.inherit_default_rules, is_default) {
+            (Some(i), true) => return Err(self.new_error(
+                ConfigErrorKind::UnknownKey,
+                i.span(),
+                &key("inherit_default_rules"),
+                "`inherit_default_rules` is set on a [[service]], to opt out of [default]'s rules"
+                    .into(),
+            )),
+            (Some(i), false) => *i.get_ref(),
+            (None, _) => true,
+        };
         let cap = match &raw.cap {
             Some(c) => {
                 let cap_path = key("cap");
@@ -362,11 +400,28 @@ impl Ctx<'_> {
             None => RemoteParents::default(),
         };
         let mut rules: Vec<Rule> = Vec::with_capacity(raw.rule.len());
+        let mut names: HashSet<String> = HashSet::with_capacity(raw.rule.len());
         let mut floors = 0u64;
+        // Unnamed rules are named by position, those of [default] apart from a
+        // service's so that neither replaces the other when inherited.
+        let unnamed = if is_default { "default-rule" } else { "rule" };
+        // The first rule with no condition: no rule may follow it.
+        let mut catch_all: Option<usize> = None;
         for (i, r) in raw.rule.iter().enumerate() {
             let rule_path = format!("{path}.rule[{i}]");
-            let rule = self.rule(r, &rule_path, i, remote_parents)?;
-            if rules.iter().any(|other| other.name == rule.name) {
+            let rule = self.rule(r, &rule_path, i, unnamed, remote_parents)?;
+            if let Some(all) = catch_all {
+                return Err(self.new_error(
+                    ConfigErrorKind::UnreachableRule,
+                    raw.rule[all].span(),
+                    &format!("{path}.rule[{all}]"),
+                    format!(
+                        "rule {:?} has no condition (no `span_name`, `kind`, `parent` or `attributes`) and matches every span, so rule {:?} after it never decides; give it a condition, move it last, or make it the block's own policy",
+                        rules[all].name, rule.name
+                    ),
+                ));
+            }
+            if !names.insert(rule.name.clone()) {
                 let span = r.get_ref().name.as_ref().map_or(r.span(), |n| n.span());
                 return Err(self.new_error(
                     ConfigErrorKind::DuplicateRule,
@@ -401,7 +456,13 @@ impl Ctx<'_> {
                     ));
                 }
             }
+            if rule.matches_everything() {
+                catch_all = Some(i);
+            }
             rules.push(rule);
+        }
+        if let (false, Some(all), Some((span, k))) = (is_default, catch_all, policy_key(raw)) {
+            return Err(self.unreachable_policy(span, &key(k), &rules[all].name, ""));
         }
         self.fleet_keys(raw, path, policy.as_ref(), cap.as_ref(), &rules)?;
         Ok(ServiceConfig {
@@ -410,6 +471,7 @@ impl Ctx<'_> {
             cap,
             remote_parents,
             rules,
+            inherit_default_rules,
         })
     }
 
@@ -471,6 +533,7 @@ impl Ctx<'_> {
         raw: &Spanned<RawRule>,
         path: &str,
         index: usize,
+        unnamed: &str,
         remote_parents: RemoteParents,
     ) -> Result<Rule, ConfigError> {
         let span = raw.span();
@@ -481,7 +544,7 @@ impl Ctx<'_> {
                 self.check(n, &key("name"), |n| validate::name("rule name", n))?;
                 n.get_ref().clone()
             }
-            None => format!("rule-{}", index + 1),
+            None => format!("{unnamed}-{}", index + 1),
         };
         let span_name = match &raw.span_name {
             Some(g) => Some(self.check(g, &key("span_name"), |g| validate::glob(g))?),
@@ -543,6 +606,7 @@ impl Ctx<'_> {
             attributes,
             policy,
             floor,
+            inherited: false,
         })
     }
 }
@@ -584,6 +648,9 @@ impl SamplingConfig {
         file: &str,
         redis: Option<&[String]>,
     ) -> Result<Self, ConfigError> {
+        // A UTF-8 byte order mark (some Windows editors write one) is not part of the
+        // text, nor counted in columns.
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let ctx = Ctx::new(text, file);
         let raw: RawFile = toml::from_str(text).map_err(|e| toml_error(&ctx, &e))?;
         ctx.config(&raw, redis)
@@ -596,6 +663,7 @@ impl<'a> Ctx<'a> {
         Ctx {
             text,
             file,
+            lines: std::cell::OnceCell::new(),
             first_fleet: RefCell::new(None),
         }
     }
@@ -610,20 +678,14 @@ impl<'a> Ctx<'a> {
         let (ctx, file) = (self, self.file);
         let default = match &raw.default {
             Some(d) => ctx.block(d, "default", true)?,
-            None => {
-                return Err(ctx.new_error(
-                    ConfigErrorKind::MissingKey,
-                    0..0,
-                    "default",
-                    "the file needs a [default] block with a policy (`rate`, `limit` or `probability`) for services and spans no rule covers".into(),
-                ))
-            }
+            None => ServiceConfig::builtin_default(),
         };
         let mut services: Vec<ServiceConfig> = Vec::with_capacity(raw.service.len());
+        let mut names: HashSet<String> = HashSet::with_capacity(raw.service.len());
         for (i, s) in raw.service.iter().enumerate() {
             let path = format!("service[{i}]");
             let service = ctx.block(s, &path, false)?;
-            if services.iter().any(|other| other.name == service.name) {
+            if !names.insert(service.name.clone()) {
                 let span = s.get_ref().name.as_ref().map_or(s.span(), |n| n.span());
                 return Err(ctx.new_error(
                     ConfigErrorKind::DuplicateService,
@@ -654,16 +716,202 @@ impl<'a> Ctx<'a> {
                 ));
             }
         }
-        Ok(SamplingConfig {
-            source: file.to_owned(),
-            default,
-            services,
-            fleet,
-        })
+        let mut config = SamplingConfig::new(file, default, services, fleet);
+        if let Some(limits) = &raw.limits {
+            if let Some(b) = &limits.get_ref().memory_budget {
+                config.memory_budget = ctx.check(b, "limits.memory_budget", |b| match b {
+                    RawBytes::Bytes(n) => budget::budget_bytes(*n),
+                    RawBytes::Text(t) => budget::parse_budget(t),
+                })?;
+            }
+        }
+        ctx.inherited(&config, raw)?;
+        if let Some(over) = config.over_budget() {
+            let (span, key) = match (over.service, over.largest) {
+                (_, Culprit::Inherited(j)) | (None, Culprit::Rule(j)) => {
+                    (rule_span(&raw.default, j), format!("default.rule[{j}]"))
+                }
+                (Some(i), Culprit::Rule(j)) => (
+                    raw.service[i].get_ref().rule[j].span(),
+                    format!("service[{i}].rule[{j}]"),
+                ),
+                (Some(i), Culprit::Policy) => (raw.service[i].span(), format!("service[{i}]")),
+                (Some(i), Culprit::Cap) => (
+                    raw.service[i]
+                        .get_ref()
+                        .cap
+                        .as_ref()
+                        .map_or(raw.service[i].span(), |c| c.span()),
+                    format!("service[{i}].cap"),
+                ),
+                (None, Culprit::Policy) => (block_span(&raw.default), "default".to_owned()),
+                (None, Culprit::Cap) => (block_span(&raw.default), "default.cap".to_owned()),
+            };
+            return Err(ctx.err(over.invalid(&config), span, &key));
+        }
+        Ok(config)
+    }
+}
+
+/// The span and name of the key that sets a block's own policy, if any.
+fn policy_key(raw: &RawBlock) -> Option<(Range<usize>, &'static str)> {
+    raw.rate
+        .as_ref()
+        .map(|r| (r.span(), "rate"))
+        .or_else(|| raw.limit.as_ref().map(|l| (l.span(), "limit")))
+        .or_else(|| raw.probability.as_ref().map(|p| (p.span(), "probability")))
+}
+
+/// The span of `[default]`'s rule `j` (the file's start if there is none).
+fn rule_span(default: &Option<Spanned<RawBlock>>, j: usize) -> Range<usize> {
+    default
+        .as_ref()
+        .and_then(|d| d.get_ref().rule.get(j))
+        .map_or(0..0, |r| r.span())
+}
+
+/// The span of `[default]` (the file's start if there is none).
+fn block_span(default: &Option<Spanned<RawBlock>>) -> Range<usize> {
+    default.as_ref().map_or(0..0, |d| d.span())
+}
+
+impl Ctx<'_> {
+    /// Checks what each listed service inherits from `[default]`: no inherited rule
+    /// after a rule of its own that matches every span, and inherited floors that fit
+    /// in its cap.
+    fn inherited(&self, config: &SamplingConfig, raw: &RawFile) -> Result<(), ConfigError> {
+        if config.default.rules.is_empty() {
+            return Ok(());
+        }
+        for (i, own) in config.services.iter().enumerate() {
+            if !own.inherit_default_rules {
+                continue;
+            }
+            let s = config.listed(own);
+            let Some(first) = s.rules.get(own.rules.len()) else {
+                continue; // every default rule is replaced by one of its own
+            };
+            let opt_out = format!("service[{i}].inherit_default_rules = false");
+            if let Some(last) = own.rules.last().filter(|r| r.matches_everything()) {
+                let j = own.rules.len() - 1;
+                return Err(self.new_error(
+                    ConfigErrorKind::UnreachableRule,
+                    raw.service[i].get_ref().rule[j].span(),
+                    &format!("service[{i}].rule[{j}]"),
+                    format!(
+                        "rule {:?} has no condition and matches every span, so the rules service {:?} inherits from [default] (first {:?}) never decide; give it a condition, make it the service's own policy, or set {opt_out}",
+                        last.name, own.name, first.name
+                    ),
+                ));
+            }
+            let inherited = &s.rules[own.rules.len()..];
+            let block = raw.service[i].get_ref();
+            if let (Some(last), Some((span, k))) = (
+                inherited.last().filter(|r| r.matches_everything()),
+                policy_key(block),
+            ) {
+                return Err(self.unreachable_policy(
+                    span,
+                    &format!("service[{i}].{k}"),
+                    &last.name,
+                    &format!(", or set {opt_out} (the rule is inherited from [default])"),
+                ));
+            }
+            self.inherited_fleet_keys(i, own, inherited, &raw.service[i], &opt_out)?;
+            let Some(floored) = inherited.iter().find(|r| r.floor > 0) else {
+                continue;
+            };
+            let floors: u64 = s.rules.iter().map(|r| u64::from(r.floor)).sum();
+            let block = &raw.service[i];
+            match own.cap {
+                None => {
+                    return Err(self.new_error(
+                        ConfigErrorKind::MissingKey,
+                        block.span(),
+                        &format!("service[{i}].cap"),
+                        format!(
+                            "service {:?} inherits rule {:?} from [default], whose `floor` reserves permits in the service cap, and the service has no cap; add `service[{i}].cap`, or set {opt_out}",
+                            own.name, floored.name
+                        ),
+                    ))
+                }
+                Some(cap) if floors > u64::from(cap.limit.permits()) => {
+                    let span = block.get_ref().cap.as_ref().map_or(block.span(), |c| c.span());
+                    return Err(self.new_error(
+                        ConfigErrorKind::InvalidLimit,
+                        span,
+                        &format!("service[{i}].cap"),
+                        format!(
+                            "the floors of service {:?}'s rules, with those it inherits from [default], add up to {floors}, more than the cap's {} permits per window; raise the cap, lower the floors, or set {opt_out}",
+                            own.name,
+                            cap.limit.permits()
+                        ),
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(())
     }
 }
 
 impl Ctx<'_> {
+    /// A service's own policy that no span can reach: `rule` matches every span first.
+    fn unreachable_policy(
+        &self,
+        span: Range<usize>,
+        key: &str,
+        rule: &str,
+        hint: &str,
+    ) -> ConfigError {
+        self.new_error(
+            ConfigErrorKind::UnreachableRule,
+            span,
+            key,
+            format!("the service's own policy never decides: its last rule, {rule:?}, has no condition and matches every span first; remove one of the two, or give the rule a condition{hint}"),
+        )
+    }
+
+    /// Checks that the fleet-scoped rules service `i` inherits get valid Redis keys of
+    /// its name, distinct from its own fleet-scoped default and cap.
+    fn inherited_fleet_keys(
+        &self,
+        i: usize,
+        own: &ServiceConfig,
+        inherited: &[Rule],
+        raw: &Spanned<RawBlock>,
+        opt_out: &str,
+    ) -> Result<(), ConfigError> {
+        let fleet = |p: &Policy| matches!(p, Policy::Limit(s) if s.scope == Scope::Fleet);
+        let cap_fleet = own.cap.is_some_and(|c| c.scope == Scope::Fleet);
+        if !inherited
+            .iter()
+            .any(|r| fleet(&r.policy) || cap_fleet && r.floor > 0)
+        {
+            return Ok(());
+        }
+        if let Some(n) = &raw.get_ref().name {
+            self.fleet_name(n, &format!("service[{i}].name"))?;
+        }
+        let clash = inherited.iter().find(|r| {
+            fleet(&r.policy)
+                && (r.name == "cap" && cap_fleet
+                    || r.name == "default" && own.policy.as_ref().is_some_and(fleet))
+        });
+        if let Some(rule) = clash {
+            return Err(self.new_error(
+                ConfigErrorKind::DuplicateRule,
+                raw.span(),
+                &format!("service[{i}]"),
+                format!(
+                    "service {:?} inherits the fleet-scoped rule {:?} from [default], whose Redis key would be that of the service's own fleet-scoped {}; rename the rule, or set {opt_out}",
+                    own.name, rule.name, rule.name
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// The `[fleet]` table.
     fn fleet(&self, raw: &RawFleet) -> Result<FleetSettings, ConfigError> {
         let urls = match &raw.redis {
@@ -710,13 +958,14 @@ fn toml_error(ctx: &Ctx<'_>, e: &toml::de::Error) -> ConfigError {
         let key = rest.split('`').next().unwrap_or_default().to_owned();
         (ConfigErrorKind::MissingKey, key)
     } else {
-        (ConfigErrorKind::Syntax, key_before(ctx.text, span.start))
+        let key = key_path(ctx.text, &span).unwrap_or_else(|| key_before(ctx.text, span.start));
+        (ConfigErrorKind::Syntax, key)
     };
     ConfigError::new(kind, ctx.file, ctx.pos(span), key, message).with_source(e.clone())
 }
 
-/// The full path (`service[0].rule[1].rat`) of the key spelled at `span`, found in the
-/// document parsed again with spans (only on this error path).
+/// The full path (`service[0].rule[1].rat`) of the key spelled at `span`, or whose value
+/// is at `span`, found in the document parsed again with spans (only on this error path).
 fn key_path(text: &str, span: &Range<usize>) -> Option<String> {
     fn in_table(table: &DeTable<'_>, span: &Range<usize>, path: &str) -> Option<String> {
         table.iter().find_map(|(key, value)| {
@@ -724,7 +973,8 @@ fn key_path(text: &str, span: &Range<usize>) -> Option<String> {
                 "" => key.get_ref().to_string(),
                 _ => format!("{path}.{}", key.get_ref()),
             };
-            if key.span() == *span {
+            // The key itself (an unknown key), or its value (a value of the wrong type).
+            if key.span() == *span || value.span() == *span {
                 return Some(path);
             }
             in_value(value.get_ref(), span, &path)

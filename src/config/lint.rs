@@ -3,10 +3,12 @@
 
 use std::fmt;
 use std::num::NonZeroU32;
+use std::time::Duration;
 
-use super::model::{Rule, SamplingConfig, ServiceConfig};
+use super::model::{LimitSpec, Rule, SamplingConfig, ServiceConfig};
 use super::pattern::Pattern;
 use super::summary::{EffectiveRules, RulePolicy};
+use crate::clock::{Clock, MonotonicClock};
 
 /// A service whose limiters take more than this many bytes gets a
 /// [`LintKind::LargeMemory`] warning: 16 MiB.
@@ -26,7 +28,8 @@ pub enum Severity {
 #[non_exhaustive]
 pub enum LintKind {
     /// Error: an earlier rule has no condition at all (it matches every span), so this
-    /// rule never decides.
+    /// rule never decides. (The loaders refuse such a file; this catches any other
+    /// source of a configuration.)
     Unreachable,
     /// Error: every span this rule matches is matched by an earlier rule first (its
     /// conditions imply this rule's), so this rule never decides.
@@ -39,8 +42,24 @@ pub enum LintKind {
     /// through (compared as rates); the excess is held back from the shared pool and
     /// never used.
     FloorOverLimit,
+    /// Error: the floors reserve every permit of the cap, so the cap's shared pool is
+    /// empty: spans decided by the service's default policy (and by rules without a
+    /// floor) are never kept.
+    SharedPoolEmpty,
+    /// Warning: the cap's shared pool (the cap less the floors) lets through fewer than
+    /// the default policy's limit (compared as rates), so spans no rule matches keep at
+    /// most the pool, not the default's limit (a cap of 10 with floors of 9 keeps 1 per
+    /// window for them).
+    SharedPoolBelowDefault,
     /// Warning: a service's limiters take more than [`LARGE_MEMORY_BYTES`].
     LargeMemory,
+    /// Error: a local limit's window is shorter than the resolution of the default clock
+    /// ([`MonotonicClock`](crate::MonotonicClock), one kernel tick, 4 ms on most Linux
+    /// systems), so [`RuleBasedSampler::new`](crate::RuleBasedSampler::new) refuses it
+    /// (a limiter that sees time in steps longer than its window enforces another rate).
+    /// A finer clock ([`RuleBasedSampler::with_clock`](crate::RuleBasedSampler::with_clock)
+    /// with a [`PreciseClock`](crate::PreciseClock)) serves it.
+    WindowBelowClock,
     /// Error: a limit divided by the replica count is out of [`Limit::per_second`](crate::Limit::per_second)'s
     /// range, so no per-replica limit expresses it. Fleet-scoped limits are never
     /// divided: they already hold for the whole fleet.
@@ -51,10 +70,14 @@ impl LintKind {
     /// The severity of this kind of lint.
     pub fn severity(self) -> Severity {
         match self {
-            LintKind::FloorOverLimit | LintKind::LargeMemory => Severity::Warning,
+            LintKind::FloorOverLimit | LintKind::SharedPoolBelowDefault | LintKind::LargeMemory => {
+                Severity::Warning
+            }
             LintKind::Unreachable
             | LintKind::Shadowed
             | LintKind::FloorsOverCap
+            | LintKind::WindowBelowClock
+            | LintKind::SharedPoolEmpty
             | LintKind::CannotSplit => Severity::Error,
         }
     }
@@ -137,7 +160,8 @@ impl SamplingConfig {
     ///     [default]
     ///     rate = 10.0
     ///     [[default.rule]]
-    ///     name = "all"
+    ///     name = "all-gets"
+    ///     span_name = "GET *"
     ///     rate = 1.0
     ///     [[default.rule]]
     ///     name = "never"
@@ -146,23 +170,43 @@ impl SamplingConfig {
     /// "#, "inline")?;
     /// let lints = config.lints(NonZeroU32::MIN);
     /// assert_eq!(lints.len(), 1);
-    /// assert_eq!(lints[0].kind(), LintKind::Unreachable);
+    /// assert_eq!(lints[0].kind(), LintKind::Shadowed);
     /// assert_eq!(lints[0].rule(), Some("never"));
     /// # Ok::<(), otel_rate_sampler::ConfigError>(())
     /// ```
     pub fn lints(&self, replicas: NonZeroU32) -> Vec<Lint> {
         let mut lints = Vec::new();
-        lint_service(&self.default, false, replicas, &mut lints);
-        for name in self.services() {
-            lint_service(&self.service(name), true, replicas, &mut lints);
+        let resolution = MonotonicClock::new().resolution();
+        lint_service(&self.default, false, replicas, resolution, &mut lints);
+        for s in &self.services {
+            lint_service(&self.listed(s), true, replicas, resolution, &mut lints);
         }
         lints
     }
 }
 
-fn lint_service(s: &ServiceConfig, listed: bool, replicas: NonZeroU32, out: &mut Vec<Lint>) {
+fn lint_service(
+    s: &ServiceConfig,
+    listed: bool,
+    replicas: NonZeroU32,
+    resolution: Duration,
+    out: &mut Vec<Lint>,
+) {
     shadowed_rules(s, out);
     let effective = EffectiveRules::of(s, listed);
+    for (name, limit) in effective.local_limits() {
+        if limit.window() < resolution {
+            out.push(Lint::new(
+                LintKind::WindowBelowClock,
+                &s.name,
+                Some(name),
+                format!(
+                    "window {:?} is shorter than the default clock's resolution ({resolution:?} here), so RuleBasedSampler::new refuses it; use a window of at least {resolution:?}, or build the sampler with a finer clock (with_clock and PreciseClock)",
+                    limit.window()
+                ),
+            ));
+        }
+    }
     floors(s, &effective, out);
     let bytes: usize = effective.limiters().iter().map(|l| l.bytes()).sum();
     if bytes > LARGE_MEMORY_BYTES {
@@ -192,7 +236,7 @@ fn shadowed_rules(s: &ServiceConfig, out: &mut Vec<Lint>) {
         else {
             continue;
         };
-        let (kind, why) = if has_no_condition(earlier) {
+        let (kind, why) = if earlier.matches_everything() {
             (LintKind::Unreachable, "matches every span")
         } else {
             (
@@ -200,22 +244,23 @@ fn shadowed_rules(s: &ServiceConfig, out: &mut Vec<Lint>) {
                 "matches every span this rule matches (its conditions imply this rule's)",
             )
         };
+        let fix = if later.inherited {
+            "it is inherited from [default]: narrow the earlier rule, or set inherit_default_rules = false on the service"
+        } else {
+            "move it up or narrow the earlier rule"
+        };
         out.push(Lint::new(
             kind,
             &s.name,
             Some(&later.name),
             format!(
-                "rule {} never decides: rule {} {:?} before it {why}; move it up or narrow the earlier rule",
+                "rule {} never decides: rule {} {:?} before it {why}; {fix}",
                 j + 1,
                 i + 1,
                 earlier.name
             ),
         ));
     }
-}
-
-fn has_no_condition(r: &Rule) -> bool {
-    r.span_name.is_none() && r.kind.is_none() && r.parent.is_none() && r.attributes.is_empty()
 }
 
 /// Whether every span `b` matches is matched by `a` (conservative: `false` when unsure).
@@ -274,6 +319,8 @@ fn floors(s: &ServiceConfig, effective: &EffectiveRules, out: &mut Vec<Lint>) {
                 cap.limit.window()
             ),
         ));
+    } else {
+        shared_pool(s, &cap, floors, out);
     }
     for rule in s.rules.iter().filter(|r| r.floor > 0) {
         let RulePolicy::Limit { limit, .. } = rule.policy.into() else {
@@ -295,6 +342,46 @@ fn floors(s: &ServiceConfig, effective: &EffectiveRules, out: &mut Vec<Lint>) {
                 ),
             ));
         }
+    }
+}
+
+/// A shared pool the floors leave empty, or smaller than the default policy's limit.
+fn shared_pool(s: &ServiceConfig, cap: &LimitSpec, floors: u64, out: &mut Vec<Lint>) {
+    let Some(default) = s.policy else { return };
+    let pool = u64::from(cap.limit.permits()).saturating_sub(floors);
+    if floors == 0 {
+        return;
+    }
+    if pool == 0 {
+        out.push(Lint::new(
+            LintKind::SharedPoolEmpty,
+            &s.name,
+            Some("default"),
+            format!(
+                "the floors ({floors}) reserve all of the cap's {} permits per {:?}, so the shared pool is empty and spans no rule matches are never kept (nor those of rules without a floor); lower the floors or raise the cap",
+                cap.limit.permits(),
+                cap.limit.window()
+            ),
+        ));
+        return;
+    }
+    let RulePolicy::Limit { limit, .. } = default.into() else {
+        return;
+    };
+    // pool / cap window < permits / default window, in whole numbers.
+    let pool_rate = u128::from(pool) * u128::from(limit.window_nanos());
+    let default_rate = u128::from(limit.permits()) * u128::from(cap.limit.window_nanos());
+    if pool_rate < default_rate {
+        out.push(Lint::new(
+            LintKind::SharedPoolBelowDefault,
+            &s.name,
+            Some("default"),
+            format!(
+                "the cap's shared pool is {pool} per {:?} (the cap's {} less the floors' {floors}), less than the default policy's {limit}: spans no rule matches keep at most {pool} per cap window; lower the floors or raise the cap",
+                cap.limit.window(),
+                cap.limit.permits()
+            ),
+        ));
     }
 }
 
@@ -328,20 +415,19 @@ mod tests {
     }
 
     #[test]
-    fn a_rule_after_a_catch_all_is_unreachable() {
-        let lints = lints_of(
-            r#"
-[default]
-rate = 1.0
-[[default.rule]]
-name = "all"
-probability = 0.5
-[[default.rule]]
-name = "late"
-kind = "server"
-rate = 2.0
-"#,
-        );
+    fn a_rule_after_a_catch_all_is_unreachable_whatever_loaded_it() {
+        // The loaders refuse this; a configuration made another way is still linted.
+        let mut config = SamplingConfig::from_toml_str(
+            "[default]\nrate = 1.0\n[[default.rule]]\nname = \"all\"\nkind = \"client\"\nprobability = 0.5\n[[default.rule]]\nname = \"late\"\nkind = \"server\"\nrate = 2.0\n",
+            "t.toml",
+        )
+        .unwrap();
+        config.default.rules[0].kind = None;
+        let lints: Vec<_> = config
+            .lints(NonZeroU32::MIN)
+            .into_iter()
+            .map(|l| (l.kind(), l.rule().map(str::to_owned)))
+            .collect();
         assert_eq!(lints, [(LintKind::Unreachable, Some("late".into()))]);
     }
 
@@ -430,6 +516,72 @@ rate = 1.0
                 {"operation": "b", "type": "probabilistic", "param": 0.1}]}}"#;
         let config = SamplingConfig::from_jaeger_json_str(json, "s.json").unwrap();
         assert_eq!(config.lints(NonZeroU32::MIN), []);
+    }
+
+    #[test]
+    fn windows_below_the_default_clock_resolution_are_errors() {
+        let config = SamplingConfig::from_toml_str(
+            "[default]\nlimit = 1\nwindow = \"1ms\"\n[[service]]\nname = \"s\"\nlimit = 1\nwindow = \"1s\"\n",
+            "t.toml",
+        )
+        .unwrap();
+        let resolution = MonotonicClock::new().resolution();
+        let lints = config.lints(NonZeroU32::MIN);
+        let below: Vec<_> = lints
+            .iter()
+            .filter(|l| l.kind() == LintKind::WindowBelowClock)
+            .map(|l| (l.service().to_owned(), l.rule().map(str::to_owned)))
+            .collect();
+        // The service "s" inherits the default's policy only when it has none.
+        if resolution > Duration::from_millis(1) {
+            assert_eq!(
+                below,
+                [(String::new(), Some("default".into()))],
+                "{lints:?}"
+            );
+            assert_eq!(LintKind::WindowBelowClock.severity(), Severity::Error);
+        } else {
+            assert_eq!(below, [], "{lints:?}");
+        }
+    }
+
+    #[test]
+    fn floors_that_starve_the_default_are_linted_as_the_sampler_applies_them() {
+        // A cap of 10 with floors of 9 keeps 1 per window for spans no rule matches.
+        let text = |floor: u32| {
+            format!(
+                "[[service]]\nname = \"s\"\nlimit = 5\ncap = {{ limit = 10 }}\n[[service.rule]]\nname = \"pay\"\nspan_name = \"POST /pay\"\nrate = 9.0\nfloor = {floor}\n"
+            )
+        };
+        let kinds = |floor| {
+            let config = SamplingConfig::from_toml_str(&text(floor), "t.toml").unwrap();
+            config
+                .lints(NonZeroU32::MIN)
+                .into_iter()
+                .map(|l| {
+                    (
+                        l.kind(),
+                        l.service().to_owned(),
+                        l.rule().map(str::to_owned),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        let s = |kind| (kind, "s".to_owned(), Some("default".to_owned()));
+        assert_eq!(kinds(9), [s(LintKind::SharedPoolBelowDefault)]);
+        assert_eq!(kinds(5), []);
+        // The sampler keeps nothing for the default when the floors take the whole cap.
+        let config = SamplingConfig::from_toml_str(
+            &text(9)
+                .replace("rate = 9.0", "rate = 10.0")
+                .replace("floor = 9", "floor = 10"),
+            "t.toml",
+        )
+        .unwrap();
+        let lints = config.lints(NonZeroU32::MIN);
+        assert_eq!(lints.len(), 1, "{lints:?}");
+        assert_eq!(lints[0].kind(), LintKind::SharedPoolEmpty);
+        assert_eq!(lints[0].severity(), Severity::Error);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! [`RuleBasedSampler`] on top of the sampler layer, and inspected by the lints and
 //! summaries the `otel-rate-sampler` command prints.
 
+mod budget;
 #[cfg(feature = "yaml")]
 mod declarative;
 pub mod env;

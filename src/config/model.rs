@@ -1,6 +1,7 @@
 //! The configuration model every format loads into: a file-wide default, services by
 //! name, each with a default policy, an optional cap and ordered rules.
 
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::path::Path;
 use std::time::Duration;
@@ -9,6 +10,7 @@ use opentelemetry::trace::SpanKind;
 
 use super::error::{ConfigError, ConfigErrorKind, Pos};
 use super::pattern::Pattern;
+use super::rule_limiter::LimitOf;
 use crate::limit::Limit;
 use crate::limiter::Algorithm;
 use crate::sampler::{Origin, RemoteParents};
@@ -21,12 +23,29 @@ use crate::sampler::{Origin, RemoteParents};
 /// # The model
 ///
 /// * A **file-wide default** (`[default]`): a policy, optional rules and an optional cap,
-///   used whole by every service the file does not list.
+///   used whole by every service the file does not list. `[default]` is optional: without
+///   it (or without a policy in it) the **built-in default** applies, 100 traces per
+///   second ([`env::DEFAULT_TRACES_PER_SECOND`](crate::env::DEFAULT_TRACES_PER_SECOND)),
+///   a local fixed window, remote parents followed: what
+///   `OTEL_TRACES_SAMPLER=parentbased_ratelimiting` gives. (A Jaeger file without
+///   `default_strategy` gets Jaeger's own default, probability 0.001.)
 /// * **Services** (`[[service]]`), matched exactly against the `service.name` the
 ///   application passes to [`RuleBasedSampler::new`](crate::RuleBasedSampler::new) (the
 ///   sampler cannot see the `Resource`). Each has ordered rules, an optional default
-///   policy (else the file default's policy), an optional cap, and a remote-parent
-///   policy.
+///   policy (else the file default's policy), an optional cap (its own: `[default]`'s cap
+///   is not inherited), and a remote-parent policy.
+/// * **Default rules** (`[[default.rule]]`, a Jaeger `default_strategy`'s operations) are
+///   inherited by every listed service, after the service's own rules, except those
+///   whose name the service uses for a rule of its own (that rule replaces it). A
+///   service opts out with `inherit_default_rules = false` (in TOML and in a Jaeger
+///   service strategy alike). An unnamed default rule is named `default-rule-N` (an
+///   unnamed service rule `rule-N`), so the two never replace each other by accident.
+///   An inherited rule's `floor` reserves permits in the inheriting service's cap: the
+///   loader refuses a service whose cap cannot hold them.
+/// * **Memory**: the limiters one service's sampler builds (a sliding log keeps 16
+///   bytes per permit) must fit in a budget, [`DEFAULT_MEMORY_BUDGET`](Self::DEFAULT_MEMORY_BUDGET)
+///   unless the TOML file sets `[limits] memory_budget` (bytes, or a text such as
+///   `"512MiB"`); the loader refuses a service over it, naming its largest limiter.
 /// * A **rule** matches on span name (glob), span kind, attribute values (globs on the
 ///   attributes present when the span starts; all listed must be present and match) and
 ///   parent origin (`none` for roots, `remote` for remote parents under
@@ -36,8 +55,11 @@ use crate::sampler::{Origin, RemoteParents};
 /// # Evaluation order
 ///
 /// For a span the sampler decides (a root, or a sampled remote parent under
-/// `remote_parents = "cap"`): the first rule in file order that matches decides; if none
-/// does, the service's default policy, then the file default's. The chosen policy's own
+/// `remote_parents = "cap"`): the first rule in order (the service's own, then the
+/// inherited ones) that matches decides; if none does, the service's default policy,
+/// then the file default's. A rule with no condition matches every span, so the loaders
+/// refuse one that is followed by any other rule (inherited ones included), or that
+/// comes before a listed service's own policy (which would never decide). The chosen policy's own
 /// limiter (or probability) must admit the span; then, if the service has a cap, the
 /// span must also get a permit from the cap (first from the rule's reserved `floor`,
 /// then from the cap's shared pool). Only then is it kept. Children with a local parent
@@ -75,6 +97,10 @@ pub struct SamplingConfig {
     pub(crate) services: Vec<ServiceConfig>,
     /// Where fleet-scoped limits are shared (no URL: the file has none).
     pub(crate) fleet: FleetSettings,
+    /// The most bytes the limiters of one service's sampler may take.
+    pub(crate) memory_budget: usize,
+    /// The position of each service in `services`, by name.
+    index: HashMap<String, usize>,
 }
 
 /// The `[fleet]` table: where fleet-scoped limits are shared. Its `Debug` masks the
@@ -98,7 +124,39 @@ pub(crate) struct ServiceConfig {
     pub(crate) cap: Option<LimitSpec>,
     pub(crate) remote_parents: RemoteParents,
     pub(crate) rules: Vec<Rule>,
+    /// Whether the file default's rules follow this service's own (not for the default).
+    pub(crate) inherit_default_rules: bool,
 }
+
+impl ServiceConfig {
+    /// The built-in default: [`DEFAULT_TRACES_PER_SECOND`](super::env::DEFAULT_TRACES_PER_SECOND),
+    /// a local fixed window, remote parents followed, no rules, no cap.
+    pub(crate) fn builtin_default() -> Self {
+        Self::single_rate(BUILTIN_DEFAULT_LIMIT, RemoteParents::default())
+    }
+
+    /// One limit for every span, nothing else.
+    pub(crate) fn single_rate(limit: Limit, remote_parents: RemoteParents) -> Self {
+        Self {
+            name: String::new(),
+            policy: Some(Policy::Limit(LimitSpec::local(limit, Algorithm::default()))),
+            cap: None,
+            remote_parents,
+            rules: Vec::new(),
+            inherit_default_rules: true,
+        }
+    }
+}
+
+/// The built-in default's limit: [`DEFAULT_TRACES_PER_SECOND`](super::env::DEFAULT_TRACES_PER_SECOND)
+/// per second (checked when the crate compiles).
+pub(crate) const BUILTIN_DEFAULT_LIMIT: Limit = match Limit::per_window(
+    super::env::DEFAULT_TRACES_PER_SECOND as u32,
+    Duration::from_secs(1),
+) {
+    Ok(limit) => limit,
+    Err(_) => panic!("the built-in default rate is a valid limit"),
+};
 
 impl fmt::Debug for FleetSettings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -126,6 +184,9 @@ pub(crate) struct LimitSpec {
     pub(crate) limit: Limit,
     pub(crate) algorithm: Algorithm,
     pub(crate) scope: Scope,
+    /// Where the file sets the window (`window`, else `rate` or `limit`; 0:0 if nowhere),
+    /// for the errors found when the sampler is built.
+    pub(crate) at: Pos,
 }
 
 impl LimitSpec {
@@ -135,6 +196,7 @@ impl LimitSpec {
             limit,
             algorithm,
             scope: Scope::Local,
+            at: Pos { line: 0, column: 0 },
         }
     }
 }
@@ -182,9 +244,49 @@ pub(crate) struct Rule {
     pub(crate) policy: Policy,
     /// Permits reserved for this rule in each window of the service cap.
     pub(crate) floor: u32,
+    /// Whether a service has it from the file default's rules.
+    pub(crate) inherited: bool,
+}
+
+impl Rule {
+    /// Whether it has no condition at all, and so matches every span.
+    pub(crate) fn matches_everything(&self) -> bool {
+        self.span_name.is_none()
+            && self.kind.is_none()
+            && self.parent.is_none()
+            && self.attributes.is_empty()
+    }
 }
 
 impl SamplingConfig {
+    /// The memory budget of one service's limiters when the file sets none: 128 MiB.
+    /// It holds one sliding log of [`Limit::MAX_PERMITS`] (64 MiB) with room to spare,
+    /// and refuses a file asking for many (16 of them would take 1 GiB).
+    pub const DEFAULT_MEMORY_BUDGET: usize = 128 << 20;
+
+    /// A configuration of `services` (distinct names, which the loaders check) over
+    /// `default`.
+    pub(crate) fn new(
+        source: &str,
+        default: ServiceConfig,
+        services: Vec<ServiceConfig>,
+        fleet: FleetSettings,
+    ) -> Self {
+        let index = services
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.name.clone(), i))
+            .collect();
+        Self {
+            source: source.to_owned(),
+            default,
+            services,
+            fleet,
+            memory_budget: Self::DEFAULT_MEMORY_BUDGET,
+            index,
+        }
+    }
+
     /// Loads a file, choosing the format by the name's extension and the content:
     ///
     /// * `.json`: Jaeger sampling strategies;
@@ -258,13 +360,16 @@ impl SamplingConfig {
         self.services.iter().map(|s| s.name.as_str())
     }
 
-    /// The settings that apply to `service`: its own, or the file default's.
+    /// Whether the file lists `service` (in constant time).
+    pub(crate) fn lists(&self, service: &str) -> bool {
+        self.index.contains_key(service)
+    }
+
+    /// The settings that apply to `service`: its own with the inherited default rules,
+    /// or the file default's.
     pub(crate) fn service(&self, service: &str) -> ServiceConfig {
-        match self.services.iter().find(|s| s.name == service) {
-            Some(s) => ServiceConfig {
-                policy: s.policy.or(self.default.policy),
-                ..s.clone()
-            },
+        match self.index.get(service) {
+            Some(&i) => self.listed(&self.services[i]),
             None => ServiceConfig {
                 name: service.to_owned(),
                 ..self.default.clone()
@@ -272,13 +377,67 @@ impl SamplingConfig {
         }
     }
 
+    /// The key of the window of `of` in `service`'s settings (`service[1].rule[0].window`,
+    /// `default.rule[2].window` for an inherited rule, `service[1].cap.window`).
+    pub(crate) fn window_key(&self, service: &str, of: &LimitOf) -> String {
+        let listed = self.index.get(service).map(|&i| (i, &self.services[i]));
+        let in_default = |name: &str| {
+            self.default
+                .rules
+                .iter()
+                .position(|r| r.name == name)
+                .map(|k| format!("default.rule[{k}].window"))
+        };
+        let key = match (listed, of) {
+            (Some((i, s)), LimitOf::Rule(name)) => s
+                .rules
+                .iter()
+                .position(|r| &r.name == name)
+                .map(|j| format!("service[{i}].rule[{j}].window"))
+                .or_else(|| in_default(name)),
+            (None, LimitOf::Rule(name)) => in_default(name),
+            (Some((i, s)), LimitOf::Default) if s.policy.is_some() => {
+                Some(format!("service[{i}].window"))
+            }
+            (_, LimitOf::Default) => Some("default.window".to_owned()),
+            (Some((i, _)), LimitOf::Cap) => Some(format!("service[{i}].cap.window")),
+            (None, LimitOf::Cap) => Some("default.cap.window".to_owned()),
+        };
+        key.unwrap_or_default()
+    }
+
+    /// A listed service as its sampler applies it: its own rules, then the default's it
+    /// inherits (not those it replaces by name), and the default's policy if it has none.
+    pub(crate) fn listed(&self, s: &ServiceConfig) -> ServiceConfig {
+        let mut rules = Vec::with_capacity(s.rules.len() + self.default.rules.len());
+        rules.extend(s.rules.iter().cloned());
+        if s.inherit_default_rules && !self.default.rules.is_empty() {
+            let own: HashSet<&str> = s.rules.iter().map(|r| r.name.as_str()).collect();
+            rules.extend(
+                self.default
+                    .rules
+                    .iter()
+                    .filter(|d| !own.contains(d.name.as_str()))
+                    .map(|d| Rule {
+                        inherited: true,
+                        ..d.clone()
+                    }),
+            );
+        }
+        ServiceConfig {
+            name: s.name.clone(),
+            policy: s.policy.or(self.default.policy),
+            cap: s.cap,
+            remote_parents: s.remote_parents,
+            rules,
+            inherit_default_rules: s.inherit_default_rules,
+        }
+    }
+
     /// The effective rules for `service`, in evaluation order, for people to read (what
     /// the `otel-rate-sampler check` command prints).
     pub fn describe(&self, service: &str) -> impl fmt::Display + '_ {
-        Describe(
-            self.service(service),
-            self.services.iter().any(|s| s.name == service),
-        )
+        Describe(self.service(service), self.lists(service))
     }
 }
 
@@ -318,6 +477,17 @@ impl fmt::Display for Describe {
             }
             None => writeln!(f, "  cap: none")?,
         }
+        if let Some(cap) = &s.cap {
+            let floors: u64 = s.rules.iter().map(|r| u64::from(r.floor)).sum();
+            if floors > 0 {
+                let pool = u64::from(cap.limit.permits()).saturating_sub(floors);
+                writeln!(
+                    f,
+                    "  cap shared pool: {pool} per {:?} (the cap less the floors' {floors}), for the default and for rules past their floor",
+                    cap.limit.window()
+                )?;
+            }
+        }
         for (i, r) in s.rules.iter().enumerate() {
             write!(f, "  {}. rule {:?}: ", i + 1, r.name)?;
             let mut any = false;
@@ -345,6 +515,9 @@ impl fmt::Display for Describe {
                 f.write_str("every span ")?;
             }
             write!(f, "=> {}", DisplayPolicy(&r.policy))?;
+            if r.inherited {
+                f.write_str(" (inherited from [default])")?;
+            }
             if is_fleet(&r.policy) {
                 write!(f, ", fleet-wide (key {:?})", fleet_key(&s.name, &r.name))?;
             }

@@ -7,7 +7,7 @@ use opentelemetry::trace::{Link, SpanKind, TraceId};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{SamplingResult, ShouldSample};
 
-use super::error::{ConfigError, ConfigErrorKind};
+use super::error::{ConfigError, ConfigErrorKind, Pos};
 use super::model::SamplingConfig;
 use super::rule_limiter::BuildError;
 use super::rule_set::RuleSet;
@@ -264,15 +264,20 @@ fn compile<C: Clock + Clone>(
     previous: Option<&RuleSet<C>>,
 ) -> Result<RuleSet<C>, ConfigError> {
     RuleSet::compile(&config.service(service), &config.fleet, clock, previous).map_err(|e| {
-        let kind = match e {
-            BuildError::Limit(_) => ConfigErrorKind::InvalidLimit,
-            BuildError::Fleet { .. } => ConfigErrorKind::Fleet,
+        let (kind, at, key) = match &e {
+            BuildError::Limit(_) => (ConfigErrorKind::InvalidLimit, Pos::default(), String::new()),
+            BuildError::WindowBelowResolution { of, spec, .. } => (
+                ConfigErrorKind::WindowBelowClockResolution,
+                spec.at,
+                config.window_key(service, of),
+            ),
+            BuildError::Fleet { .. } => (ConfigErrorKind::Fleet, Pos::default(), String::new()),
         };
         ConfigError::new(
             kind,
             &config.source,
-            Default::default(),
-            "",
+            at,
+            key,
             format!("service {service:?}: {e}"),
         )
         .with_source(e)

@@ -28,11 +28,39 @@ pub(crate) struct FleetRule<C> {
     settings: FleetSettings,
 }
 
+/// Whose limit it is, in a service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum LimitOf {
+    /// The rule of this name.
+    Rule(String),
+    /// The service's default policy.
+    Default,
+    /// The cap (its floors share its window).
+    Cap,
+}
+
+impl fmt::Display for LimitOf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LimitOf::Rule(name) => write!(f, "rule {name:?}"),
+            LimitOf::Default => f.write_str("the default policy"),
+            LimitOf::Cap => f.write_str("the cap"),
+        }
+    }
+}
+
 /// Why a limiter could not be built.
 #[derive(Debug)]
 pub(crate) enum BuildError {
     /// A local limit out of range.
     Limit(LimitError),
+    /// A local limit's window is shorter than the clock's resolution: the limiter would
+    /// see time move in steps longer than its window, and enforce another rate.
+    WindowBelowResolution {
+        of: LimitOf,
+        spec: LimitSpec,
+        resolution: std::time::Duration,
+    },
     /// A fleet limiter refused its options (`key`: the rule's fleet key).
     Fleet {
         key: String,
@@ -44,6 +72,16 @@ impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             BuildError::Limit(e) => e.fmt(f),
+            BuildError::WindowBelowResolution {
+                of,
+                spec,
+                resolution,
+            } => write!(
+                f,
+                "{of}: window {:?} is shorter than the resolution of the sampler's clock, {resolution:?}: the limiter would see time move in steps of {resolution:?} and enforce another rate than {}; use a window of at least {resolution:?}, or a finer clock (RuleBasedSampler::with_clock with PreciseClock, or a CachedClock with a shorter tick)",
+                spec.limit.window(),
+                spec.limit
+            ),
             BuildError::Fleet { key, source } => {
                 write!(f, "the fleet limiter for key {key:?}: {source}")
             }
@@ -55,6 +93,7 @@ impl Error for BuildError {
     fn source(&self) -> Option<&(dyn Error + 'static)> {
         match self {
             BuildError::Limit(e) => Some(e),
+            BuildError::WindowBelowResolution { .. } => None,
             BuildError::Fleet { source, .. } => Some(source.as_ref()),
         }
     }

@@ -3,6 +3,7 @@
 //! recorded on kept spans built once.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use opentelemetry::trace::{SpanKind, TraceId, TraceState};
 use opentelemetry::KeyValue;
@@ -10,10 +11,10 @@ use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult};
 
 use super::matcher::Matchers;
 use super::model::{
-    fleet_cap_key, fleet_floor_key, fleet_key, FleetSettings, LimitSpec, Policy, Rule,
+    fleet_cap_key, fleet_floor_key, fleet_key, FleetSettings, LimitSpec, Policy, Rule, Scope,
     ServiceConfig,
 };
-use super::rule_limiter::{BuildError, RuleLimiter};
+use super::rule_limiter::{BuildError, LimitOf, RuleLimiter};
 use crate::clock::Clock;
 use crate::limit::{Limit, LimitError};
 use crate::limiter::{Algorithm, RateLimiter};
@@ -75,6 +76,7 @@ impl<C: Clock + Clone> RuleSet<C> {
                 None => p.default.as_ref(),
             })
         };
+        below_resolution(service, clock.resolution())?;
         let cap = service.cap;
         let build = |spec: LimitSpec, key: &dyn Fn() -> String, old: Option<&RuleLimiter<C>>| {
             RuleLimiter::build(spec, key, fleet, clock, old)
@@ -100,7 +102,7 @@ impl<C: Clock + Clone> RuleSet<C> {
                         let spec = LimitSpec {
                             limit: Limit::per_window(permits, cap.limit.window())?,
                             algorithm: Algorithm::FixedWindow,
-                            scope: cap.scope,
+                            ..cap
                         };
                         let key = || fleet_floor_key(&service.name, name);
                         Some(build(spec, &key, old.and_then(|o| o.floor.as_ref()))?)
@@ -158,6 +160,33 @@ impl<C: Clock + Clone> RuleSet<C> {
             cap: service.cap,
             unmatched: previous.map_or_else(Default::default, |p| Arc::clone(&p.unmatched)),
         })
+    }
+}
+
+/// Refuses a local limit whose window is shorter than the clock's resolution (before
+/// any limiter is built): such a limiter sees whole windows go by between two readings
+/// and enforces another rate (1 per 1 ms on a 4 ms clock kept 251 per second).
+fn below_resolution(service: &ServiceConfig, resolution: Duration) -> Result<(), BuildError> {
+    let rules = service.rules.iter().filter_map(|r| match r.policy {
+        Policy::Limit(spec) => Some((LimitOf::Rule(r.name.clone()), spec)),
+        Policy::Probability(_) => None,
+    });
+    let default = match service.policy {
+        Some(Policy::Limit(spec)) => Some((LimitOf::Default, spec)),
+        _ => None,
+    };
+    let cap = service.cap.map(|spec| (LimitOf::Cap, spec));
+    match rules
+        .chain(default)
+        .chain(cap)
+        .find(|(_, spec)| spec.scope == Scope::Local && spec.limit.window() < resolution)
+    {
+        Some((of, spec)) => Err(BuildError::WindowBelowResolution {
+            of,
+            spec,
+            resolution,
+        }),
+        None => Ok(()),
     }
 }
 

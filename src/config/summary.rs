@@ -120,19 +120,11 @@ pub struct LimiterMemory {
 
 impl LimiterMemory {
     fn new(role: String, spec: LimitSpec) -> Self {
-        let slots = match spec.algorithm {
-            Algorithm::SlidingLog => {
-                SLIDING_LOG_BYTES_PER_PERMIT.saturating_mul(spec.limit.permits() as usize)
-            }
-            _ => 0,
-        };
-        // The limiter sits in an `Arc`: two counters, then the (cache-padded) struct.
-        let fixed = 2 * size_of::<usize>() + size_of::<AnyLimiter<MonotonicClock>>();
         Self {
             role,
             limit: spec.limit,
             algorithm: spec.algorithm,
-            bytes: fixed.saturating_add(slots),
+            bytes: limiter_bytes(spec),
         }
     }
 
@@ -159,14 +151,24 @@ impl LimiterMemory {
     }
 }
 
+/// The memory of the limiter of `spec`, as laid out on this target.
+pub(crate) fn limiter_bytes(spec: LimitSpec) -> usize {
+    let slots = match spec.algorithm {
+        Algorithm::SlidingLog => {
+            SLIDING_LOG_BYTES_PER_PERMIT.saturating_mul(spec.limit.permits() as usize)
+        }
+        _ => 0,
+    };
+    // The limiter sits in an `Arc`: two counters, then the (cache-padded) struct.
+    let fixed = 2 * size_of::<usize>() + size_of::<AnyLimiter<MonotonicClock>>();
+    fixed.saturating_add(slots)
+}
+
 impl SamplingConfig {
     /// The settings `service`'s sampler applies: its own if the file lists it, else the
     /// file default's (as [`RuleBasedSampler::new`](crate::RuleBasedSampler::new)).
     pub fn effective_rules(&self, service: &str) -> EffectiveRules {
-        EffectiveRules::of(
-            &self.service(service),
-            self.services.iter().any(|s| s.name == service),
-        )
+        EffectiveRules::of(&self.service(service), self.lists(service))
     }
 }
 

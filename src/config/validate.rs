@@ -103,6 +103,14 @@ pub(crate) fn window(text: &str) -> Result<Duration, Invalid> {
     Duration::try_from_secs_f64(seconds).map_err(|_| bad())
 }
 
+/// A limit's window: a duration [`Limit`] accepts (from [`Limit::MIN_WINDOW`] to 2^64 − 1
+/// ns), checked here so that a bad window is blamed on `window`, not on `limit`.
+pub(crate) fn limit_window(text: &str) -> Result<Duration, Invalid> {
+    let window = window(text)?;
+    Limit::per_window(1, window).map_err(Invalid::limit)?;
+    Ok(window)
+}
+
 /// A probability in `[0, 1]`.
 pub(crate) fn probability(p: f64) -> Result<f64, Invalid> {
     if (0.0..=1.0).contains(&p) {

@@ -174,7 +174,7 @@ fn bad_limits_are_refused_with_what_is_accepted() {
         "service[0].cap.rate",
         "positive",
     );
-    check(true, "[[service]]\nname = \"a\"\ncap = { limit = 3 }\n[[service.rule]]\nrate = 1.0\nfloor = 2\n[[service.rule]]\nrate = 1.0\nfloor = 2\n", K::InvalidLimit, 11, 9, "service[0].rule[1].floor", "floors add up to 4");
+    check(true, "[[service]]\nname = \"a\"\ncap = { limit = 3 }\n[[service.rule]]\nkind = \"server\"\nrate = 1.0\nfloor = 2\n[[service.rule]]\nrate = 1.0\nfloor = 2\n", K::InvalidLimit, 12, 9, "service[0].rule[1].floor", "floors add up to 4");
 }
 
 #[test]
@@ -288,9 +288,9 @@ fn duplicates_are_refused() {
     );
     check(
         true,
-        "[[default.rule]]\nname = \"x\"\nrate = 1.0\n[[default.rule]]\nname = \"x\"\nrate = 2.0\n",
+        "[[default.rule]]\nname = \"x\"\nkind = \"server\"\nrate = 1.0\n[[default.rule]]\nname = \"x\"\nrate = 2.0\n",
         K::DuplicateRule,
-        7,
+        8,
         8,
         "default.rule[1].name",
         "used twice",
@@ -330,7 +330,6 @@ fn empty_names_are_refused() {
 
 #[test]
 fn missing_and_conflicting_keys_are_refused() {
-    check(false, "", K::MissingKey, 1, 1, "default", "[default]");
     check(
         false,
         "[default]\nalgorithm = \"fixed\"\n",
@@ -404,7 +403,7 @@ fn syntax_and_type_errors_carry_a_position() {
         K::Syntax,
         2,
         8,
-        "rate",
+        "default.rate",
         "invalid type",
     );
     check(false, "[default\n", K::Syntax, 1, 9, "", "");
@@ -431,4 +430,127 @@ fn a_cap_takes_no_probability() {
         "service[0].cap.probability",
         "takes no `probability`",
     );
+}
+
+#[test]
+fn a_value_of_the_wrong_type_is_named_by_its_full_path() {
+    check(
+        true,
+        "[[service]]\nname = \"a\"\n[[service.rule]]\nrate = \"fast\"\n",
+        K::Syntax,
+        6,
+        8,
+        "service[0].rule[0].rate",
+        "invalid type",
+    );
+}
+
+#[test]
+fn window_errors_are_blamed_on_the_window() {
+    // Before: `default.limit: window 500µs is shorter than the minimum of 1ms`.
+    check(
+        false,
+        "[default]\nlimit = 5\nwindow = \"0.5ms\"\n",
+        K::InvalidLimit,
+        3,
+        10,
+        "default.window",
+        "shorter than the minimum",
+    );
+    check(
+        true,
+        "[[service]]\nname = \"a\"\ncap = { limit = 5, window = \"600000000h\" }\n",
+        K::InvalidLimit,
+        5,
+        29,
+        "service[0].cap.window",
+        "longer than the maximum",
+    );
+}
+
+#[test]
+fn a_utf8_byte_order_mark_is_accepted_and_not_counted_in_columns() {
+    let toml = "\u{feff}[default]\nrate = 5.0\n";
+    let config = SamplingConfig::from_toml_str(toml, "bom.toml").unwrap();
+    assert_eq!(config.services().count(), 0);
+    let err = SamplingConfig::from_toml_str("\u{feff}rate = -1.0\n", "bom.toml").unwrap_err();
+    // Before: the BOM was a syntax error at 1:1.
+    assert_eq!((err.line(), err.column()), (1, 1), "{err}");
+    let json = "\u{feff}{\"default_strategy\": {\"type\": \"probabilistic\", \"param\": 0.5}}";
+    SamplingConfig::from_jaeger_json_str(json, "bom.json").unwrap();
+    let err = SamplingConfig::from_jaeger_json_str("\u{feff}{]", "bom.json").unwrap_err();
+    assert_eq!((err.line(), err.column()), (1, 2), "{err}");
+}
+
+#[test]
+fn jaeger_syntax_error_columns_count_characters_not_bytes() {
+    // "é" and "ü" are two bytes each: serde_json says column 38.
+    let json = "{\"service_strategies\": [{\"service\": \"müé\", \"type\": }]}";
+    let err = SamplingConfig::from_jaeger_json_str(json, "s.json").unwrap_err();
+    assert_eq!(err.kind(), K::Syntax);
+    let column = json.find("}]").unwrap() - 2 + 1; // bytes before it, less the 2 extra
+    assert_eq!((err.line(), err.column()), (1, column), "{err}");
+    assert!(
+        err.to_string().starts_with(&format!("s.json:1:{column}: ")),
+        "{err}"
+    );
+    // A checked value after multi-byte text: its column in characters too.
+    let json = "{\"service_strategies\": [{\"service\": \"müé\", \"type\": \"ratelimiting\", \"param\": -1}]}";
+    let err = SamplingConfig::from_jaeger_json_str(json, "s.json").unwrap_err();
+    let column = json.find("-1").unwrap() - 2 + 1;
+    assert_eq!(
+        (err.line(), err.column(), err.key()),
+        (1, column, "service_strategies[0].param"),
+        "{err}"
+    );
+}
+
+#[test]
+fn question_mark_in_main_prints_the_message_not_a_struct() {
+    let err = SamplingConfig::from_toml_str("[default]\nrate = -1\n", "s.toml").unwrap_err();
+    // `fn main() -> Result<(), ConfigError>` prints `Error: {err:?}`.
+    assert_eq!(format!("{err:?}"), err.to_string());
+    assert!(!format!("{err:?}").contains("ConfigError {"));
+    let boxed: Box<dyn std::error::Error> = Box::new(err);
+    assert!(format!("{boxed:?}").starts_with("s.toml:2:8: default.rate: "));
+    // Without a position, no `:0:0`.
+    let err = SamplingConfig::from_path("/nonexistent/s.toml").unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("/nonexistent/s.toml: cannot read"),
+        "{err}"
+    );
+}
+
+#[test]
+fn jaeger_unknown_keys_and_wrong_types_are_named_by_their_full_path() {
+    // Before: the bare `typ`, and no key at all for a value of the wrong type.
+    let json = "{\"service_strategies\": [{\"service\": \"a\"},\n  {\"service\": \"b\", \"operation_strategies\": [\n    {\"operation\": \"x\", \"typ\": \"probabilistic\", \"param\": 1}]}]}";
+    let err = SamplingConfig::from_jaeger_json_str(json, "s.json").unwrap_err();
+    assert_eq!(err.kind(), K::UnknownKey, "{err}");
+    assert_eq!(
+        (err.line(), err.key()),
+        (3, "service_strategies[1].operation_strategies[0].typ"),
+        "{err}"
+    );
+    let json = "{\"default_strategy\": {\"type\": \"probabilistic\", \"param\": \"high\"}}";
+    let err = SamplingConfig::from_jaeger_json_str(json, "s.json").unwrap_err();
+    assert_eq!(
+        (err.kind(), err.key()),
+        (K::Syntax, "default_strategy.param"),
+        "{err}"
+    );
+    // A missing operation key is named in full, at its object.
+    let json = "{\"default_strategy\": {\"operation_strategies\": [{\"operation\": \"x\", \"type\": \"probabilistic\"}]}}";
+    let err = SamplingConfig::from_jaeger_json_str(json, "s.json").unwrap_err();
+    assert_eq!(
+        (err.kind(), err.key(), err.column()),
+        (
+            K::MissingKey,
+            "default_strategy.operation_strategies[0]",
+            48
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("add `param`"), "{err}");
 }

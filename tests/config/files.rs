@@ -166,7 +166,7 @@ fn jaeger_errors_name_the_key_and_position() {
         ConfigErrorKind::UnknownKey,
         1,
         28,
-        "typo",
+        "default_strategy.typo",
         "expected one of",
     );
     check(

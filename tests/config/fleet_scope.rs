@@ -311,3 +311,32 @@ mod with_redis {
         assert_eq!(rules.limits().count(), 1);
     }
 }
+
+#[cfg(feature = "redis")]
+#[test]
+fn inherited_fleet_rules_get_keys_of_the_service_that_inherits_them() {
+    let head = "[fleet]\nredis = \"redis://127.0.0.1:1\"\n[[default.rule]]\nname = \"default\"\nspan_name = \"x\"\nrate = 1.0\nscope = \"fleet\"\n";
+    // Both would be `a:default` in Redis.
+    refused(
+        &format!("{head}[[service]]\nname = \"a\"\nrate = 2.0\nscope = \"fleet\"\n"),
+        K::DuplicateRule,
+        8,
+        1,
+        "service[0]",
+        "inherit_default_rules = false",
+    );
+    // A service name that cannot be part of a Redis key.
+    refused(
+        &format!("{head}[[service]]\nname = \"a b\"\n"),
+        K::InvalidFleetKey,
+        9,
+        8,
+        "service[0].name",
+        "Redis key",
+    );
+    SamplingConfig::from_toml_str(
+        &format!("{head}[[service]]\nname = \"a b\"\ninherit_default_rules = false\n"),
+        "s.toml",
+    )
+    .unwrap();
+}

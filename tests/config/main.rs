@@ -13,6 +13,7 @@ mod formats;
 mod jaeger_remote;
 #[cfg(feature = "metrics")]
 mod metrics;
+mod model;
 #[cfg(feature = "reload")]
 mod reload_watch;
 mod rule_sampler;

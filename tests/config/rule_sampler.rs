@@ -107,10 +107,13 @@ fn first_matching_rule_wins_then_service_default_then_file_default() {
     assert_eq!(count_kept(&s, "POST /orders", 10), 2);
     let r = root(&s, "GET /x", SpanKind::Server, &[]);
     assert_eq!(kept_by(&r), None);
-    // A listed service without a policy takes the file default's policy (3/s), but not
-    // the file default's rules.
+    // A listed service without a policy takes the file default's policy (3/s), and
+    // inherits the file default's rules (before: health checks were kept by "bare").
     let (bare, _c) = sampler(RULES, "bare");
-    assert_eq!(count_kept(&bare, "GET /health", 10), 3);
+    assert_eq!(count_kept(&bare, "GET /health", 10), 0);
+    assert_eq!(count_kept(&bare, "GET /", 10), 3);
+    // "api" inherits them too, after its own rules.
+    assert_eq!(count_kept(&s, "GET /health", 10), 0);
     // An unlisted service gets the whole file default: its rules, then its policy.
     let (other, _c) = sampler(RULES, "somebody-else");
     assert_eq!(count_kept(&other, "GET /health", 10), 0);

@@ -16,12 +16,14 @@ const ANY_OTHER: &str = "(any other service)";
 /// Load a rule file, print each service's effective rules, the limiters they build and
 /// their memory, then lint it.
 ///
-/// Lints that are errors (exit 1): a rule that never decides (after a rule matching
-/// every span, or under an earlier rule whose conditions imply its own), floors adding
-/// up to more than the cap, a limit that cannot be divided by --replicas. Warnings
-/// (exit 0): a floor above its rule's own limit (permits held back and never used), a
-/// service whose limiters take over 16 MiB. A file that does not load exits 1 with
-/// `file:line:column: key: message`.
+/// Lints that are errors (exit 1): a rule that never decides (under an earlier rule
+/// whose conditions imply its own), floors adding up to more than the cap or taking all
+/// of it (the default then keeps nothing), a window shorter than the default clock's
+/// resolution, a limit that cannot be divided by --replicas. Warnings (exit 0): a floor
+/// above its rule's own limit (permits held back and never used), a cap's shared pool
+/// smaller than the default's limit, a service whose limiters take over 16 MiB. A file
+/// that does not load exits 1 with `file:line:column: key: message` (a rule with no
+/// condition before another, a service over the memory budget, ...).
 #[derive(Debug, clap::Args)]
 pub(crate) struct CheckArgs {
     /// The rule file: TOML, Jaeger sampling strategies (`.json`), YAML (`.yaml`, `.yml`),

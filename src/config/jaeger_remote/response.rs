@@ -238,6 +238,7 @@ pub(crate) fn parse(text: &str, service: &str, source: &str) -> Result<Strategy,
                     attributes: Vec::new(),
                     policy,
                     floor: 0,
+                    inherited: false,
                 });
             }
             (Policy::Probability(default), rules, cap)
@@ -275,24 +276,26 @@ fn config(
     rules: Vec<Rule>,
     cap: Option<LimitSpec>,
 ) -> SamplingConfig {
-    SamplingConfig {
-        source: source.to_owned(),
-        default: ServiceConfig {
+    SamplingConfig::new(
+        source,
+        ServiceConfig {
             name: String::new(),
             policy: None,
             cap: None,
             remote_parents: RemoteParents::default(),
             rules: Vec::new(),
+            inherit_default_rules: false,
         },
-        services: vec![ServiceConfig {
+        vec![ServiceConfig {
             name: service.to_owned(),
             policy: Some(policy),
             cap,
             remote_parents: RemoteParents::default(),
             rules,
+            inherit_default_rules: false,
         }],
-        fleet: FleetSettings::default(),
-    }
+        FleetSettings::default(),
+    )
 }
 
 fn probability_policy(p: &Probabilistic, at: &str) -> Result<Policy, (Invalid, String)> {

@@ -1,0 +1,241 @@
+//! The memory budget of a service's limiters: what the loaders check, once per service,
+//! so that a small file cannot make a sampler allocate gigabytes.
+
+use super::error::ConfigErrorKind;
+use super::model::{LimitSpec, Policy, SamplingConfig, ServiceConfig};
+use super::summary::limiter_bytes;
+use super::validate::Invalid;
+use crate::limit::Limit;
+use crate::limiter::Algorithm;
+
+/// A service (or the file default) whose limiters take more than the budget.
+#[derive(Debug)]
+pub(crate) struct OverBudget {
+    /// The listed service's position, `None` for the file default.
+    pub(crate) service: Option<usize>,
+    /// Its largest limiter.
+    pub(crate) largest: Culprit,
+    largest_bytes: usize,
+    largest_spec: LimitSpec,
+    total: usize,
+}
+
+/// Whose limiter it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Culprit {
+    /// The rule at this position of the service's own rules.
+    Rule(usize),
+    /// The file default's rule at this position, inherited.
+    Inherited(usize),
+    /// The service's own policy (or the default's, when it has none).
+    Policy,
+    /// The cap (its shared pool, or a floor).
+    Cap,
+}
+
+impl SamplingConfig {
+    /// The first of the file default and the listed services (in file order) whose
+    /// sampler's limiters would take more than the memory budget. Linear in the file.
+    pub(crate) fn over_budget(&self) -> Option<OverBudget> {
+        let mut blocks = std::iter::once((None, self.default.clone())).chain(
+            self.services
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (Some(i), self.listed(s))),
+        );
+        blocks.find_map(|(service, s)| self.over(service, &s))
+    }
+
+    fn over(&self, service: Option<usize>, s: &ServiceConfig) -> Option<OverBudget> {
+        let own = service.map_or(s.rules.len(), |i| self.services[i].rules.len());
+        let mut limiters: Vec<(Culprit, LimitSpec)> = Vec::new();
+        for (j, rule) in s.rules.iter().enumerate() {
+            let culprit = if j < own {
+                Culprit::Rule(j)
+            } else {
+                let k = self.default.rules.iter().position(|d| d.name == rule.name);
+                Culprit::Inherited(k.unwrap_or_default())
+            };
+            if let Policy::Limit(spec) = rule.policy {
+                limiters.push((culprit, spec));
+            }
+            if let (Some(cap), 1..) = (s.cap, rule.floor) {
+                if let Ok(limit) = Limit::per_window(rule.floor, cap.limit.window()) {
+                    limiters.push((
+                        Culprit::Cap,
+                        LimitSpec::local(limit, Algorithm::FixedWindow),
+                    ));
+                }
+            }
+        }
+        if let Some(Policy::Limit(spec)) = s.policy {
+            limiters.push((Culprit::Policy, spec));
+        }
+        // The cap's shared pool: the cap less the floors (as the sampler builds it).
+        if let Some(cap) = s.cap {
+            let floors: u64 = s.rules.iter().map(|r| u64::from(r.floor)).sum();
+            let pool = u64::from(cap.limit.permits()).saturating_sub(floors);
+            let pool = u32::try_from(pool).ok().filter(|&p| p > 0);
+            if let Some(limit) = pool.and_then(|p| Limit::per_window(p, cap.limit.window()).ok()) {
+                limiters.push((Culprit::Cap, LimitSpec { limit, ..cap }));
+            }
+        }
+        let sized: Vec<(Culprit, LimitSpec, usize)> = limiters
+            .into_iter()
+            .map(|(c, spec)| (c, spec, limiter_bytes(spec)))
+            .collect();
+        let total = sized
+            .iter()
+            .fold(0usize, |sum, (_, _, b)| sum.saturating_add(*b));
+        if total <= self.memory_budget {
+            return None;
+        }
+        // The first of the largest (`max_by_key` keeps the last of equals).
+        let (largest, largest_spec, largest_bytes) =
+            sized.into_iter().rev().max_by_key(|(_, _, b)| *b)?;
+        Some(OverBudget {
+            service,
+            largest,
+            largest_bytes,
+            largest_spec,
+            total,
+        })
+    }
+}
+
+impl OverBudget {
+    /// What is wrong and what to do, naming the service, the largest limiter and bytes.
+    pub(crate) fn invalid(&self, config: &SamplingConfig) -> Invalid {
+        let who = match self.service {
+            Some(i) => format!("service {:?}", config.services[i].name),
+            None => "[default] (every service not listed)".to_owned(),
+        };
+        let rules = &config.default.rules;
+        let largest = match self.largest {
+            Culprit::Rule(j) => {
+                let rules = self.service.map_or(rules, |i| &config.services[i].rules);
+                format!("rule {:?}", rules[j].name)
+            }
+            Culprit::Inherited(j) => format!("rule {:?} (inherited from [default])", rules[j].name),
+            Culprit::Policy => "its own policy".to_owned(),
+            Culprit::Cap => "its cap".to_owned(),
+        };
+        let spec = self.largest_spec;
+        Invalid::new(
+            ConfigErrorKind::MemoryBudget,
+            format!(
+                "{who}: its limiters would take {} ({} bytes), over the memory budget of {}; the largest is {largest}, {} {}: {}. A sliding log keeps 16 bytes per permit: use algorithm \"sliding\" (constant memory), fewer permits per window, or raise [limits] memory_budget",
+                human(self.total),
+                self.total,
+                human(config.memory_budget),
+                spec.algorithm,
+                spec.limit,
+                human(self.largest_bytes),
+            ),
+        )
+    }
+}
+
+/// `n` bytes for people: B, KiB, MiB or GiB.
+pub(crate) fn human(n: usize) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+/// A `memory_budget`: a whole number of bytes, or a text such as `"512MiB"`, `"1GiB"`,
+/// `"64KiB"` (also `KB`, `MB`, `GB` for powers of 1000); at least 1 KiB.
+pub(crate) fn parse_budget(text: &str) -> Result<usize, Invalid> {
+    let bad = || {
+        Invalid::new(
+            ConfigErrorKind::InvalidLimit,
+            format!("memory budget {text:?} is not a size; use bytes (134217728) or a number and a unit: \"64KiB\", \"512MiB\", \"1GiB\" (KB, MB, GB for powers of 1000)"),
+        )
+    };
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number.parse().map_err(|_| bad())?;
+    let scale: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        _ => return Err(bad()),
+    };
+    let bytes = number.checked_mul(scale).ok_or_else(bad)?;
+    budget_bytes(i64::try_from(bytes).unwrap_or(i64::MAX))
+}
+
+/// A budget in bytes: at least 1 KiB (a budget smaller than one limiter is a mistake).
+pub(crate) fn budget_bytes(bytes: i64) -> Result<usize, Invalid> {
+    match usize::try_from(bytes) {
+        Ok(b) if b >= 1 << 10 => Ok(b),
+        _ => Err(Invalid::new(
+            ConfigErrorKind::InvalidLimit,
+            format!("memory budget {bytes} bytes is below 1 KiB; give at least 1024 bytes, or a size such as \"512MiB\""),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_counts_what_the_summary_counts() {
+        let text = "[limits]\nmemory_budget = \"1GiB\"\n[[service]]\nname = \"s\"\ncap = { limit = 1000, algorithm = \"sliding-log\" }\n[[service.rule]]\nspan_name = \"a\"\nlimit = 500\nalgorithm = \"sliding-log\"\nfloor = 300\n";
+        let mut config = SamplingConfig::from_toml_str(text, "t.toml").unwrap();
+        let total: usize = config
+            .effective_rules("s")
+            .limiters()
+            .iter()
+            .map(|l| l.bytes())
+            .sum();
+        config.memory_budget = total;
+        assert!(config.over_budget().is_none());
+        config.memory_budget = total - 1;
+        let over = config.over_budget().unwrap();
+        assert_eq!(
+            (over.service, over.largest, over.total),
+            (Some(0), Culprit::Cap, total)
+        );
+    }
+
+    #[test]
+    fn budgets_parse_with_units_and_refuse_nonsense() {
+        assert_eq!(parse_budget("512MiB").unwrap(), 512 << 20);
+        assert_eq!(parse_budget("1GiB").unwrap(), 1 << 30);
+        assert_eq!(parse_budget("64 KiB").unwrap(), 64 << 10);
+        assert_eq!(parse_budget("2MB").unwrap(), 2_000_000);
+        assert_eq!(parse_budget("4096").unwrap(), 4096);
+        for bad in [
+            "",
+            "MiB",
+            "-1MiB",
+            "1.5GiB",
+            "1 fortnight",
+            "1B",
+            "99999999999999GiB",
+        ] {
+            assert!(parse_budget(bad).is_err(), "{bad}");
+        }
+        assert!(budget_bytes(-5).is_err());
+        assert_eq!(human(3 << 20), "3.0 MiB");
+        assert_eq!(human(100), "100 B");
+    }
+}
