@@ -7,6 +7,7 @@ pub mod env;
 mod error;
 mod from_jaeger;
 mod from_toml;
+mod handover;
 pub mod lint;
 mod log;
 mod matcher;

@@ -2,12 +2,14 @@
 //! value), the cap split into per-rule floors and a shared pool, and the attributes
 //! recorded on kept spans built once.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use opentelemetry::trace::{SpanKind, TraceId, TraceState};
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult};
 
+use super::handover::{spread, Handover, LocalRule};
 use super::matcher::Matchers;
 use super::model::{
     fleet_cap_key, fleet_floor_key, fleet_key, FleetSettings, LimitSpec, Policy, Rule,
@@ -59,14 +61,17 @@ enum Action<C> {
 
 impl<C: Clock + Clone> RuleSet<C> {
     /// Compiles `service`'s settings, reusing `previous`'s limiters where a rule (by
-    /// name) kept its limit, and carrying the current window's count over where it
-    /// changed (see [`RuleLimiter::build`]). Fleet-scoped limits use `fleet`.
+    /// name, or position when unnamed), a floor (by its rule) or the cap's pool kept its
+    /// limit, and carrying what was used in the current window over where it changed
+    /// (see [`RuleLimiter::build`]), with the [`Handover`]s to settle once the new set
+    /// is published and no decision holds `previous`. Fleet-scoped limits use `fleet`.
     pub(crate) fn compile(
         service: &ServiceConfig,
         fleet: &FleetSettings,
         clock: &C,
         previous: Option<&RuleSet<C>>,
-    ) -> Result<Self, BuildError> {
+    ) -> Result<(Self, Vec<Handover<C>>), BuildError> {
+        let handovers = RefCell::new(Vec::new());
         // A rule's predecessor is the previous rule of the same name; the default's is
         // the previous default (a rule may be named "default" too).
         let find = |rule: Option<&Rule>, name: &str| {
@@ -77,7 +82,7 @@ impl<C: Clock + Clone> RuleSet<C> {
         };
         let cap = service.cap;
         let build = |spec: LimitSpec, key: &dyn Fn() -> String, old: Option<&RuleLimiter<C>>| {
-            RuleLimiter::build(spec, key, fleet, clock, old)
+            RuleLimiter::build(spec, key, fleet, clock, old, &handovers)
         };
         let compile =
             |rule: Option<&Rule>, name: &str, policy: Policy| -> Result<Compiled<C>, BuildError> {
@@ -149,7 +154,22 @@ impl<C: Clock + Clone> RuleSet<C> {
             }
             None => None,
         };
-        Ok(Self {
+        if let Some(previous) = previous {
+            // The cap as a whole: what the old floors and pool used in this window stays
+            // spent, also where a floor was removed, added or resized.
+            let used = |l: &RuleLimiter<C>| l.local().map_or(0, LocalRule::used);
+            let was: u64 = floors(&previous.rules)
+                .chain(previous.shared.as_ref())
+                .map(used)
+                .sum();
+            let limits: Vec<&LocalRule<C>> = shared
+                .iter()
+                .chain(floors(&rules))
+                .filter_map(RuleLimiter::local)
+                .collect();
+            spread(was, &limits);
+        }
+        let set = Self {
             remote_parents: service.remote_parents,
             rules,
             matchers: Matchers::new(&service.rules),
@@ -157,7 +177,8 @@ impl<C: Clock + Clone> RuleSet<C> {
             shared,
             cap: service.cap,
             unmatched: previous.map_or_else(Default::default, |p| Arc::clone(&p.unmatched)),
-        })
+        };
+        Ok((set, handovers.into_inner()))
     }
 }
 
@@ -282,6 +303,11 @@ impl<C: Clock> RuleSet<C> {
     }
 }
 
+/// The floors of `rules`.
+fn floors<C>(rules: &[Compiled<C>]) -> impl Iterator<Item = &RuleLimiter<C>> {
+    rules.iter().filter_map(|c| c.floor.as_ref())
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use opentelemetry::trace::{SpanKind, TraceId, TraceState};
@@ -300,7 +326,8 @@ mod tests {
         .unwrap();
         let mut service = config.service("svc");
         service.policy = None; // what no loader produces: rules without a default
-        let rules = RuleSet::compile(&service, &config.fleet, &ManualClock::new(), None).unwrap();
+        let (rules, _) =
+            RuleSet::compile(&service, &config.fleet, &ManualClock::new(), None).unwrap();
         let result = rules.decide(
             Origin::Root,
             TraceId::from(1u128),
