@@ -46,12 +46,12 @@ pub mod stats;
 mod sync;
 
 pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock, PreciseClock};
-#[cfg(feature = "reload")]
-pub use config::ConfigWatcher;
 #[cfg(feature = "config")]
 pub use config::{
     env, lint, summary, ConfigError, ConfigErrorKind, RuleBasedSampler, SamplingConfig,
 };
+#[cfg(feature = "reload")]
+pub use config::{ConfigWatcher, WatchOptions};
 #[cfg(feature = "redis")]
 pub use fleet::{
     FleetError, FleetLimiter, FleetLimiterBuilder, FleetStats, RedisUrls, DEFAULT_FLEET_PREFIX,

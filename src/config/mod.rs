@@ -25,4 +25,4 @@ pub use error::{ConfigError, ConfigErrorKind};
 pub use model::SamplingConfig;
 pub use rule_based::RuleBasedSampler;
 #[cfg(feature = "reload")]
-pub use watch::ConfigWatcher;
+pub use watch::{ConfigWatcher, WatchOptions};

@@ -9,7 +9,7 @@ mod fleet_scope;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod reload_caps;
-#[cfg(feature = "reload")]
+#[cfg(all(feature = "reload", unix))]
 mod reload_watch;
 mod rule_sampler;
 mod stats;
