@@ -24,6 +24,10 @@ pub(super) enum Message {
     Stop,
 }
 
+/// How many times a check resolves the path again when a directory vanished between
+/// resolving and watching it.
+const MAX_RESOLVES: usize = 5;
+
 /// A file never quiet is still read every this many quiet periods.
 const MAX_DELAY_PERIODS: u32 = 10;
 
@@ -160,7 +164,20 @@ impl<C: Clock + Clone + Send + Sync + 'static> Worker<C> {
                 return;
             }
         }
-        self.arm();
+        // A directory can vanish between resolving and watching (the kubelet removes
+        // the old `..2026_…` directory right after the swap): resolve again.
+        for _ in 0..MAX_RESOLVES {
+            if self.arm() {
+                break;
+            }
+            match resolve(&self.path) {
+                Ok(resolved) => self.resolved = resolved,
+                Err(e) => {
+                    self.report(format!("cannot resolve the path: {e}"));
+                    return;
+                }
+            }
+        }
         let file = self.resolved.file.clone();
         if !notified {
             let stat = stat(&file).map(|s| (file.clone(), s));
@@ -194,10 +211,11 @@ impl<C: Clock + Clone + Send + Sync + 'static> Worker<C> {
 
     /// Watches the directories the path's lookup depends on (for one that does not
     /// exist, its nearest existing ancestor, to see it come back), and stops watching
-    /// the ones it no longer depends on.
-    fn arm(&mut self) {
+    /// the ones it no longer depends on. Returns `false` if one vanished meanwhile (the
+    /// lookup is stale); other failures are reported, and polling covers them.
+    fn arm(&mut self) -> bool {
         let Some(backend) = self.backend.as_mut() else {
-            return;
+            return true;
         };
         let mut wanted: BTreeSet<PathBuf> = self
             .resolved
@@ -213,16 +231,32 @@ impl<C: Clock + Clone + Send + Sync + 'static> Worker<C> {
             // It may have been removed with its directory already.
             let _ = backend.unwatch(gone);
         }
+        self.armed.retain(|d| wanted.contains(d));
         let mut failed = Vec::new();
-        for dir in wanted.difference(&self.armed) {
-            if let Err(e) = backend.watch(dir, RecursiveMode::NonRecursive) {
-                failed.push(format!("cannot watch {}: {e}", dir.display()));
+        let mut vanished = false;
+        let mut armed = BTreeSet::new();
+        for dir in wanted {
+            if self.armed.contains(&dir) {
+                armed.insert(dir);
+                continue;
+            }
+            match backend.watch(&dir, RecursiveMode::NonRecursive) {
+                Ok(()) => {
+                    armed.insert(dir);
+                }
+                Err(_) if !dir.is_dir() => vanished = true,
+                // Tried again on the next check.
+                Err(e) => failed.push(format!("cannot watch {}: {e}", dir.display())),
             }
         }
-        self.armed = wanted;
+        self.armed = armed;
+        if vanished {
+            return false;
+        }
         if !failed.is_empty() {
             self.report(format!("{}; following by polling", failed.join("; ")));
         }
+        true
     }
 
     /// Reports a watcher error to the callback and the log, unless it is the last one
