@@ -87,10 +87,10 @@ fn watched_file_edits_reload_and_bad_edits_keep_the_last_good_rules() {
 const DEADLINE: Duration = Duration::from_secs(20);
 
 /// A fresh directory under the system's temporary directory, removed on drop.
-struct TempDir(PathBuf);
+pub(crate) struct TempDir(pub(crate) PathBuf);
 
 impl TempDir {
-    fn new(name: &str) -> Self {
+    pub(crate) fn new(name: &str) -> Self {
         let dir = std::env::temp_dir().join(format!("ors-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -162,7 +162,7 @@ impl Followed {
 /// Updates a ConfigMap volume exactly as the kubelet's atomic writer does: the files
 /// in a new timestamped directory, a new `..data_tmp` link to it renamed over `..data`,
 /// then the old directory removed. The first call also makes the user-visible link.
-fn kubelet_update(dir: &Path, version: u32, text: &str) {
+pub(crate) fn kubelet_update(dir: &Path, version: u32, text: &str) {
     let stamp = format!("..2026_11_23_19_00_00.{version}");
     std::fs::create_dir(dir.join(&stamp)).unwrap();
     std::fs::write(dir.join(&stamp).join("sampling.toml"), text).unwrap();
@@ -306,4 +306,31 @@ fn touching_the_file_or_swapping_in_the_same_contents_reloads_nothing() {
     f.reloaded();
     assert_eq!(f.sampler.stats().reloads.succeeded, 1);
     assert_eq!(f.limit(), 4);
+}
+
+#[test]
+fn configmap_swaps_in_a_row_checked_at_once_give_no_false_errors() {
+    // With no quiet period every event is checked at once, so checks land between the
+    // kubelet's steps, and a directory can vanish between resolving and watching it.
+    let tmp = TempDir::new("k8s-storm");
+    kubelet_update(&tmp.0, 1, &limit(1));
+    let f = Followed::new(
+        &tmp.0.join("sampling.toml"),
+        WatchOptions::new().debounce(Duration::ZERO),
+    );
+    for version in 2..=30 {
+        kubelet_update(&tmp.0, version, &limit(version));
+    }
+    let until = Instant::now() + DEADLINE;
+    loop {
+        match f
+            .outcomes
+            .recv_timeout(until.saturating_duration_since(Instant::now()))
+        {
+            Ok(Ok(())) if f.limit() == 30 => break,
+            Ok(Ok(())) => {}
+            other => panic!("expected reloads up to the last version, got {other:?}"),
+        }
+    }
+    assert_eq!(f.sampler.stats().reloads.failed, 0);
 }
