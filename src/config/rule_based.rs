@@ -212,9 +212,19 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     ///
     /// The file's [`ConfigError`]; the old rules then stay in force.
     pub fn reload_from_path(&self, path: impl AsRef<std::path::Path>) -> Result<(), ConfigError> {
-        let config = SamplingConfig::from_path_with(path.as_ref(), self.inner.redis.as_deref())
+        let config = self
+            .load_for_reload(path.as_ref())
             .inspect_err(|_| self.count_reload(false))?;
         self.reload(&config)
+    }
+
+    /// Loads `path` as [`reload_from_path`](Self::reload_from_path) does, without
+    /// applying it or counting a failure.
+    pub(crate) fn load_for_reload(
+        &self,
+        path: &std::path::Path,
+    ) -> Result<SamplingConfig, ConfigError> {
+        SamplingConfig::from_path_with(path, self.inner.redis.as_deref())
     }
 
     /// What this sampler (with all its clones) decided so far, per rule, with the

@@ -33,6 +33,17 @@ const MAX_DELAY_PERIODS: u32 = 10;
 
 type Callback = Box<dyn Fn(Result<(), ConfigError>) + Send>;
 
+/// Why a check runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Check {
+    /// A burst of events has been quiet for the quiet period.
+    Quiet,
+    /// A burst has lasted [`MAX_DELAY_PERIODS`] quiet periods and goes on.
+    Forced,
+    /// The polling fallback.
+    Poll,
+}
+
 /// The file as last seen: cheap metadata (to skip reading on a poll) and a digest of
 /// what reading it gave (to reload only on a change).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -110,13 +121,14 @@ impl<C: Clock + Clone + Send + Sync + 'static> Worker<C> {
             let now = Instant::now();
             let due = burst.map(|(first, last)| (last + debounce).min(first + max_delay));
             if due.is_some_and(|due| now >= due) {
+                let quiet = burst.is_some_and(|(_, last)| now >= last + debounce);
                 burst = None;
-                self.check(true);
+                self.check(if quiet { Check::Quiet } else { Check::Forced });
                 continue;
             }
             if now >= next_poll {
                 next_poll = now + poll;
-                self.check(false);
+                self.check(Check::Poll);
                 continue;
             }
             let wake = due.map_or(next_poll, |due| due.min(next_poll));
@@ -155,8 +167,10 @@ impl<C: Clock + Clone + Send + Sync + 'static> Worker<C> {
 
     /// Re-resolves the path, re-arms the watches, and reloads if the file's contents
     /// changed (a file that became unreadable counts as a change, reported once). A poll
-    /// (`notified` false) reads the file only if its metadata changed.
-    fn check(&mut self, notified: bool) {
+    /// reads the file only if its metadata changed; a check forced in the middle of a
+    /// burst applies the file only if it loads, and otherwise leaves it to the burst's
+    /// quiet check (it may be half-written).
+    fn check(&mut self, kind: Check) {
         match resolve(&self.path) {
             Ok(resolved) => self.resolved = resolved,
             Err(e) => {
@@ -179,7 +193,7 @@ impl<C: Clock + Clone + Send + Sync + 'static> Worker<C> {
             }
         }
         let file = self.resolved.file.clone();
-        if !notified {
+        if kind == Check::Poll {
             let stat = stat(&file).map(|s| (file.clone(), s));
             if stat.is_some() && stat == self.stat {
                 return;
@@ -191,8 +205,14 @@ impl<C: Clock + Clone + Send + Sync + 'static> Worker<C> {
         if digest == self.seen {
             return;
         }
+        let outcome = match kind {
+            Check::Forced => match self.sampler.load_for_reload(&self.path) {
+                Ok(config) => self.sampler.reload(&config),
+                Err(_) => return,
+            },
+            Check::Quiet | Check::Poll => self.sampler.reload_from_path(&self.path),
+        };
         self.seen = digest;
-        let outcome = self.sampler.reload_from_path(&self.path);
         match &outcome {
             Ok(()) => {
                 self.last_error = None;
