@@ -2,6 +2,11 @@
 //! sampler and hot reload (feature `reload`). One test binary, so the suite links once.
 #![cfg(feature = "config")]
 
+#[cfg(all(feature = "reload", unix))]
+#[path = "../support/demo_run.rs"]
+mod demo_run;
+#[cfg(all(feature = "reload", unix))]
+mod demo_watch;
 mod env;
 mod errors;
 mod files;
