@@ -335,3 +335,35 @@ fn configmap_swaps_in_a_row_checked_at_once_give_no_false_errors() {
     }
     assert_eq!(f.sampler.stats().reloads.failed, 0);
 }
+
+#[test]
+fn polling_alone_follows_a_configmap_swap_and_a_replaced_directory() {
+    // The fallback that catches what notifications miss, alone (as on NFS).
+    let tmp = TempDir::new("polled");
+    kubelet_update(&tmp.0, 1, &limit(2));
+    let f = Followed::new(
+        &tmp.0.join("sampling.toml"),
+        WatchOptions::new()
+            .notifications(false)
+            .poll_interval(Duration::from_millis(50)),
+    );
+    kubelet_update(&tmp.0, 2, &limit(9));
+    f.reloaded();
+    assert_eq!(f.limit(), 9);
+    // The whole volume replaced by a new one with its own links.
+    let next = TempDir::new("polled-next");
+    kubelet_update(&next.0, 3, &limit(4));
+    std::fs::rename(&tmp.0, tmp.0.with_extension("old")).unwrap();
+    std::fs::rename(&next.0, &tmp.0).unwrap();
+    let _ = std::fs::remove_dir_all(tmp.0.with_extension("old"));
+    // A poll between the two renames rightly finds no file: that is reported, then the
+    // new volume applied.
+    loop {
+        match f.outcomes.recv_timeout(DEADLINE) {
+            Ok(Ok(())) => break,
+            Ok(Err(e)) if e.kind() == ConfigErrorKind::Io => {}
+            other => panic!("expected the new volume applied, got {other:?}"),
+        }
+    }
+    assert_eq!(f.limit(), 4);
+}

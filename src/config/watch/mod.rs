@@ -30,6 +30,7 @@ use crate::clock::Clock;
 pub struct WatchOptions {
     debounce: Duration,
     poll: Duration,
+    notifications: bool,
 }
 
 impl WatchOptions {
@@ -44,6 +45,7 @@ impl WatchOptions {
         Self {
             debounce: Self::DEFAULT_DEBOUNCE,
             poll: Self::DEFAULT_POLL_INTERVAL,
+            notifications: true,
         }
     }
 
@@ -66,6 +68,15 @@ impl WatchOptions {
         self
     }
 
+    /// Whether to use the file system's notifications (inotify, FSEvents, ...; the
+    /// default) or only poll: for file systems that send none (NFS and other network
+    /// mounts, some FUSE and container overlay setups), where a change is then seen
+    /// within a [`poll_interval`](Self::poll_interval).
+    pub const fn notifications(mut self, on: bool) -> Self {
+        self.notifications = on;
+        self
+    }
+
     /// The quiet period in force.
     pub const fn debounce_period(&self) -> Duration {
         self.debounce
@@ -74,6 +85,11 @@ impl WatchOptions {
     /// The polling interval in force.
     pub const fn polling_interval(&self) -> Duration {
         self.poll
+    }
+
+    /// Whether the file system's notifications are used.
+    pub const fn uses_notifications(&self) -> bool {
+        self.notifications
     }
 }
 

@@ -98,14 +98,16 @@ impl<C: Clock + Clone + Send + Sync + 'static> Worker<C> {
 
     pub(super) fn run(mut self, rx: mpsc::Receiver<Message>) {
         let tx = self.tx.clone();
-        match notify::recommended_watcher(move |event| {
-            // The worker is gone only once the ConfigWatcher is dropped.
-            let _ = tx.send(Message::Event(event));
-        }) {
-            Ok(backend) => self.backend = Some(backend),
-            Err(e) => self.report(format!(
-                "cannot start file notifications ({e}); following the file by polling"
-            )),
+        if self.options.uses_notifications() {
+            match notify::recommended_watcher(move |event| {
+                // The worker is gone only once the ConfigWatcher is dropped.
+                let _ = tx.send(Message::Event(event));
+            }) {
+                Ok(backend) => self.backend = Some(backend),
+                Err(e) => self.report(format!(
+                    "cannot start file notifications ({e}); following the file by polling"
+                )),
+            }
         }
         self.arm();
         let debounce = self.options.debounce_period();
