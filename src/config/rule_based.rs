@@ -147,8 +147,11 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     ///   reload a changed limit keeps at most `max(old N, new N)` plus the fewer of the
     ///   admissions made on the old rules after the carry-over and those made on the
     ///   new limiter before the settlement.
-    /// * A rule removed and added back gets a new limiter (its identity is gone in
-    ///   between).
+    /// * A rule removed (or made a probability) and brought back within a window finds
+    ///   its limiter: limits whose identity left the rules are kept aside until their
+    ///   window holds nothing.
+    /// * The cap is carried as a whole: its floors and shared pool together hold what
+    ///   the old ones used, so a floor added, removed, resized or moved re-opens nothing.
     ///
     /// Reloads run one at a time (a watcher's, a poller's and direct calls queue).
     ///

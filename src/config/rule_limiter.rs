@@ -29,6 +29,19 @@ pub(crate) struct FleetRule<C> {
     settings: FleetSettings,
 }
 
+impl<C> Clone for RuleLimiter<C> {
+    fn clone(&self) -> Self {
+        match self {
+            RuleLimiter::Local(l) => RuleLimiter::Local(l.clone()),
+            #[cfg(feature = "redis")]
+            RuleLimiter::Fleet(f) => RuleLimiter::Fleet(FleetRule {
+                limiter: f.limiter.clone(),
+                settings: f.settings.clone(),
+            }),
+        }
+    }
+}
+
 /// Why a limiter could not be built.
 #[derive(Debug)]
 pub(crate) enum BuildError {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use opentelemetry::trace::{SpanKind, TraceId};
 use opentelemetry::Context;
 use opentelemetry_sdk::trace::{SamplingDecision, ShouldSample};
+use otel_rate_sampler::attributes::SAMPLER_RULE;
 use otel_rate_sampler::{Clock, ManualClock, RuleBasedSampler, SamplingConfig};
 use proptest::prelude::*;
 
@@ -16,21 +17,36 @@ fn config(text: &str) -> SamplingConfig {
     SamplingConfig::from_toml_str(text, "test.toml").unwrap()
 }
 
-fn keep(s: &impl ShouldSample, name: &str) -> bool {
-    s.should_sample(
+/// The rule that kept a root span named `name` (its `sampler.rule`), or `None`.
+fn keep(s: &impl ShouldSample, name: &str) -> Option<String> {
+    let result = s.should_sample(
         Some(&Context::new()),
         TraceId::from(7u128),
         name,
         &SpanKind::Server,
         &[],
         &[],
-    )
-    .decision
-        == SamplingDecision::RecordAndSample
+    );
+    (result.decision == SamplingDecision::RecordAndSample).then(|| {
+        result
+            .attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == SAMPLER_RULE)
+            .map(|kv| kv.value.to_string())
+            .unwrap_or_default()
+    })
 }
 
 fn kept(s: &impl ShouldSample, name: &str, n: usize) -> usize {
-    (0..n).filter(|_| keep(s, name)).count()
+    (0..n).filter(|_| keep(s, name).is_some()).count()
+}
+
+/// Of `n` roots named `name`: how many were kept, and how many of those by `rule`.
+fn kept_by(s: &impl ShouldSample, name: &str, n: usize, rule: &str) -> (usize, usize) {
+    (0..n).fold((0, 0), |(all, by), _| match keep(s, name) {
+        Some(r) => (all + 1, by + usize::from(r == rule)),
+        None => (all, by),
+    })
 }
 
 fn hourly(limit: u32) -> SamplingConfig {
@@ -76,9 +92,37 @@ fn a_floor_moved_to_another_rule_reopens_nothing_of_the_cap() {
     assert_eq!(kept(&s, "cold", 100) + kept(&s, "hot", 100), 10);
 }
 
-/// One service: a rule `r` (limit, algorithm, floor) under a cap, and the default.
+#[test]
+fn a_rule_removed_and_brought_back_within_its_window_reopens_nothing() {
+    // On main a rule that vanished from a half-saved file and came back got a fresh
+    // limiter: a limit of 5 kept 10 in one window.
+    let with = config(
+        "[default]\nlimit = 100\n[[default.rule]]\nname = \"r\"\nspan_name = \"r\"\nlimit = 5\n",
+    );
+    let without = config("[default]\nlimit = 100\n");
+    let clock = ManualClock::new();
+    let s = RuleBasedSampler::with_clock(&with, "svc", clock.clone()).unwrap();
+    assert_eq!(kept_by(&s, "r", 10, "r"), (5, 5));
+    s.reload(&without).unwrap();
+    s.reload(&with).unwrap();
+    assert_eq!(kept_by(&s, "r", 10, "r"), (0, 0));
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(kept_by(&s, "r", 10, "r"), (5, 5));
+    // Removed across a window boundary: it comes back with a fresh window.
+    s.reload(&without).unwrap();
+    clock.advance(Duration::from_secs(1));
+    s.reload(&without).unwrap();
+    s.reload(&with).unwrap();
+    assert_eq!(kept_by(&s, "r", 10, "r"), (5, 5));
+}
+
+/// One service: a rule `r` (limit, algorithm, floor; or no rule) under a cap, and the
+/// default.
 #[derive(Clone, Copy, Debug)]
 struct Version {
+    /// Whether the file has the rule (a rule removed and brought back within a window
+    /// must find its limiter).
+    present: bool,
     rule: u32,
     algorithm: &'static str,
     floor: u32,
@@ -89,11 +133,27 @@ impl Version {
     /// The rule is named `r`, or unnamed (named by position: `rule-1`).
     fn config(self, named: bool) -> SamplingConfig {
         let name = if named { "name = \"r\"\n" } else { "" };
+        let rule = if self.present {
+            format!(
+                "[[default.rule]]\n{name}span_name = \"r\"\nlimit = {}\nalgorithm = \"{}\"\nfloor = {}\n",
+                self.rule, self.algorithm, self.floor
+            )
+        } else {
+            String::new()
+        };
         config(&format!(
-            "[default]\nlimit = 50\ncap = {{ limit = {} }}\n\
-             [[default.rule]]\n{name}span_name = \"r\"\nlimit = {}\nalgorithm = \"{}\"\nfloor = {}\n",
-            self.cap, self.rule, self.algorithm, self.floor
+            "[default]\nlimit = 50\ncap = {{ limit = {} }}\n{rule}",
+            self.cap
         ))
+    }
+
+    /// The rule's limit, 0 when the file has no rule.
+    fn rule_limit(self) -> u32 {
+        if self.present {
+            self.rule
+        } else {
+            0
+        }
     }
 }
 
@@ -103,8 +163,10 @@ fn version() -> impl Strategy<Value = Version> {
         prop::sample::select(vec!["fixed", "sliding", "sliding-log"]),
         0u32..4,
         4u32..16,
+        prop::bool::weighted(0.75),
     )
-        .prop_map(|(rule, algorithm, floor, cap)| Version {
+        .prop_map(|(rule, algorithm, floor, cap, present)| Version {
+            present,
             rule,
             algorithm,
             floor,
@@ -141,14 +203,14 @@ struct Window {
 impl Window {
     fn opened(v: Version) -> Self {
         Window {
-            max_rule: v.rule,
+            max_rule: v.rule_limit(),
             max_cap: v.cap,
             ..Window::default()
         }
     }
 
     fn in_force(&mut self, v: Version) {
-        self.max_rule = self.max_rule.max(v.rule);
+        self.max_rule = self.max_rule.max(v.rule_limit());
         self.max_cap = self.max_cap.max(v.cap);
     }
 
@@ -199,12 +261,13 @@ proptest! {
         let s = RuleBasedSampler::with_clock(&first.config(named), "svc", clock.clone()).unwrap();
         let mut current = first;
         let mut window = Window::opened(first);
+        let rule_name = if named { "r" } else { "rule-1" };
         for step in steps {
             match step {
                 Step::Decide { rule, other } => {
-                    let by_rule = kept(&s, "r", rule.into());
+                    let (all, by_rule) = kept_by(&s, "r", rule.into(), rule_name);
                     window.rule += by_rule;
-                    window.total += by_rule + kept(&s, "other", other.into());
+                    window.total += all + kept(&s, "other", other.into());
                 }
                 Step::Reload(v) => {
                     s.reload(&v.config(named)).unwrap();
@@ -261,8 +324,8 @@ proptest! {
                             let name = if (i + t).is_multiple_of(2) { "r" } else { "other" };
                             let kept = keep(s, name);
                             let after = epoch.load(Ordering::SeqCst);
-                            if kept {
-                                if name == "r" {
+                            if let Some(rule) = kept {
+                                if rule == "r" {
                                     tally.rule.fetch_add(1, Ordering::SeqCst);
                                 }
                                 tally.total.fetch_add(1, Ordering::SeqCst);
