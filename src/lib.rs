@@ -53,12 +53,12 @@ mod sync;
 pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock, PreciseClock};
 #[cfg(feature = "config")]
 pub use config::env;
-#[cfg(feature = "reload")]
-pub use config::ConfigWatcher;
 #[cfg(feature = "yaml")]
 pub use config::DeclarativeSampler;
 #[cfg(feature = "config")]
 pub use config::{lint, summary, ConfigError, ConfigErrorKind, RuleBasedSampler, SamplingConfig};
+#[cfg(feature = "reload")]
+pub use config::{ConfigWatcher, WatchOptions};
 #[cfg(feature = "jaeger-remote")]
 pub use config::{JaegerRemote, JaegerRemotePoller, RemoteUpdate};
 #[cfg(feature = "redis")]

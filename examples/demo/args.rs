@@ -5,6 +5,7 @@
 //! checks (a zero limit, a run of years, more windows than the demo reports).
 
 use std::fmt;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -34,19 +35,20 @@ const MAX_RATE: f64 = 1e9;
 #[derive(Debug, Parser)]
 #[command(name = "demo", bin_name = "cargo run --release --example demo --")]
 struct Args {
-    /// The limiter (local to this process; not with --redis).
-    #[arg(long, value_name = "A", default_value = "fixed", conflicts_with = "redis",
+    /// The limiter (local to this process; not with --redis or --config).
+    #[arg(long, value_name = "A", default_value = "fixed", conflicts_with_all = ["redis", "config"],
           value_parser = PossibleValuesParser::new(Algorithm::ALL.map(Algorithm::name))
               .try_map(|name| name.parse::<Algorithm>()))]
     algorithm: Algorithm,
 
-    /// Traces kept per window (permits).
-    #[arg(long, value_name = "N", default_value_t = 100,
+    /// Traces kept per window (permits; not with --config).
+    #[arg(long, value_name = "N", default_value_t = 100, conflicts_with = "config",
           value_parser = clap::value_parser!(u32).range(1..))]
     limit: u32,
 
-    /// Window length, e.g. 1s or 200ms.
-    #[arg(long, value_name = "D", default_value = "1s", value_parser = duration)]
+    /// Window length, e.g. 1s or 200ms (not with --config).
+    #[arg(long, value_name = "D", default_value = "1s", value_parser = duration,
+          conflicts_with = "config")]
     window: Duration,
 
     /// Generating threads.
@@ -86,6 +88,22 @@ struct Args {
     /// The fleet's key in Redis (fleet mode).
     #[arg(long, value_name = "KEY", default_value = "demo", requires = "redis")]
     redis_key: String,
+
+    /// Sample with the rules of --service in this rule file (TOML or Jaeger JSON)
+    /// instead of --algorithm, --limit and --window; the windows reported are those of
+    /// the service's cap, else of its default limit. Needs --features config.
+    #[arg(long, value_name = "FILE", conflicts_with = "redis")]
+    config: Option<PathBuf>,
+
+    /// The service whose rules --config applies (also the spans' service.name).
+    #[arg(long, value_name = "NAME", default_value = crate::SERVICE, requires = "config")]
+    service: String,
+
+    /// Follow --config as it changes (saves, symlink swaps such as a Kubernetes
+    /// ConfigMap update): one line per reload on stderr, counted in the summary's
+    /// `reloads`. Needs --features reload.
+    #[arg(long, requires = "config")]
+    watch: bool,
 }
 
 /// How the demo makes its spans.
@@ -111,6 +129,9 @@ pub(crate) struct Config {
     pub(crate) otlp: Option<Target>,
     /// Fleet mode: the Redis the limit is shared through.
     pub(crate) fleet: Option<FleetTarget>,
+    /// `--config`: the rule file and service, whose cap (or default limit) is `limit`.
+    #[cfg(feature = "config")]
+    pub(crate) rules: Option<crate::rules::RulesSource>,
 }
 
 /// `--redis URL --redis-key KEY`.
@@ -169,19 +190,29 @@ impl Args {
     /// The checks that span several flags, as clap errors so they print the same way.
     fn check(self) -> Result<Config, clap::Error> {
         let invalid = |msg: String| Args::command().error(ErrorKind::ValueValidation, msg);
-        let limit = Limit::per_window(self.limit, self.window).map_err(|e| match e {
-            LimitError::ZeroPermits | LimitError::TooManyPermits { .. } => {
-                invalid(format!("--limit: {e}"))
+        let (limit, algorithm, rules) = match &self.config {
+            None => {
+                let limit = Limit::per_window(self.limit, self.window).map_err(|e| match e {
+                    LimitError::ZeroPermits | LimitError::TooManyPermits { .. } => {
+                        invalid(format!("--limit: {e}"))
+                    }
+                    _ => invalid(format!("--window: {e}")),
+                })?;
+                (limit, self.algorithm, None)
             }
-            _ => invalid(format!("--window: {e}")),
-        })?;
-        let windows = self.duration.as_nanos() / self.window.as_nanos() + 2;
+            Some(file) => {
+                let (source, limit, algorithm) =
+                    rules_from(file, &self.service, self.watch).map_err(invalid)?;
+                (limit, algorithm, Some(source))
+            }
+        };
+        let windows = self.duration.as_nanos() / limit.window().as_nanos() + 2;
         if windows > u128::from(MAX_WINDOWS) {
             return Err(invalid(format!(
                 "--duration {} over --window {} touches up to {windows} windows; the demo reports at \
                  most {MAX_WINDOWS} (lengthen --window or shorten --duration)",
                 humantime::format_duration(self.duration),
-                humantime::format_duration(self.window),
+                humantime::format_duration(limit.window()),
             )));
         }
         let otlp = self.otlp_target().map_err(invalid)?;
@@ -196,8 +227,10 @@ impl Args {
                     .into(),
             ));
         }
+        #[cfg(not(feature = "config"))]
+        let _: Option<std::convert::Infallible> = rules;
         Ok(Config {
-            algorithm: self.algorithm,
+            algorithm,
             limit,
             threads: usize::from(self.threads),
             duration: self.duration,
@@ -205,6 +238,8 @@ impl Args {
             via: self.via,
             otlp,
             fleet,
+            #[cfg(feature = "config")]
+            rules,
         })
     }
 
@@ -230,6 +265,38 @@ impl Args {
         };
         Ok(Some(Target::new(self.otlp.clone(), protocol)))
     }
+}
+
+/// `--config FILE --service NAME [--watch]`: the rules, and the limit whose windows
+/// the demo reports, or what is wrong (the file's error, or a feature missing).
+#[cfg(feature = "config")]
+fn rules_from(
+    file: &std::path::Path,
+    service: &str,
+    watch: bool,
+) -> Result<(crate::rules::RulesSource, Limit, Algorithm), String> {
+    if watch && !cfg!(feature = "reload") {
+        return Err(
+            "--watch needs the reload feature: cargo run --release --features reload \
+                    --example demo -- --config FILE --watch ..."
+                .into(),
+        );
+    }
+    crate::rules::load(file, service, watch).map_err(|e| format!("--config: {e}"))
+}
+
+/// Without the `config` feature: `--config` is refused.
+#[cfg(not(feature = "config"))]
+fn rules_from(
+    _: &std::path::Path,
+    _: &str,
+    _: bool,
+) -> Result<(std::convert::Infallible, Limit, Algorithm), String> {
+    Err(
+        "--config needs the config feature: cargo run --release --features config \
+         --example demo -- --config FILE ..."
+            .into(),
+    )
 }
 
 /// A duration such as `1s` or `200ms`.
@@ -272,6 +339,21 @@ fn rate(value: &str) -> Result<f64, String> {
 
 impl fmt::Display for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        #[cfg(feature = "config")]
+        if let Some(rules) = &self.rules {
+            write!(
+                f,
+                "rules of service {:?} from {}{}, windows of its {}: ",
+                rules.service,
+                rules.file.display(),
+                if rules.watch { " (watched)" } else { "" },
+                if rules.config.effective_rules(&rules.service).cap().is_some() {
+                    "cap"
+                } else {
+                    "default limit"
+                },
+            )?;
+        }
         match &self.fleet {
             None => write!(f, "algorithm {}, ", self.algorithm)?,
             Some(t) => write!(f, "fleet {:?} on {}, ", t.key, t.shown_url())?,

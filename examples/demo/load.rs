@@ -8,10 +8,11 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use opentelemetry::trace::{Span as _, TraceContextExt as _, Tracer as _};
+use opentelemetry::trace::{Link, Span as _, SpanKind, TraceContextExt as _, TraceId, Tracer as _};
 use opentelemetry::{Context, KeyValue};
-use opentelemetry_sdk::trace::SdkTracer;
-use otel_rate_sampler::{AnyLimiter, Clock, Limit, RateLimiter};
+use opentelemetry_sdk::trace::{SamplingResult, SdkTracer, ShouldSample};
+use otel_rate_sampler::stats::DecisionStats;
+use otel_rate_sampler::{AnyLimiter, Clock, Limit, RateLimiter, RateLimitingSampler};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use crate::windows::{AlignedClock, WindowCounts};
@@ -81,6 +82,58 @@ impl RateLimiter for StampingLimiter {
     }
 }
 
+/// Tells this thread's next reader of [`COUNTED_IN`] the window its last admission was
+/// counted in (`None`: refused): for samplers whose limiters are not a
+/// [`StampingLimiter`].
+#[cfg_attr(not(feature = "config"), allow(dead_code))]
+pub(crate) fn counted_in(window: Option<u64>) {
+    COUNTED_IN.with(|cell| cell.set(window));
+}
+
+/// The sampler the demo runs: the rate-limiting sampler on `--algorithm` (or the
+/// fleet's limiter), or with `--config` the file's rules.
+#[derive(Clone, Debug)]
+pub(crate) enum DemoSampler {
+    /// One limit: `--limit` per `--window`, or the fleet's.
+    Rate(RateLimitingSampler<StampingLimiter>),
+    /// `--config FILE --service NAME`.
+    #[cfg(feature = "config")]
+    Rules(crate::rules::Rules),
+}
+
+impl DemoSampler {
+    /// Every span the sampler decided so far.
+    pub(crate) fn decisions(&self) -> DecisionStats {
+        match self {
+            DemoSampler::Rate(s) => s.stats().decisions,
+            #[cfg(feature = "config")]
+            DemoSampler::Rules(r) => r.decisions(),
+        }
+    }
+}
+
+impl ShouldSample for DemoSampler {
+    fn should_sample(
+        &self,
+        parent_context: Option<&Context>,
+        trace_id: TraceId,
+        name: &str,
+        span_kind: &SpanKind,
+        attributes: &[KeyValue],
+        links: &[Link],
+    ) -> SamplingResult {
+        match self {
+            DemoSampler::Rate(s) => {
+                s.should_sample(parent_context, trace_id, name, span_kind, attributes, links)
+            }
+            #[cfg(feature = "config")]
+            DemoSampler::Rules(r) => r.stamped(|s| {
+                s.should_sample(parent_context, trace_id, name, span_kind, attributes, links)
+            }),
+        }
+    }
+}
+
 /// Locks `m`, poisoned or not.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panicking thread would already have failed the run; the counts stay usable.
@@ -132,7 +185,10 @@ pub(crate) struct Run {
     #[cfg(feature = "redis")]
     pub(crate) fleet: Option<crate::fleet::Watch>,
     /// The sampler (a clone sharing its counters), for its `stats()` at the end.
-    pub(crate) sampler: otel_rate_sampler::RateLimitingSampler<StampingLimiter>,
+    pub(crate) sampler: DemoSampler,
+    /// `--watch`: the watcher following the rule file for the run.
+    #[cfg(feature = "reload")]
+    pub(crate) _watcher: Option<otel_rate_sampler::ConfigWatcher>,
 }
 
 /// The `demo.window` attribute value of window `window`.

@@ -38,6 +38,16 @@
 //! window to the fleet's, and the summary adds the fleet's statistics (`redis_calls`,
 //! `lease_errors`, `fallback_seen`, `instances_seen`, ...).
 //!
+//! With `--config FILE --service NAME` (feature `config`) the sampler is a
+//! `RuleBasedSampler` applying that service's rules from the file (module `rules`);
+//! the windows reported are those of the service's cap, else of its default limit, and
+//! the summary adds `config` and `service`. A kept trace's window is the one of the
+//! clock reading its limiter made. With `--watch` too (feature `reload`) the file is
+//! followed as it changes (saves, a Kubernetes ConfigMap's `..data` swap): one line per
+//! reload on stderr (`demo: reload N: applied; limit now ...` or `failed: ...`), counted
+//! in the summary's `reloads` (`{"applied":..,"failed":..}`). A reload that changes the
+//! window length leaves the report on the first one.
+//!
 //! One line per window goes to stderr as the window closes, then the headline (what whole
 //! windows kept against the limit); at the end exactly one JSON line goes to stdout:
 //!
@@ -79,6 +89,8 @@ mod fleet;
 mod load;
 #[cfg(feature = "metrics")]
 mod metrics;
+#[cfg(feature = "config")]
+mod rules;
 mod summary;
 #[path = "../support/mod.rs"]
 mod support;
@@ -94,11 +106,14 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::{BatchSpanProcessor, SdkTracerProvider};
 use otel_rate_sampler::stats::DecisionStats;
 use otel_rate_sampler::{AnyLimiter, Clock, RateLimitingSampler};
+
 use tracing_subscriber::layer::SubscriberExt as _;
 
 use args::{Config, Via};
 use export::{CountingExporter, OtlpExport, OtlpOutcome, Tally};
-use load::{lock, DemoLimiter, Run, StampingLimiter, WorkerSlot, WorkerTotals, MAX_NAP};
+use load::{
+    lock, DemoLimiter, DemoSampler, Run, StampingLimiter, WorkerSlot, WorkerTotals, MAX_NAP,
+};
 use metrics::MetricsExport;
 use windows::{AlignedClock, Report};
 
@@ -129,6 +144,9 @@ struct Loaded {
     end: Instant,
     /// The sampler's decisions, read once the threads are joined.
     decisions: DecisionStats,
+    /// `--config`: the reloads seen (with `--watch`) and the largest limit in force.
+    #[cfg(feature = "config")]
+    reloads: Option<std::sync::Arc<rules::Reloads>>,
     /// Fleet mode: what the fleet's limiter did.
     #[cfg(feature = "redis")]
     fleet: Option<fleet::Outcome>,
@@ -169,6 +187,17 @@ fn run(config: &Config) -> Result<(), String> {
         &loaded.decisions,
         otlp,
     );
+    #[cfg(feature = "config")]
+    let summary = summary.with_rules(config, loaded.reloads.as_ref().map(|r| r.counts()));
+    // With --watch the largest limit in force during the run bounds its windows.
+    #[cfg(feature = "config")]
+    let largest_limit = loaded.reloads.as_ref().map_or(0, |r| {
+        // Relaxed: read once the run is over.
+        r.largest.load(Ordering::Relaxed)
+    });
+    #[cfg(not(feature = "config"))]
+    let largest_limit = 0;
+    let largest_limit = largest_limit.max(u64::from(config.limit.permits()));
     #[cfg(feature = "redis")]
     let summary = {
         if let Some(outcome) = &loaded.fleet {
@@ -184,11 +213,11 @@ fn run(config: &Config) -> Result<(), String> {
         );
     }
     for msg in summary::warnings(
-        config,
         &loaded.totals,
         &loaded.report,
         &local,
         &loaded.decisions,
+        largest_limit,
     ) {
         eprintln!("demo: WARNING: {msg}");
     }
@@ -299,7 +328,12 @@ fn offer_load(
             totals,
             report,
             end: run.end_instant,
-            decisions: run.sampler.stats().decisions,
+            decisions: run.sampler.decisions(),
+            #[cfg(feature = "config")]
+            reloads: match &run.sampler {
+                DemoSampler::Rules(r) => Some(std::sync::Arc::clone(&r.reloads)),
+                DemoSampler::Rate(_) => None,
+            },
             #[cfg(feature = "redis")]
             fleet: run.fleet.as_ref().map(fleet::Watch::finish),
         })
@@ -316,6 +350,21 @@ fn build_run(
 ) -> Result<(Run, SdkTracerProvider), String> {
     let window_nanos = config.limit.window_nanos();
     let clock = AlignedClock::new(window_nanos);
+    #[cfg(feature = "config")]
+    if let Some(source) = &config.rules {
+        let rules = rules::Rules::new(source, clock, window_nanos, config.limit.permits())?;
+        #[cfg(feature = "reload")]
+        let watcher = source.watch.then(|| rules.watch(source)).transpose()?;
+        let extras = Extras {
+            settle: 0,
+            #[cfg(feature = "redis")]
+            fleet: None,
+            #[cfg(feature = "reload")]
+            watcher,
+        };
+        let sampler = DemoSampler::Rules(rules);
+        return finish_run(config, clock, sampler, extras, local, batch, metrics);
+    }
     let inner = demo_limiter(config, clock)?;
     #[cfg(feature = "redis")]
     let fleet = match &inner {
@@ -328,10 +377,43 @@ fn build_run(
     });
     #[cfg(not(feature = "redis"))]
     let settle = 0;
-    let sampler = RateLimitingSampler::new(StampingLimiter {
+    let sampler = DemoSampler::Rate(RateLimitingSampler::new(StampingLimiter {
         inner,
         window_nanos,
-    });
+    }));
+    let extras = Extras {
+        settle,
+        #[cfg(feature = "redis")]
+        fleet,
+        #[cfg(feature = "reload")]
+        watcher: None,
+    };
+    finish_run(config, clock, sampler, extras, local, batch, metrics)
+}
+
+/// What a run holds besides its sampler, by mode.
+struct Extras {
+    /// How long after a window's close its counts are final (fleet mode).
+    settle: u64,
+    /// Fleet mode: the watch on the fleet limiter's statistics.
+    #[cfg(feature = "redis")]
+    fleet: Option<fleet::Watch>,
+    /// `--watch`: the watcher following the rule file.
+    #[cfg(feature = "reload")]
+    watcher: Option<otel_rate_sampler::ConfigWatcher>,
+}
+
+/// The provider around `sampler`, the subscriber for `--via tracing`, and the run.
+fn finish_run(
+    config: &Config,
+    clock: AlignedClock,
+    sampler: DemoSampler,
+    extras: Extras,
+    local: &Arc<Tally>,
+    batch: Option<BatchSpanProcessor>,
+    metrics: Option<&MetricsExport>,
+) -> Result<(Run, SdkTracerProvider), String> {
+    let window_nanos = config.limit.window_nanos();
     if let Some(metrics) = metrics {
         metrics.register(&sampler);
     }
@@ -367,10 +449,12 @@ fn build_run(
         end_instant: start_instant + config.duration,
         rate: config.rate,
         ticket: AtomicU64::new(0),
-        settle,
+        settle: extras.settle,
         #[cfg(feature = "redis")]
-        fleet,
+        fleet: extras.fleet,
         sampler,
+        #[cfg(feature = "reload")]
+        _watcher: extras.watcher,
     };
     Ok((run, provider))
 }
@@ -379,7 +463,7 @@ fn build_run(
 /// window's line counts what reached it by the time the window closes; OTLP, if any,
 /// behind a batch processor, so the threads never wait on the network.
 fn tracer_provider(
-    sampler: RateLimitingSampler<StampingLimiter>,
+    sampler: DemoSampler,
     local: &Arc<Tally>,
     batch: Option<BatchSpanProcessor>,
 ) -> SdkTracerProvider {
@@ -461,15 +545,13 @@ fn report_rest(run: &Run, slots: &[WorkerSlot], local: &Tally, report: &mut Repo
 /// Without feature `metrics` there is no metrics export: a type with no value.
 #[cfg(not(feature = "metrics"))]
 mod metrics {
-    use otel_rate_sampler::RateLimitingSampler;
-
-    use crate::load::StampingLimiter;
+    use crate::load::DemoSampler;
 
     #[derive(Debug)]
     pub(crate) enum MetricsExport {}
 
     impl MetricsExport {
-        pub(crate) fn register(&self, _: &RateLimitingSampler<StampingLimiter>) {
+        pub(crate) fn register(&self, _: &DemoSampler) {
             match *self {}
         }
     }

@@ -49,6 +49,15 @@ pub(crate) struct Summary {
     per_window: BTreeMap<u64, u64>,
     /// The sampler's own counts (`stats()`): every span it decided, roots and children.
     decisions: Decisions,
+    /// `--config`: the rule file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    config: Option<String>,
+    /// `--config`: the service whose rules applied.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    service: Option<String>,
+    /// `--watch`: the reloads seen during the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reloads: Option<ReloadCounts>,
     #[serde(skip_serializing_if = "Option::is_none")]
     otlp: Option<OtlpOutcome>,
     /// Fleet mode: what the fleet's limiter did, flat in the summary.
@@ -92,6 +101,9 @@ impl Summary {
             min_full_window: report.min_full_window,
             per_window: report.per_window.clone(),
             decisions: Decisions::from(decisions),
+            config: None,
+            service: None,
+            reloads: None,
             otlp,
             #[cfg(feature = "redis")]
             fleet: None,
@@ -104,6 +116,23 @@ impl Summary {
         Self { fleet, ..self }
     }
 
+    /// The summary with `--config`'s file and service, and with `--watch` the reloads
+    /// (`applied`, `failed`) seen.
+    #[cfg(feature = "config")]
+    pub(crate) fn with_rules(self, config: &Config, reloads: Option<(u64, u64)>) -> Self {
+        let Some(rules) = &config.rules else {
+            return self;
+        };
+        Self {
+            config: Some(rules.file.display().to_string()),
+            service: Some(rules.service.clone()),
+            reloads: reloads
+                .filter(|_| rules.watch)
+                .map(|(applied, failed)| ReloadCounts { applied, failed }),
+            ..self
+        }
+    }
+
     /// Whole traces exported, as the summary says.
     pub(crate) fn exported(&self) -> u64 {
         self.exported
@@ -113,6 +142,15 @@ impl Summary {
     pub(crate) fn to_line(&self) -> String {
         serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     }
+}
+
+/// The summary's `reloads`: the rule file's reloads during a `--watch` run.
+#[derive(Debug, Serialize)]
+pub(crate) struct ReloadCounts {
+    /// Files applied.
+    applied: u64,
+    /// Files refused (the rules in force stayed), and watcher errors.
+    failed: u64,
 }
 
 /// The summary's `decisions`: spans kept by parent origin (`none` for roots, `local`
@@ -211,14 +249,18 @@ pub(crate) fn headline(
 
 /// What looks wrong in a run, one line each.
 pub(crate) fn warnings(
-    config: &Config,
     totals: &WorkerTotals,
     report: &Report,
     local: &ExportTally,
     decisions: &DecisionStats,
+    largest_limit: u64,
 ) -> Vec<String> {
     let mut odd = Vec::new();
-    let roots_dropped = decisions.dropped_for_from(DropReason::RateLimit, ParentOrigin::Root);
+    // Refused by the limit, or with --config by a rule's probability or the cap.
+    let roots_dropped: u64 = DropReason::ALL
+        .into_iter()
+        .map(|r| decisions.dropped_for_from(r, ParentOrigin::Root))
+        .sum();
     if decisions.kept_from(ParentOrigin::Root) != totals.sampled
         || roots_dropped != totals.offered - totals.sampled
     {
@@ -266,11 +308,10 @@ pub(crate) fn warnings(
             report.late
         ));
     }
-    if report.max_per_window > u64::from(config.limit.permits()) {
+    if report.max_per_window > largest_limit {
         odd.push(format!(
-            "a window kept {} traces, more than the limit of {}",
+            "a window kept {} traces, more than the limit of {largest_limit}",
             report.max_per_window,
-            config.limit.permits()
         ));
     }
     odd

@@ -12,6 +12,7 @@ mod from_jaeger;
 mod from_toml;
 #[cfg(feature = "yaml")]
 mod from_yaml;
+mod handover;
 #[cfg(feature = "jaeger-remote")]
 mod jaeger_remote;
 pub mod lint;
@@ -36,4 +37,4 @@ pub use jaeger_remote::{JaegerRemote, JaegerRemotePoller, RemoteUpdate};
 pub use model::SamplingConfig;
 pub use rule_based::RuleBasedSampler;
 #[cfg(feature = "reload")]
-pub use watch::ConfigWatcher;
+pub use watch::{ConfigWatcher, WatchOptions};

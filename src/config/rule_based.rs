@@ -1,6 +1,6 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwap;
 use opentelemetry::trace::{Link, SpanKind, TraceId};
@@ -8,6 +8,7 @@ use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{SamplingResult, ShouldSample};
 
 use super::error::{ConfigError, ConfigErrorKind, Pos};
+use super::handover::{wait_for_readers, Handover};
 use super::model::SamplingConfig;
 use super::rule_limiter::BuildError;
 use super::rule_set::RuleSet;
@@ -58,6 +59,9 @@ struct Inner<C> {
     reloads_succeeded: AtomicU64,
     /// Reloads that failed.
     reloads_failed: AtomicU64,
+    /// Held through a reload: reloads (a watcher's, a poller's, the application's) run
+    /// one at a time, each carrying over from the rules the previous one published.
+    reloading: Mutex<()>,
     /// The Redis URLs from the environment (`OTEL_RATE_SAMPLER_REDIS`) this sampler was
     /// built with, which replace a reloaded file's `[fleet] redis` too.
     redis: Option<Vec<String>>,
@@ -106,7 +110,7 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
         clock: C,
         redis: Option<Vec<String>>,
     ) -> Result<Self, ConfigError> {
-        let rules = compile(config, service, &clock, None)?;
+        let (rules, _) = compile(config, service, &clock, None)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 rules: ArcSwap::from_pointee(rules),
@@ -114,6 +118,7 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
                 clock,
                 reloads_succeeded: AtomicU64::new(0),
                 reloads_failed: AtomicU64::new(0),
+                reloading: Mutex::new(()),
                 redis,
             }),
         })
@@ -121,9 +126,34 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
 
     /// Replaces the rules with `config`'s, atomically.
     ///
-    /// A rule (by name; unnamed rules are named by position) whose limit and algorithm
-    /// did not change keeps its limiter, so a reload causes no burst; a changed one gets
-    /// a new limiter that starts with the old one's count in its current window.
+    /// # Reloads never re-open used permits
+    ///
+    /// Whatever the sequence of reloads, a local limit's window admits at most the
+    /// largest limit in force for it during that window (up to the swap race below).
+    /// Limits are matched by identity: a rule by name (unnamed rules are named by
+    /// position, `rule-3`), a floor by its rule, the cap's shared pool and the default
+    /// as themselves.
+    ///
+    /// * One whose limit and algorithm did not change keeps its limiter: no reset, no
+    ///   burst, an exact bound.
+    /// * A changed one gets a new limiter that starts with what the old one used in its
+    ///   current window, *including* admissions beyond the new limit: lowering 1000/h
+    ///   (1000 used) to 500 and restoring 1000 within the hour admits nothing more
+    ///   that hour.
+    /// * Decisions running during the swap: the new rules are published, the reload
+    ///   waits (at most 100 ms; decisions take microseconds) until no decision holds the
+    ///   old rules, then moves what the old limiters admitted since the carry-over into
+    ///   the new ones. What remains is a race of microseconds: in the window of the
+    ///   reload a changed limit keeps at most `max(old N, new N)` plus the fewer of the
+    ///   admissions made on the old rules after the carry-over and those made on the
+    ///   new limiter before the settlement.
+    /// * A rule removed (or made a probability) and brought back within a window finds
+    ///   its limiter: limits whose identity left the rules are kept aside until their
+    ///   window holds nothing.
+    /// * The cap is carried as a whole: its floors and shared pool together hold what
+    ///   the old ones used, so a floor added, removed, resized or moved re-opens nothing.
+    ///
+    /// Reloads run one at a time (a watcher's, a poller's and direct calls queue).
     ///
     /// A fleet-scoped limit whose key, limit and `[fleet]` settings did not change keeps
     /// its [`FleetLimiter`](crate::FleetLimiter) and its lease. One whose limit changed
@@ -139,25 +169,30 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     /// Each rule's decision counters ([`stats`](Self::stats)) carry over by name too,
     /// changed or not, so its metric series stay monotonic; a removed rule's go with it.
     ///
-    /// For a changed rule the carry-over is a snapshot: admissions the old limiter makes
-    /// between the snapshot and the swap (by decisions already holding the old rules)
-    /// are not carried, so in the window of the reload that rule keeps at most its new
-    /// N plus those few. An unchanged rule's bound is exact: it is the same limiter.
-    ///
     /// # Errors
     ///
     /// As [`new`](RuleBasedSampler::new); the old rules then stay in force.
     pub fn reload(&self, config: &SamplingConfig) -> Result<(), ConfigError> {
-        let current = self.inner.rules.load();
-        let next = compile(
+        let _one_at_a_time = self
+            .inner
+            .reloading
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let current = self.inner.rules.load_full();
+        let (next, handovers) = compile(
             config,
             &self.inner.service,
             &self.inner.clock,
             Some(&current),
         )
         .inspect_err(|_| self.count_reload(false))?;
-        self.inner.rules.store(Arc::new(next));
+        drop(current);
+        let old = self.inner.rules.swap(Arc::new(next));
         self.count_reload(true);
+        if !handovers.is_empty() {
+            wait_for_readers(&old);
+            handovers.iter().for_each(Handover::settle);
+        }
         Ok(())
     }
 
@@ -180,9 +215,19 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     ///
     /// The file's [`ConfigError`]; the old rules then stay in force.
     pub fn reload_from_path(&self, path: impl AsRef<std::path::Path>) -> Result<(), ConfigError> {
-        let config = SamplingConfig::from_path_with(path.as_ref(), self.inner.redis.as_deref())
+        let config = self
+            .load_for_reload(path.as_ref())
             .inspect_err(|_| self.count_reload(false))?;
         self.reload(&config)
+    }
+
+    /// Loads `path` as [`reload_from_path`](Self::reload_from_path) does, without
+    /// applying it or counting a failure.
+    pub(crate) fn load_for_reload(
+        &self,
+        path: &std::path::Path,
+    ) -> Result<SamplingConfig, ConfigError> {
+        SamplingConfig::from_path_with(path, self.inner.redis.as_deref())
     }
 
     /// What this sampler (with all its clones) decided so far, per rule, with the
@@ -262,7 +307,7 @@ fn compile<C: Clock + Clone>(
     service: &str,
     clock: &C,
     previous: Option<&RuleSet<C>>,
-) -> Result<RuleSet<C>, ConfigError> {
+) -> Result<(RuleSet<C>, Vec<Handover<C>>), ConfigError> {
     RuleSet::compile(&config.service(service), &config.fleet, clock, previous).map_err(|e| {
         let (kind, at, key) = match &e {
             BuildError::Limit(_) => (ConfigErrorKind::InvalidLimit, Pos::default(), String::new()),

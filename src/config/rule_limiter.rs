@@ -2,10 +2,11 @@
 //! a local [`AnyLimiter`] or (feature `redis`) a [`FleetLimiter`](crate::FleetLimiter),
 //! and decides on a reload whether the old one is kept.
 
+use std::cell::RefCell;
 use std::error::Error;
 use std::fmt;
-use std::sync::Arc;
 
+use super::handover::{Handover, LocalRule};
 use super::model::{FleetSettings, LimitSpec, Scope};
 use crate::clock::Clock;
 use crate::limit::{Limit, LimitError};
@@ -14,7 +15,7 @@ use crate::limiter::{AnyLimiter, RateLimiter};
 /// The limiter of a rule, a floor, a default or a cap's shared pool.
 pub(crate) enum RuleLimiter<C> {
     /// Enforced by this process alone.
-    Local(Arc<AnyLimiter<C>>),
+    Local(LocalRule<C>),
     /// Shared by every replica through Redis.
     #[cfg(feature = "redis")]
     Fleet(FleetRule<C>),
@@ -45,6 +46,19 @@ impl fmt::Display for LimitOf {
             LimitOf::Rule(name) => write!(f, "rule {name:?}"),
             LimitOf::Default => f.write_str("the default policy"),
             LimitOf::Cap => f.write_str("the cap"),
+        }
+    }
+}
+
+impl<C> Clone for RuleLimiter<C> {
+    fn clone(&self) -> Self {
+        match self {
+            RuleLimiter::Local(l) => RuleLimiter::Local(l.clone()),
+            #[cfg(feature = "redis")]
+            RuleLimiter::Fleet(f) => RuleLimiter::Fleet(FleetRule {
+                limiter: f.limiter.clone(),
+                settings: f.settings.clone(),
+            }),
         }
     }
 }
@@ -109,7 +123,9 @@ impl<C: Clock + Clone> RuleLimiter<C> {
     /// The limiter for `spec`, keeping `old` where it can:
     ///
     /// * local: `old` itself if it is local with the same limit and algorithm (no reset,
-    ///   no burst), else a new one holding a local `old`'s current count;
+    ///   no burst), else a new one holding what a local `old` has used in its window,
+    ///   with the [`Handover`] (pushed on `handovers`) that settles what `old` admits
+    ///   until no decision holds it;
     /// * fleet: `old` itself if it is a fleet limiter with the same key (`key()`), limit
     ///   and Redis settings; else a new one under `key` that reuses `old`'s instance id
     ///   when the key is the same, so Redis sees the same replica go on: the window's
@@ -123,6 +139,7 @@ impl<C: Clock + Clone> RuleLimiter<C> {
         fleet: &FleetSettings,
         clock: &C,
         old: Option<&RuleLimiter<C>>,
+        handovers: &RefCell<Vec<Handover<C>>>,
     ) -> Result<Self, BuildError> {
         match spec.scope {
             Scope::Local => {
@@ -130,23 +147,23 @@ impl<C: Clock + Clone> RuleLimiter<C> {
                     Some(RuleLimiter::Local(l)) => Some(l),
                     _ => None,
                 };
-                if let Some(old) = old {
-                    if old.limit() == spec.limit && old.algorithm() == spec.algorithm {
-                        return Ok(RuleLimiter::Local(Arc::clone(old)));
-                    }
-                }
                 let new = AnyLimiter::with_clock(spec.algorithm, spec.limit, clock.clone());
-                if let Some(old) = old {
-                    new.carry_over_from(old);
+                let Some(old) = old else {
+                    return Ok(RuleLimiter::Local(LocalRule::new(new)));
+                };
+                if old.limiter.limit() == spec.limit && old.limiter.algorithm() == spec.algorithm {
+                    return Ok(RuleLimiter::Local(old.clone()));
                 }
-                Ok(RuleLimiter::Local(Arc::new(new)))
+                let (new, handover) = LocalRule::replacing(new, old);
+                handovers.borrow_mut().push(handover);
+                Ok(RuleLimiter::Local(new))
             }
             #[cfg(feature = "redis")]
             Scope::Fleet => FleetRule::build(spec.limit, key(), fleet, clock, old),
             #[cfg(not(feature = "redis"))]
             Scope::Fleet => {
                 // The loaders refuse `scope = "fleet"` without the feature.
-                let _ = (fleet, old);
+                let _ = (fleet, old, handovers);
                 Err(BuildError::Fleet {
                     key: key(),
                     source: "a fleet-scoped limit needs the `redis` feature".into(),
@@ -201,6 +218,15 @@ impl<C: Clock + Clone> FleetRule<C> {
 }
 
 impl<C: Clock> RuleLimiter<C> {
+    /// The local limiter, if this limit is local.
+    pub(crate) fn local(&self) -> Option<&LocalRule<C>> {
+        match self {
+            RuleLimiter::Local(l) => Some(l),
+            #[cfg(feature = "redis")]
+            RuleLimiter::Fleet(_) => None,
+        }
+    }
+
     /// The fleet limiter, if this limit is fleet-scoped.
     #[cfg(feature = "redis")]
     pub(crate) fn fleet(&self) -> Option<&crate::fleet::FleetLimiter<C>> {
@@ -215,7 +241,7 @@ impl<C: Clock> RateLimiter for RuleLimiter<C> {
     #[inline]
     fn try_acquire(&self) -> bool {
         match self {
-            RuleLimiter::Local(l) => l.try_acquire(),
+            RuleLimiter::Local(l) => l.limiter.try_acquire(),
             #[cfg(feature = "redis")]
             RuleLimiter::Fleet(f) => f.limiter.try_acquire(),
         }
@@ -224,7 +250,7 @@ impl<C: Clock> RateLimiter for RuleLimiter<C> {
     #[inline]
     fn acquire_stamped(&self) -> Option<u64> {
         match self {
-            RuleLimiter::Local(l) => l.acquire_stamped(),
+            RuleLimiter::Local(l) => l.limiter.acquire_stamped(),
             #[cfg(feature = "redis")]
             RuleLimiter::Fleet(f) => f.limiter.acquire_stamped(),
         }
@@ -232,7 +258,7 @@ impl<C: Clock> RateLimiter for RuleLimiter<C> {
 
     fn limit(&self) -> Limit {
         match self {
-            RuleLimiter::Local(l) => l.limit(),
+            RuleLimiter::Local(l) => l.limiter.limit(),
             #[cfg(feature = "redis")]
             RuleLimiter::Fleet(f) => f.limiter.limit(),
         }
@@ -240,7 +266,7 @@ impl<C: Clock> RateLimiter for RuleLimiter<C> {
 
     fn count_in_window(&self) -> Option<u64> {
         match self {
-            RuleLimiter::Local(l) => l.count_in_window(),
+            RuleLimiter::Local(l) => l.limiter.count_in_window(),
             #[cfg(feature = "redis")]
             RuleLimiter::Fleet(f) => f.limiter.count_in_window(),
         }
@@ -250,7 +276,7 @@ impl<C: Clock> RateLimiter for RuleLimiter<C> {
 impl<C: Clock> fmt::Debug for RuleLimiter<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            RuleLimiter::Local(l) => f.debug_tuple("Local").field(l).finish(),
+            RuleLimiter::Local(l) => f.debug_tuple("Local").field(&l.limiter).finish(),
             #[cfg(feature = "redis")]
             RuleLimiter::Fleet(r) => f.debug_tuple("Fleet").field(&r.limiter).finish(),
         }

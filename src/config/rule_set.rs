@@ -2,6 +2,7 @@
 //! value), the cap split into per-rule floors and a shared pool, and the attributes
 //! recorded on kept spans built once.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use opentelemetry::trace::{SpanKind, TraceId, TraceState};
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult};
 
+use super::handover::{spread, Handover, LocalRule};
 use super::matcher::Matchers;
 use super::model::{
     fleet_cap_key, fleet_floor_key, fleet_key, FleetSettings, LimitSpec, Policy, Rule, Scope,
@@ -34,6 +36,10 @@ pub(crate) struct RuleSet<C> {
     default: Option<Compiled<C>>,
     /// The cap's shared pool (`None` without a cap, or when floors reserve all of it).
     shared: Option<RuleLimiter<C>>,
+    /// Limits of earlier rule sets whose identity (a rule's name, or the default) has
+    /// no limit in this one, kept while their window holds admissions: a rule removed
+    /// (or made a probability) and brought back within a window finds its limiter.
+    retired: Vec<Compiled<C>>,
     cap: Option<LimitSpec>,
     /// Decisions no rule made (followed parents, no match without a default); kept
     /// across reloads.
@@ -42,6 +48,8 @@ pub(crate) struct RuleSet<C> {
 
 struct Compiled<C> {
     name: String,
+    /// The service's default (which a rule named `default` is not).
+    is_default: bool,
     policy: Policy,
     action: Action<C>,
     /// Permits reserved for this rule in the cap.
@@ -58,28 +66,77 @@ enum Action<C> {
     Probability(u64),
 }
 
+impl<C> Clone for Compiled<C> {
+    fn clone(&self) -> Self {
+        Self {
+            name: self.name.clone(),
+            is_default: self.is_default,
+            policy: self.policy,
+            action: match &self.action {
+                Action::Limit(l) => Action::Limit(l.clone()),
+                Action::Probability(p) => Action::Probability(*p),
+            },
+            floor: self.floor.clone(),
+            attributes: self.attributes.clone(),
+            counters: Arc::clone(&self.counters),
+        }
+    }
+}
+
+impl<C: Clock> Compiled<C> {
+    /// Whether it has a limit (not a probability).
+    fn limits(&self) -> bool {
+        matches!(self.action, Action::Limit(_))
+    }
+
+    /// Whether `other` is the same rule (by name, or both the default).
+    fn same_identity(&self, other: &Compiled<C>) -> bool {
+        self.is_default == other.is_default && self.name == other.name
+    }
+
+    /// Whether one of its local limiters holds admissions in its current window.
+    fn holds_window(&self) -> bool {
+        let used = |l: &RuleLimiter<C>| l.local().is_some_and(|l| l.used() > 0);
+        let action = match &self.action {
+            Action::Limit(l) => Some(l),
+            Action::Probability(_) => None,
+        };
+        action.into_iter().chain(self.floor.as_ref()).any(used)
+    }
+}
+
 impl<C: Clock + Clone> RuleSet<C> {
     /// Compiles `service`'s settings, reusing `previous`'s limiters where a rule (by
-    /// name) kept its limit, and carrying the current window's count over where it
-    /// changed (see [`RuleLimiter::build`]). Fleet-scoped limits use `fleet`.
+    /// name, or position when unnamed), a floor (by its rule) or the cap's pool kept its
+    /// limit, and carrying what was used in the current window over where it changed
+    /// (see [`RuleLimiter::build`]), with the [`Handover`]s to settle once the new set
+    /// is published and no decision holds `previous`. Fleet-scoped limits use `fleet`.
     pub(crate) fn compile(
         service: &ServiceConfig,
         fleet: &FleetSettings,
         clock: &C,
         previous: Option<&RuleSet<C>>,
-    ) -> Result<Self, BuildError> {
+    ) -> Result<(Self, Vec<Handover<C>>), BuildError> {
+        let handovers = RefCell::new(Vec::new());
         // A rule's predecessor is the previous rule of the same name; the default's is
-        // the previous default (a rule may be named "default" too).
+        // the previous default (a rule may be named "default" too). One with a limit
+        // first: the current one, else a retired one.
         let find = |rule: Option<&Rule>, name: &str| {
-            previous.and_then(|p| match rule {
-                Some(_) => p.rules.iter().find(|c| c.name == name),
-                None => p.default.as_ref(),
-            })
+            let p = previous?;
+            let is_default = rule.is_none();
+            let same = |c: &&Compiled<C>| c.is_default == is_default && c.name == name;
+            let current = p.rules.iter().chain(p.default.as_ref());
+            current
+                .clone()
+                .filter(same)
+                .find(|c| c.limits())
+                .or_else(|| p.retired.iter().find(same))
+                .or_else(|| current.clone().find(same))
         };
         below_resolution(service, clock.resolution())?;
         let cap = service.cap;
         let build = |spec: LimitSpec, key: &dyn Fn() -> String, old: Option<&RuleLimiter<C>>| {
-            RuleLimiter::build(spec, key, fleet, clock, old)
+            RuleLimiter::build(spec, key, fleet, clock, old, &handovers)
         };
         let compile =
             |rule: Option<&Rule>, name: &str, policy: Policy| -> Result<Compiled<C>, BuildError> {
@@ -105,7 +162,15 @@ impl<C: Clock + Clone> RuleSet<C> {
                             ..cap
                         };
                         let key = || fleet_floor_key(&service.name, name);
-                        Some(build(spec, &key, old.and_then(|o| o.floor.as_ref()))?)
+                        // The floor of the rule in force first (a probability rule
+                        // can have one), else the predecessor's.
+                        let old_floor = previous
+                            .into_iter()
+                            .flat_map(|p| p.rules.iter())
+                            .find(|c| !c.is_default && c.name == name)
+                            .and_then(|c| c.floor.as_ref())
+                            .or_else(|| old.and_then(|o| o.floor.as_ref()));
+                        Some(build(spec, &key, old_floor)?)
                     }
                     _ => None,
                 };
@@ -115,6 +180,7 @@ impl<C: Clock + Clone> RuleSet<C> {
                 };
                 Ok(Compiled {
                     name: name.to_owned(),
+                    is_default: rule.is_none(),
                     policy,
                     action,
                     floor,
@@ -151,15 +217,54 @@ impl<C: Clock + Clone> RuleSet<C> {
             }
             None => None,
         };
-        Ok(Self {
+        if let Some(previous) = previous {
+            // The cap as a whole: what the old floors and pool used in this window stays
+            // spent, also where a floor was removed, added or resized.
+            let used = |l: &RuleLimiter<C>| l.local().map_or(0, LocalRule::used);
+            let was: u64 = floors(&previous.rules)
+                .chain(previous.shared.as_ref())
+                .map(used)
+                .sum();
+            let limits: Vec<&LocalRule<C>> = shared
+                .iter()
+                .chain(floors(&rules))
+                .filter_map(RuleLimiter::local)
+                .collect();
+            spread(was, &limits);
+        }
+        let retired = match previous {
+            None => Vec::new(),
+            Some(previous) => {
+                let mut retired: Vec<Compiled<C>> = Vec::new();
+                let candidates = previous
+                    .rules
+                    .iter()
+                    .chain(previous.default.as_ref())
+                    .chain(&previous.retired);
+                for c in candidates {
+                    let kept_on = rules
+                        .iter()
+                        .chain(default.as_ref())
+                        .chain(&retired)
+                        .any(|n| n.limits() && n.same_identity(c));
+                    if c.limits() && !kept_on && c.holds_window() {
+                        retired.push(c.clone());
+                    }
+                }
+                retired
+            }
+        };
+        let set = Self {
             remote_parents: service.remote_parents,
             rules,
             matchers: Matchers::new(&service.rules),
             default,
             shared,
+            retired,
             cap: service.cap,
             unmatched: previous.map_or_else(Default::default, |p| Arc::clone(&p.unmatched)),
-        })
+        };
+        Ok((set, handovers.into_inner()))
     }
 }
 
@@ -311,6 +416,11 @@ impl<C: Clock> RuleSet<C> {
     }
 }
 
+/// The floors of `rules`.
+fn floors<C>(rules: &[Compiled<C>]) -> impl Iterator<Item = &RuleLimiter<C>> {
+    rules.iter().filter_map(|c| c.floor.as_ref())
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use opentelemetry::trace::{SpanKind, TraceId, TraceState};
@@ -329,7 +439,8 @@ mod tests {
         .unwrap();
         let mut service = config.service("svc");
         service.policy = None; // what no loader produces: rules without a default
-        let rules = RuleSet::compile(&service, &config.fleet, &ManualClock::new(), None).unwrap();
+        let (rules, _) =
+            RuleSet::compile(&service, &config.fleet, &ManualClock::new(), None).unwrap();
         let result = rules.decide(
             Origin::Root,
             TraceId::from(1u128),

@@ -112,15 +112,13 @@ impl<C: Clock> AnyLimiter<C> {
         }
     }
 
-    /// Counts, now, as many admissions as `old` has counted in its current window (at
-    /// most this limiter's permits, and only if this one holds fewer): a replacement
-    /// limiter starts where the old one was, so a reload that changes a limit causes no
-    /// burst. One compare-exchange for the window limiters; the sliding log writes one
-    /// slot per admission carried.
+    /// Counts, now, `count` admissions in the current window (at most the permits, and
+    /// only if this limiter holds fewer): a replacement limiter starts where the old one
+    /// was, so a reload that changes a limit causes no burst. One compare-exchange for
+    /// the window limiters; the sliding log writes one slot per admission carried.
     #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
-    pub(crate) fn carry_over_from(&self, old: &AnyLimiter<C>) {
+    pub(crate) fn preload(&self, count: u64) {
         let now = self.clock().now_nanos();
-        let count = old.count_at(now);
         match &self.inner {
             Inner::Fixed(l) => l.preload_at(now, count),
             Inner::Sliding(l) => l.preload_at(now, count),
@@ -189,7 +187,7 @@ mod tests {
                 assert_eq!((0..3).filter(|_| old.try_acquire()).count(), 3);
                 assert_eq!(old.count_at(clock.now_nanos()), 3, "{from}");
                 let new = AnyLimiter::with_clock(to, limit(4), clock.clone());
-                new.carry_over_from(&old);
+                new.preload(old.count_at(clock.now_nanos()));
                 assert_eq!(
                     (0..10).filter(|_| new.try_acquire()).count(),
                     1,
@@ -197,7 +195,7 @@ mod tests {
                 );
                 // A smaller new limit is simply full.
                 let small = AnyLimiter::with_clock(to, limit(2), clock.clone());
-                small.carry_over_from(&old);
+                small.preload(old.count_at(clock.now_nanos()));
                 assert!(!small.try_acquire(), "{from} -> {to}");
                 // The count belongs to the current window only.
                 clock.advance(Duration::from_secs(2));

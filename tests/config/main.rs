@@ -3,6 +3,11 @@
 //! `jaeger-remote`). One test binary, so the suite links once.
 #![cfg(feature = "config")]
 
+#[cfg(all(feature = "reload", unix))]
+#[path = "../support/demo_run.rs"]
+mod demo_run;
+#[cfg(all(feature = "reload", unix))]
+mod demo_watch;
 mod env;
 mod errors;
 mod files;
@@ -14,7 +19,8 @@ mod jaeger_remote;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod model;
-#[cfg(feature = "reload")]
+mod reload_caps;
+#[cfg(all(feature = "reload", unix))]
 mod reload_watch;
 mod rule_sampler;
 mod stats;

@@ -1,11 +1,12 @@
 //! The demo binary as the tests run it: built once per test process with the test's
 //! profile and features, run with a hang guard, its one JSON line parsed. Shared by the
-//! `otlp` tests (`demo_cli.rs`) and the `fleet` tests (`demo.rs`).
+//! `otlp` tests (`demo_cli.rs`), the `fleet` tests (`demo.rs`) and the `config` tests
+//! (`demo_watch.rs`).
 
 // Each test binary uses its own subset of these helpers.
 #![allow(dead_code)]
 
-use std::io::Read as _;
+use std::io::{BufRead as _, BufReader, Read as _};
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
@@ -82,6 +83,17 @@ pub(crate) fn demo_binary() -> &'static PathBuf {
 /// Runs the demo with `args` and `envs` (the OTLP variables cleared first), killing it if
 /// it outlives `hang_guard` (far above the run's length: only a hang gets near it).
 pub(crate) fn run_demo(args: &[&str], envs: &[(&str, &str)], hang_guard: Duration) -> Output {
+    run_demo_with(args, envs, hang_guard, |_| {})
+}
+
+/// [`run_demo`], handing each line of the demo's stderr to `on_stderr_line` as it comes
+/// (so a test can act while the demo runs).
+pub(crate) fn run_demo_with(
+    args: &[&str],
+    envs: &[(&str, &str)],
+    hang_guard: Duration,
+    mut on_stderr_line: impl FnMut(&str) + Send + 'static,
+) -> Output {
     let mut command = Command::new(demo_binary());
     command.args(args);
     for var in OTEL_VARS {
@@ -96,7 +108,7 @@ pub(crate) fn run_demo(args: &[&str], envs: &[(&str, &str)], hang_guard: Duratio
     let started = Instant::now();
     // Drain both pipes on threads, so a chatty demo never blocks on a full pipe.
     let mut stdout = child.stdout.take().expect("stdout");
-    let mut stderr = child.stderr.take().expect("stderr");
+    let stderr = child.stderr.take().expect("stderr");
     let out = thread::spawn(move || {
         let mut buf = Vec::new();
         let _ = stdout.read_to_end(&mut buf);
@@ -104,7 +116,12 @@ pub(crate) fn run_demo(args: &[&str], envs: &[(&str, &str)], hang_guard: Duratio
     });
     let err = thread::spawn(move || {
         let mut buf = Vec::new();
-        let _ = stderr.read_to_end(&mut buf);
+        let mut reader = BufReader::new(stderr);
+        let mut line = Vec::new();
+        while reader.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
+            on_stderr_line(&String::from_utf8_lossy(&line));
+            buf.append(&mut line);
+        }
         buf
     });
     let status = loop {

@@ -1,0 +1,234 @@
+//! `--config FILE --service NAME` (feature `config`): the service's rules from a rule
+//! file, applied by a [`RuleBasedSampler`] on the demo's clock, and with `--watch`
+//! (feature `reload`) followed as the file changes, one line per reload.
+//!
+//! The limiters sit inside the rule-based sampler, so the window of a kept trace is
+//! learnt from the clock: a [`RecordingClock`] leaves each reading in a thread-local,
+//! and after a kept decision the last reading of the deciding thread (the limiter's, or
+//! the cap's when there is one) gives the window, on the windows of the limit the
+//! report uses (see [`bound`]).
+
+use std::cell::Cell;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult};
+use otel_rate_sampler::stats::DecisionStats;
+use otel_rate_sampler::summary::RulePolicy;
+use otel_rate_sampler::{Algorithm, Clock, Limit, RuleBasedSampler, SamplingConfig};
+use serde::Serialize;
+
+use crate::windows::AlignedClock;
+
+thread_local! {
+    /// This thread's last reading of a [`RecordingClock`] (`None`: none since reset).
+    static LAST_READ: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+/// The demo's clock, leaving each reading in this thread's [`LAST_READ`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RecordingClock(pub(crate) AlignedClock);
+
+impl Clock for RecordingClock {
+    fn now_nanos(&self) -> u64 {
+        let now = self.0.now_nanos();
+        LAST_READ.with(|c| c.set(Some(now)));
+        now
+    }
+
+    fn resolution(&self) -> Duration {
+        self.0.resolution()
+    }
+}
+
+/// `--config FILE --service NAME [--watch]`, checked.
+#[derive(Debug, Clone)]
+pub(crate) struct RulesSource {
+    pub(crate) file: PathBuf,
+    pub(crate) service: String,
+    pub(crate) watch: bool,
+    pub(crate) config: SamplingConfig,
+}
+
+/// The limit whose windows the demo reports for `service`: its cap if it has one (it
+/// bounds everything the service keeps), else its default's limit.
+///
+/// # Errors
+///
+/// One line if the service has neither (a probability and no cap: no window to report).
+pub(crate) fn bound(config: &SamplingConfig, service: &str) -> Result<(Limit, Algorithm), String> {
+    let rules = config.effective_rules(service);
+    if let Some(cap) = rules.cap() {
+        return Ok(cap);
+    }
+    match rules.default() {
+        Some(RulePolicy::Limit { limit, algorithm }) => Ok((limit, algorithm)),
+        _ => Err(format!(
+            "service {service:?} in the file has no cap and no default limit: the demo \
+             reports windows of one of them"
+        )),
+    }
+}
+
+/// Loads `--config FILE` for `--service NAME`.
+///
+/// # Errors
+///
+/// The file's error, or [`bound`]'s.
+pub(crate) fn load(
+    file: &Path,
+    service: &str,
+    watch: bool,
+) -> Result<(RulesSource, Limit, Algorithm), String> {
+    let config = SamplingConfig::from_path(file).map_err(|e| e.to_string())?;
+    let (limit, algorithm) = bound(&config, service)?;
+    let source = RulesSource {
+        file: file.to_path_buf(),
+        service: service.to_owned(),
+        watch,
+        config,
+    };
+    Ok((source, limit, algorithm))
+}
+
+/// The reloads a `--watch` run saw.
+#[derive(Debug, Default, Serialize)]
+pub(crate) struct Reloads {
+    applied: AtomicU64,
+    failed: AtomicU64,
+    /// The largest bound in force during the run (the bound at the start, then each
+    /// applied file's).
+    #[serde(skip)]
+    pub(crate) largest: AtomicU64,
+}
+
+impl Reloads {
+    /// Applied and failed reloads so far.
+    pub(crate) fn counts(&self) -> (u64, u64) {
+        // Relaxed: counters read once the run is over.
+        (
+            self.applied.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// The rule-based sampler, telling the generating thread the window of each kept root.
+#[derive(Clone, Debug)]
+pub(crate) struct Rules {
+    sampler: RuleBasedSampler<RecordingClock>,
+    clock: RecordingClock,
+    window_nanos: u64,
+    pub(crate) reloads: Arc<Reloads>,
+}
+
+impl Rules {
+    /// The sampler for `source`, on `clock`, reporting windows of `window_nanos`.
+    ///
+    /// # Errors
+    ///
+    /// One line if the sampler cannot be built.
+    pub(crate) fn new(
+        source: &RulesSource,
+        clock: AlignedClock,
+        window_nanos: u64,
+        permits: u32,
+    ) -> Result<Self, String> {
+        let clock = RecordingClock(clock);
+        let sampler = RuleBasedSampler::with_clock(&source.config, &source.service, clock)
+            .map_err(|e| e.to_string())?;
+        let reloads = Arc::new(Reloads::default());
+        reloads.largest.store(u64::from(permits), Ordering::Relaxed);
+        Ok(Self {
+            sampler,
+            clock,
+            window_nanos,
+            reloads,
+        })
+    }
+
+    /// The decision `decide` takes with the sampler, telling this thread the window a
+    /// kept root was counted in.
+    pub(crate) fn stamped(
+        &self,
+        decide: impl FnOnce(&RuleBasedSampler<RecordingClock>) -> SamplingResult,
+    ) -> SamplingResult {
+        LAST_READ.with(|c| c.set(None));
+        let result = decide(&self.sampler);
+        let window = (result.decision == SamplingDecision::RecordAndSample).then(|| {
+            // A probability rule reads no clock: the window of now.
+            let now = LAST_READ
+                .with(Cell::take)
+                .unwrap_or_else(|| self.clock.now_nanos());
+            now / self.window_nanos
+        });
+        crate::load::counted_in(window);
+        result
+    }
+
+    /// Every span the sampler decided, summed over its rules.
+    pub(crate) fn decisions(&self) -> DecisionStats {
+        self.sampler.stats().total()
+    }
+
+    /// The sampler, for its metrics.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn sampler(&self) -> &RuleBasedSampler<RecordingClock> {
+        &self.sampler
+    }
+
+    /// `--watch`: follows `file`, printing one line per reload on stderr and counting
+    /// it. The returned watcher follows the file until dropped.
+    ///
+    /// # Errors
+    ///
+    /// One line if the file cannot be watched.
+    #[cfg(feature = "reload")]
+    pub(crate) fn watch(
+        &self,
+        source: &RulesSource,
+    ) -> Result<otel_rate_sampler::ConfigWatcher, String> {
+        let reloads = Arc::clone(&self.reloads);
+        let service = source.service.clone();
+        let file = source.file.clone();
+        let watcher = self
+            .sampler
+            .watch(&source.file, move |outcome| {
+                // Relaxed: counters, read once the run is over.
+                let n = reloads.applied.load(Ordering::Relaxed)
+                    + reloads.failed.load(Ordering::Relaxed)
+                    + 1;
+                match outcome {
+                    Ok(()) => {
+                        reloads.applied.fetch_add(1, Ordering::Relaxed);
+                        let line = match SamplingConfig::from_path(&file)
+                            .map_err(|e| e.to_string())
+                            .and_then(|c| bound(&c, &service))
+                        {
+                            Ok((limit, _)) => {
+                                reloads
+                                    .largest
+                                    .fetch_max(u64::from(limit.permits()), Ordering::Relaxed);
+                                format!(
+                                    "limit now {} per {}",
+                                    limit.permits(),
+                                    humantime::format_duration(limit.window())
+                                )
+                            }
+                            Err(e) => e,
+                        };
+                        eprintln!("demo: reload {n}: applied; {line}");
+                    }
+                    Err(e) => {
+                        reloads.failed.fetch_add(1, Ordering::Relaxed);
+                        eprintln!("demo: reload {n}: failed: {e}; the rules in force stay");
+                    }
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        eprintln!("demo: watching {} for reloads", source.file.display());
+        Ok(watcher)
+    }
+}

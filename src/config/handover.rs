@@ -1,0 +1,253 @@
+//! Handing a changed local limit's window over to its replacement on a reload, so that
+//! permits used in a window are never given out again in it.
+//!
+//! A rule keeps its limiter across a reload when its limit and algorithm did not change
+//! (the same object: nothing to hand over). When they changed, a new limiter replaces
+//! the old one and must start where the old one was. Two things make that hard:
+//!
+//! * **The new limiter can hold fewer than were used.** Lowering a limit of 1000 (1000
+//!   used) to 500 preloads the new limiter with 500, its permits; restoring 1000 in the
+//!   same window would then carry 500 and re-open 500 used permits. So each local limit
+//!   also keeps an *excess*: admissions counted against it in the current window that
+//!   its limiter does not hold. What a limit has used in its window is its limiter's
+//!   count plus that excess, and that is what the next replacement carries.
+//! * **Decisions run during the swap.** The carry-over is read when the new rules are
+//!   built; decisions still holding the old rules go on admitting through the old
+//!   limiters until they return. After publishing the new rules, the reload waits until
+//!   no decision holds the old ones (a grace period: decisions take microseconds, the
+//!   wait is bounded by [`GRACE`]) and then [`settle`](Handover::settle)s each handover:
+//!   the old limiter's admissions since the snapshot are taken from the new limiter's
+//!   window (one permit each), and what does not fit is added to its excess.
+//!
+//! What remains: admissions the new limiter makes between the publication and the
+//! settlement (microseconds) are not held back by the old limiter's late admissions, so
+//! in the window of a reload a changed limit keeps at most `max(old N, new N)` plus the
+//! fewer of (the old rules' admissions after the snapshot) and (the new limiter's
+//! admissions before the settlement). A reload that straddles a window boundary hands
+//! over only the new window's count.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::clock::Clock;
+use crate::limiter::{Algorithm, AnyLimiter, RateLimiter};
+
+/// The longest a reload waits for the decisions holding the old rules to return before
+/// it settles the handovers anyway (a decision descheduled for longer is not waited
+/// for; its admission, if any, is the one not carried).
+pub(crate) const GRACE: Duration = Duration::from_millis(100);
+
+/// A local limiter and the excess carried into its current window.
+pub(crate) struct LocalRule<C> {
+    pub(crate) limiter: Arc<AnyLimiter<C>>,
+    excess: Arc<Mutex<Excess>>,
+}
+
+/// Admissions counted against a limit in the window ending at `until` (clock
+/// nanoseconds) that its limiter does not hold.
+#[derive(Clone, Copy, Default)]
+struct Excess {
+    until: u64,
+    count: u64,
+}
+
+impl<C> Clone for LocalRule<C> {
+    fn clone(&self) -> Self {
+        Self {
+            limiter: Arc::clone(&self.limiter),
+            excess: Arc::clone(&self.excess),
+        }
+    }
+}
+
+impl<C: Clock> LocalRule<C> {
+    /// A limiter with nothing carried.
+    pub(crate) fn new(limiter: AnyLimiter<C>) -> Self {
+        Self {
+            limiter: Arc::new(limiter),
+            excess: Arc::default(),
+        }
+    }
+
+    /// `limiter` as the replacement of `old`: preloaded with what `old` has used in its
+    /// window (the excess beyond its permits kept aside), and the [`Handover`] that
+    /// settles the admissions `old` makes from now on, once no decision holds it.
+    pub(crate) fn replacing(limiter: AnyLimiter<C>, old: &LocalRule<C>) -> (Self, Handover<C>) {
+        let new = Self::new(limiter);
+        let used = old.used();
+        let held = used.min(u64::from(new.limiter.limit().permits()));
+        new.limiter.preload(held);
+        new.add_excess(used - held);
+        let handover = Handover {
+            old: old.clone(),
+            new: new.clone(),
+            used,
+        };
+        (new, handover)
+    }
+
+    /// What this limit has used in its current window: its limiter's count plus the
+    /// excess carried into that window.
+    pub(crate) fn used(&self) -> u64 {
+        let now = self.limiter.clock().now_nanos();
+        let counted = self.limiter.count_in_window().unwrap_or(0);
+        let excess = *self.excess.lock().unwrap_or_else(PoisonError::into_inner);
+        counted + if now < excess.until { excess.count } else { 0 }
+    }
+
+    /// The permits left in the current window (0 when the excess covers them).
+    fn room(&self) -> u64 {
+        u64::from(self.limiter.limit().permits()).saturating_sub(self.used())
+    }
+
+    /// Takes `count` admissions made elsewhere into this limit's current window: a
+    /// permit each while the limiter has some, the rest as excess.
+    fn absorb(&self, count: u64) {
+        let taken = (0..count)
+            .take_while(|_| self.limiter.try_acquire())
+            .count() as u64;
+        self.add_excess(count - taken);
+    }
+
+    /// Removes and returns the excess carried into the current window.
+    fn take_excess(&self) -> u64 {
+        let now = self.limiter.clock().now_nanos();
+        let mut excess = self.excess.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = if now < excess.until { excess.count } else { 0 };
+        excess.count = 0;
+        count
+    }
+
+    fn add_excess(&self, count: u64) {
+        if count == 0 {
+            return;
+        }
+        let now = self.limiter.clock().now_nanos();
+        let mut excess = self.excess.lock().unwrap_or_else(PoisonError::into_inner);
+        if now >= excess.until {
+            *excess = Excess {
+                until: self.window_end(now),
+                count: 0,
+            };
+        }
+        excess.count = excess.count.saturating_add(count);
+    }
+
+    /// The end of the window that holds `now`, as the limiter counts it: the aligned
+    /// window for the window limiters, `now + W` for the log (its admissions stamped
+    /// now leave it then).
+    fn window_end(&self, now: u64) -> u64 {
+        let w = self.limiter.limit().window_nanos();
+        match self.limiter.algorithm() {
+            Algorithm::SlidingLog => now.saturating_add(w),
+            _ => (now / w).saturating_add(1).saturating_mul(w),
+        }
+    }
+}
+
+/// Makes a service cap's new floors and shared pool (`limits`) hold, together, what the
+/// old ones used in the window (`was`) or what they carried by identity, whichever is
+/// more, filling their windows in order (the first takes what does not fit as excess).
+/// So a floor removed, added, resized or moved re-opens nothing of the cap, and a cap
+/// lowered below what was used leaves no floor any room.
+pub(crate) fn spread<C: Clock>(was: u64, limits: &[&LocalRule<C>]) {
+    let excess: u64 = limits.iter().map(|l| l.take_excess()).sum();
+    let counted: u64 = limits.iter().map(|l| l.used()).sum();
+    let mut count = was.max(counted + excess) - counted;
+    for limit in limits {
+        let take = limit.room().min(count);
+        limit.absorb(take);
+        count -= take;
+    }
+    if let Some(first) = limits.first() {
+        first.add_excess(count);
+    }
+}
+
+/// A changed limit's replacement, to settle once no decision holds the old rules.
+pub(crate) struct Handover<C> {
+    old: LocalRule<C>,
+    new: LocalRule<C>,
+    /// What `old` had used when `new` was preloaded.
+    used: u64,
+}
+
+impl<C: Clock> Handover<C> {
+    /// Moves the admissions the old limiter made since the snapshot into the new one:
+    /// a permit of its window each while it has some, the rest into its excess.
+    pub(crate) fn settle(&self) {
+        self.new.absorb(self.old.used().saturating_sub(self.used));
+    }
+}
+
+/// Waits (yielding) until `old` is the last reference to the rules it holds, that is
+/// until no decision is running on them, for at most [`GRACE`]. `arc-swap` converts the
+/// readers' borrowed references of a swapped-out pointer into counted ones during the
+/// swap, so the strong count sees every decision still running on the old rules.
+pub(crate) fn wait_for_readers<T>(old: &Arc<T>) {
+    let start = Instant::now();
+    while Arc::strong_count(old) > 1 && start.elapsed() < GRACE {
+        std::thread::yield_now();
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::limit::Limit;
+    use crate::ManualClock;
+
+    fn rule(algorithm: Algorithm, n: u32, clock: &ManualClock) -> AnyLimiter<ManualClock> {
+        let limit = Limit::per_window(n, Duration::from_secs(3600)).unwrap();
+        AnyLimiter::with_clock(algorithm, limit, clock.clone())
+    }
+
+    #[test]
+    fn lowering_then_restoring_a_limit_does_not_reopen_used_permits() {
+        for algorithm in Algorithm::ALL {
+            let clock = ManualClock::new();
+            clock.set(10);
+            let first = LocalRule::new(rule(algorithm, 1000, &clock));
+            assert_eq!(
+                (0..1000).filter(|_| first.limiter.try_acquire()).count(),
+                1000
+            );
+            let (low, h) = LocalRule::replacing(rule(algorithm, 500, &clock), &first);
+            h.settle();
+            assert_eq!(low.used(), 1000, "{algorithm}");
+            let (back, h) = LocalRule::replacing(rule(algorithm, 1000, &clock), &low);
+            h.settle();
+            assert!(!back.limiter.try_acquire(), "{algorithm}: re-opened");
+            // The next window is a fresh one.
+            clock.advance(Duration::from_secs(2 * 3600));
+            assert!(back.limiter.try_acquire(), "{algorithm}");
+            assert_eq!(back.used(), 1, "{algorithm}");
+        }
+    }
+
+    #[test]
+    fn admissions_made_by_the_old_limiter_after_the_snapshot_are_settled() {
+        let clock = ManualClock::new();
+        let old = LocalRule::new(rule(Algorithm::FixedWindow, 10, &clock));
+        assert_eq!((0..4).filter(|_| old.limiter.try_acquire()).count(), 4);
+        let (new, h) = LocalRule::replacing(rule(Algorithm::FixedWindow, 10, &clock), &old);
+        // A decision still holding the old rules admits 3 more during the swap.
+        assert_eq!((0..3).filter(|_| old.limiter.try_acquire()).count(), 3);
+        h.settle();
+        assert_eq!((0..10).filter(|_| new.limiter.try_acquire()).count(), 3);
+        assert_eq!(new.used(), 10);
+    }
+
+    #[test]
+    fn late_admissions_beyond_the_new_permits_go_to_the_excess() {
+        let clock = ManualClock::new();
+        let old = LocalRule::new(rule(Algorithm::SlidingLog, 10, &clock));
+        let (new, h) = LocalRule::replacing(rule(Algorithm::FixedWindow, 4, &clock), &old);
+        assert_eq!((0..10).filter(|_| old.limiter.try_acquire()).count(), 10);
+        h.settle();
+        assert!(!new.limiter.try_acquire());
+        assert_eq!(new.used(), 10);
+    }
+}

@@ -1,0 +1,238 @@
+//! Hot reload: watch a rule file, through every symlink to it, and swap a sampler's
+//! rules when what it names changes.
+
+mod resolve;
+mod worker;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::error::{ConfigError, ConfigErrorKind, Pos};
+use super::rule_based::RuleBasedSampler;
+use crate::clock::Clock;
+
+/// How a [`ConfigWatcher`] follows its file: the quiet period before a change is
+/// applied, and the polling that backs up the file system's notifications.
+///
+/// ```
+/// use std::time::Duration;
+/// use otel_rate_sampler::WatchOptions;
+///
+/// let options = WatchOptions::new()
+///     .debounce(Duration::from_millis(500))
+///     .poll_interval(Duration::from_secs(10));
+/// assert_eq!(options.debounce_period(), Duration::from_millis(500));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WatchOptions {
+    debounce: Duration,
+    poll: Duration,
+    notifications: bool,
+}
+
+impl WatchOptions {
+    /// The default quiet period: 200 ms.
+    pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(200);
+    /// The default polling interval: 2 s.
+    pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(2);
+
+    /// The defaults: [`DEFAULT_DEBOUNCE`](Self::DEFAULT_DEBOUNCE) and
+    /// [`DEFAULT_POLL_INTERVAL`](Self::DEFAULT_POLL_INTERVAL).
+    pub const fn new() -> Self {
+        Self {
+            debounce: Self::DEFAULT_DEBOUNCE,
+            poll: Self::DEFAULT_POLL_INTERVAL,
+            notifications: true,
+        }
+    }
+
+    /// The quiet period: a change is applied once no event has touched the file (or a
+    /// link to it) for this long, so a file saved in several writes, or saved many
+    /// times in a row, is read once, complete. A file that never stays quiet is still
+    /// read every 10 quiet periods. Zero applies each event's result at once.
+    pub const fn debounce(mut self, period: Duration) -> Self {
+        self.debounce = period;
+        self
+    }
+
+    /// How often the path is resolved and the file checked without any notification:
+    /// the fallback that catches what the notifications miss (a directory replaced
+    /// before its watch was re-armed, a file system without notifications, a watcher
+    /// that could not start). Each check is a `stat` per path component, and a read of
+    /// the file only if its size, time or identity changed. Zero is taken as 1 ms.
+    pub const fn poll_interval(mut self, interval: Duration) -> Self {
+        self.poll = interval;
+        self
+    }
+
+    /// Whether to use the file system's notifications (inotify, FSEvents, ...; the
+    /// default) or only poll: for file systems that send none (NFS and other network
+    /// mounts, some FUSE and container overlay setups), where a change is then seen
+    /// within a [`poll_interval`](Self::poll_interval).
+    pub const fn notifications(mut self, on: bool) -> Self {
+        self.notifications = on;
+        self
+    }
+
+    /// The quiet period in force.
+    pub const fn debounce_period(&self) -> Duration {
+        self.debounce
+    }
+
+    /// The polling interval in force.
+    pub const fn polling_interval(&self) -> Duration {
+        self.poll
+    }
+
+    /// Whether the file system's notifications are used.
+    pub const fn uses_notifications(&self) -> bool {
+        self.notifications
+    }
+}
+
+impl Default for WatchOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Keeps a rule file watched; dropping it stops the watching (it waits for a reload in
+/// progress, and so for the callback, to return).
+///
+/// Made by [`RuleBasedSampler::watch`] and [`RuleBasedSampler::watch_with`].
+///
+/// # What it follows
+///
+/// The path is resolved through every symlink in it, component by component, and the
+/// directory of each link is watched as well as the file's, and re-resolved on any
+/// event there. So all these are seen:
+///
+/// * an editor's save (write a new file, rename it over the old one), or a write in
+///   place;
+/// * a Kubernetes ConfigMap update: `sampling.toml -> ..data/sampling.toml`, `..data ->
+///   ..2026_11_23_…`, swapped by renaming a new `..data` link over the old one and
+///   removing the old directory;
+/// * a deploy tool's `current -> releases/N` swap;
+/// * the directory removed, renamed or recreated: the watches are re-armed on what
+///   exists (the nearest existing ancestor meanwhile), and polling every
+///   [`poll_interval`](WatchOptions::poll_interval) catches what notifications miss.
+///
+/// # What it applies
+///
+/// After a quiet period ([`debounce`](WatchOptions::debounce)), the file is read; if its
+/// contents differ from the last ones seen, it is loaded and, only if it parses and
+/// validates, applied ([`RuleBasedSampler::reload_from_path`]). Unchanged contents
+/// (a touch, a swap to identical contents, the same file seen twice) cause no reload
+/// and no callback. The contents when watching starts are taken as the ones in force.
+///
+/// # What it reports
+///
+/// The callback gets each reload's outcome: `Ok(())`, or the file's [`ConfigError`]
+/// (the last good rules stay in force); a file that becomes unreadable or missing,
+/// once until it changes again; and every error of the watcher itself (a notification
+/// backend that failed, a directory that cannot be watched), as a [`ConfigError`] of
+/// kind [`Io`](ConfigErrorKind::Io), after which it keeps going by polling.
+#[must_use = "dropping the ConfigWatcher stops the watching"]
+pub struct ConfigWatcher {
+    stop: mpsc::Sender<worker::Message>,
+    thread: Option<JoinHandle<()>>,
+    path: PathBuf,
+}
+
+impl fmt::Debug for ConfigWatcher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConfigWatcher")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for ConfigWatcher {
+    fn drop(&mut self) {
+        // The worker may have stopped already (it never does on its own).
+        let _ = self.stop.send(worker::Message::Stop);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl<C: Clock + Clone + Send + Sync + 'static> RuleBasedSampler<C> {
+    /// [`watch_with`](Self::watch_with) the default [`WatchOptions`].
+    ///
+    /// # Errors
+    ///
+    /// As [`watch_with`](Self::watch_with).
+    pub fn watch(
+        &self,
+        path: impl AsRef<Path>,
+        on_reload: impl Fn(Result<(), ConfigError>) + Send + 'static,
+    ) -> Result<ConfigWatcher, ConfigError> {
+        self.watch_with(path, WatchOptions::new(), on_reload)
+    }
+
+    /// Watches `path` and [`reload`](RuleBasedSampler::reload)s this sampler (and so
+    /// every clone of it) each time what it names changes, on a thread of its own; see
+    /// [`ConfigWatcher`] for what is followed, applied and reported.
+    ///
+    /// `on_reload` is told the outcome of every reload and every watcher error. Each
+    /// outcome is also logged through `tracing` (target `otel_rate_sampler`: info for a
+    /// reload, a warning for a failure; the same message at most once a minute), and
+    /// counted in [`stats`](RuleBasedSampler::stats). Decisions never wait for a
+    /// reload: they read the rule set through an atomic pointer swapped once the new
+    /// rules are built.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] of kind [`Io`](ConfigErrorKind::Io) if `path` cannot be
+    /// resolved (a symlink loop, an unreadable link) or the thread cannot start. A
+    /// notification backend that cannot start is not an error here: it is reported to
+    /// `on_reload` and the file is followed by polling.
+    pub fn watch_with(
+        &self,
+        path: impl AsRef<Path>,
+        options: WatchOptions,
+        on_reload: impl Fn(Result<(), ConfigError>) + Send + 'static,
+    ) -> Result<ConfigWatcher, ConfigError> {
+        let path = path.as_ref().to_path_buf();
+        let io = |e: std::io::Error| watch_error(&path, format!("cannot watch the file: {e}"), e);
+        let resolved = resolve::resolve(&path).map_err(io)?;
+        let (tx, rx) = mpsc::channel();
+        let worker = worker::Worker::new(
+            self.clone(),
+            path.clone(),
+            options,
+            Box::new(on_reload),
+            tx.clone(),
+            resolved,
+        );
+        let thread = std::thread::Builder::new()
+            .name("otel-rate-sampler-watch".into())
+            .spawn(move || worker.run(rx))
+            .map_err(io)?;
+        Ok(ConfigWatcher {
+            stop: tx,
+            thread: Some(thread),
+            path,
+        })
+    }
+}
+
+/// A watcher error about `path`, of kind [`Io`](ConfigErrorKind::Io).
+fn watch_error(
+    path: &Path,
+    message: String,
+    source: impl std::error::Error + Send + Sync + 'static,
+) -> ConfigError {
+    ConfigError::new(
+        ConfigErrorKind::Io,
+        &path.display().to_string(),
+        Pos::default(),
+        "",
+        message,
+    )
+    .with_source(source)
+}

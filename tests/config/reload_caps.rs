@@ -1,0 +1,359 @@
+//! Caps that survive reloads: whatever the sequence of reloads, an aligned window never
+//! admits more than the largest limit in force during it, for a rule, a floor and the
+//! service cap. Deterministic (`ManualClock`); the concurrent test counts against a bound
+//! it computes from what happened during the reloads.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use opentelemetry::trace::{SpanKind, TraceId};
+use opentelemetry::Context;
+use opentelemetry_sdk::trace::{SamplingDecision, ShouldSample};
+use otel_rate_sampler::attributes::SAMPLER_RULE;
+use otel_rate_sampler::{Clock, ManualClock, RuleBasedSampler, SamplingConfig};
+use proptest::prelude::*;
+
+fn config(text: &str) -> SamplingConfig {
+    SamplingConfig::from_toml_str(text, "test.toml").unwrap()
+}
+
+/// The rule that kept a root span named `name` (its `sampler.rule`), or `None`.
+fn keep(s: &impl ShouldSample, name: &str) -> Option<String> {
+    let result = s.should_sample(
+        Some(&Context::new()),
+        TraceId::from(7u128),
+        name,
+        &SpanKind::Server,
+        &[],
+        &[],
+    );
+    (result.decision == SamplingDecision::RecordAndSample).then(|| {
+        result
+            .attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == SAMPLER_RULE)
+            .map(|kv| kv.value.to_string())
+            .unwrap_or_default()
+    })
+}
+
+fn kept(s: &impl ShouldSample, name: &str, n: usize) -> usize {
+    (0..n).filter(|_| keep(s, name).is_some()).count()
+}
+
+/// Of `n` roots named `name`: how many were kept, and how many of those by `rule`.
+fn kept_by(s: &impl ShouldSample, name: &str, n: usize, rule: &str) -> (usize, usize) {
+    (0..n).fold((0, 0), |(all, by), _| match keep(s, name) {
+        Some(r) => (all + 1, by + usize::from(r == rule)),
+        None => (all, by),
+    })
+}
+
+fn hourly(limit: u32) -> SamplingConfig {
+    config(&format!("[default]\nlimit = {limit}\nwindow = \"1h\"\n"))
+}
+
+#[test]
+fn lowering_then_restoring_a_limit_within_the_hour_reopens_nothing() {
+    // On main: 1000/h -> 500 -> 1000 kept 1500 that hour.
+    let clock = ManualClock::new();
+    let s = RuleBasedSampler::with_clock(&hourly(1000), "svc", clock.clone()).unwrap();
+    assert_eq!(kept(&s, "op", 1000), 1000);
+    clock.advance(Duration::from_secs(60));
+    s.reload(&hourly(500)).unwrap();
+    clock.advance(Duration::from_secs(60));
+    s.reload(&hourly(1000)).unwrap();
+    assert_eq!(kept(&s, "op", 2000), 0, "used permits re-opened");
+    clock.advance(Duration::from_secs(3600));
+    assert_eq!(kept(&s, "op", 2000), 1000, "the next hour is a fresh one");
+}
+
+#[test]
+fn a_floor_moved_to_another_rule_reopens_nothing_of_the_cap() {
+    let floor_on = |rule: &str| {
+        let floor = |r: &str| if r == rule { 5 } else { 0 };
+        config(&format!(
+            "[default]\nlimit = 100\ncap = {{ limit = 10 }}\n\
+             [[default.rule]]\nname = \"hot\"\nspan_name = \"hot\"\nlimit = 100\nfloor = {}\n\
+             [[default.rule]]\nname = \"cold\"\nspan_name = \"cold\"\nlimit = 100\nfloor = {}\n",
+            floor("hot"),
+            floor("cold"),
+        ))
+    };
+    let clock = ManualClock::new();
+    let s = RuleBasedSampler::with_clock(&floor_on("hot"), "svc", clock.clone()).unwrap();
+    assert_eq!(kept(&s, "hot", 100), 10);
+    // On main the new floor of "cold" started empty: 5 more kept in the window.
+    s.reload(&floor_on("cold")).unwrap();
+    assert_eq!(kept(&s, "cold", 100) + kept(&s, "hot", 100), 0);
+    s.reload(&floor_on("hot")).unwrap();
+    assert_eq!(kept(&s, "cold", 100) + kept(&s, "hot", 100), 0);
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(kept(&s, "cold", 100) + kept(&s, "hot", 100), 10);
+}
+
+#[test]
+fn a_rule_removed_and_brought_back_within_its_window_reopens_nothing() {
+    // On main a rule that vanished from a half-saved file and came back got a fresh
+    // limiter: a limit of 5 kept 10 in one window.
+    let with = config(
+        "[default]\nlimit = 100\n[[default.rule]]\nname = \"r\"\nspan_name = \"r\"\nlimit = 5\n",
+    );
+    let without = config("[default]\nlimit = 100\n");
+    let clock = ManualClock::new();
+    let s = RuleBasedSampler::with_clock(&with, "svc", clock.clone()).unwrap();
+    assert_eq!(kept_by(&s, "r", 10, "r"), (5, 5));
+    s.reload(&without).unwrap();
+    s.reload(&with).unwrap();
+    assert_eq!(kept_by(&s, "r", 10, "r"), (0, 0));
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(kept_by(&s, "r", 10, "r"), (5, 5));
+    // Removed across a window boundary: it comes back with a fresh window.
+    s.reload(&without).unwrap();
+    clock.advance(Duration::from_secs(1));
+    s.reload(&without).unwrap();
+    s.reload(&with).unwrap();
+    assert_eq!(kept_by(&s, "r", 10, "r"), (5, 5));
+}
+
+/// One service: a rule `r` (limit, algorithm, floor; or no rule) under a cap, and the
+/// default.
+#[derive(Clone, Copy, Debug)]
+struct Version {
+    /// Whether the file has the rule (a rule removed and brought back within a window
+    /// must find its limiter).
+    present: bool,
+    rule: u32,
+    algorithm: &'static str,
+    floor: u32,
+    cap: u32,
+}
+
+impl Version {
+    /// The rule is named `r`, or unnamed (named by position: `rule-1`).
+    fn config(self, named: bool) -> SamplingConfig {
+        let name = if named { "name = \"r\"\n" } else { "" };
+        let rule = if self.present {
+            format!(
+                "[[default.rule]]\n{name}span_name = \"r\"\nlimit = {}\nalgorithm = \"{}\"\nfloor = {}\n",
+                self.rule, self.algorithm, self.floor
+            )
+        } else {
+            String::new()
+        };
+        config(&format!(
+            "[default]\nlimit = 50\ncap = {{ limit = {} }}\n{rule}",
+            self.cap
+        ))
+    }
+
+    /// The rule's limit, 0 when the file has no rule.
+    fn rule_limit(self) -> u32 {
+        if self.present {
+            self.rule
+        } else {
+            0
+        }
+    }
+}
+
+fn version() -> impl Strategy<Value = Version> {
+    (
+        1u32..12,
+        prop::sample::select(vec!["fixed", "sliding", "sliding-log"]),
+        0u32..4,
+        4u32..16,
+        prop::bool::weighted(0.75),
+    )
+        .prop_map(|(rule, algorithm, floor, cap, present)| Version {
+            present,
+            rule,
+            algorithm,
+            floor,
+            cap,
+        })
+}
+
+#[derive(Clone, Debug)]
+enum Step {
+    Decide { rule: u8, other: u8 },
+    Reload(Version),
+    Advance(u64),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        4 => (0u8..8, 0u8..8).prop_map(|(rule, other)| Step::Decide { rule, other }),
+        3 => version().prop_map(Step::Reload),
+        1 => (1u64..700).prop_map(Step::Advance),
+    ]
+}
+
+/// Admissions of one aligned 1 s window against the largest limits in force during it.
+#[derive(Default)]
+struct Window {
+    /// The window's index (clock seconds).
+    index: u64,
+    rule: usize,
+    total: usize,
+    max_rule: u32,
+    max_cap: u32,
+}
+
+impl Window {
+    fn opened(v: Version) -> Self {
+        Window {
+            max_rule: v.rule_limit(),
+            max_cap: v.cap,
+            ..Window::default()
+        }
+    }
+
+    fn in_force(&mut self, v: Version) {
+        self.max_rule = self.max_rule.max(v.rule_limit());
+        self.max_cap = self.max_cap.max(v.cap);
+    }
+
+    /// Checks the window and opens the next one if `clock` has left it.
+    fn roll(&mut self, clock: &ManualClock, current: Version) -> Result<(), TestCaseError> {
+        let now = clock.now_nanos() / SECOND;
+        if now != self.index {
+            self.check()?;
+            *self = Window {
+                index: now,
+                ..Window::opened(current)
+            };
+        }
+        Ok(())
+    }
+
+    fn check(&self) -> Result<(), TestCaseError> {
+        prop_assert!(
+            self.rule <= self.max_rule as usize,
+            "rule kept {} > {}",
+            self.rule,
+            self.max_rule
+        );
+        prop_assert!(
+            self.total <= self.max_cap as usize,
+            "cap kept {} > {}",
+            self.total,
+            self.max_cap
+        );
+        Ok(())
+    }
+}
+
+const SECOND: u64 = 1_000_000_000;
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// On main a reload loop let a rule of 10 keep 532 in one window and a cap of 20
+    /// keep 63.
+    #[test]
+    fn no_window_admits_more_than_the_largest_limit_in_force(
+        first in version(),
+        steps in prop::collection::vec(step(), 1..80),
+        named in any::<bool>(),
+    ) {
+        let clock = ManualClock::new();
+        let s = RuleBasedSampler::with_clock(&first.config(named), "svc", clock.clone()).unwrap();
+        let mut current = first;
+        let mut window = Window::opened(first);
+        let rule_name = if named { "r" } else { "rule-1" };
+        for step in steps {
+            match step {
+                Step::Decide { rule, other } => {
+                    let (all, by_rule) = kept_by(&s, "r", rule.into(), rule_name);
+                    window.rule += by_rule;
+                    window.total += all + kept(&s, "other", other.into());
+                }
+                Step::Reload(v) => {
+                    s.reload(&v.config(named)).unwrap();
+                    current = v;
+                    window.in_force(v);
+                }
+                Step::Advance(ms) => clock.advance(Duration::from_millis(ms)),
+            }
+            window.roll(&clock, current)?;
+        }
+        window.check()?;
+    }
+}
+
+/// Admissions counted by deciding threads: all of them, and those whose decision
+/// overlapped a reload (the only ones the swap race can let through).
+#[derive(Default)]
+struct Tally {
+    rule: AtomicUsize,
+    total: AtomicUsize,
+    racy: AtomicUsize,
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Threads decide while another thread reloads: each window keeps at most the
+    /// largest limits in force during it, plus only admissions decided while a reload
+    /// ran (the documented swap race, microseconds wide).
+    #[test]
+    fn reloads_under_concurrent_load_keep_every_window_under_the_largest_limit(
+        first in version(),
+        rounds in prop::collection::vec(
+            (prop::collection::vec(version(), 1..12), 0u64..1500),
+            1..6,
+        ),
+    ) {
+        let clock = ManualClock::new();
+        let s = RuleBasedSampler::with_clock(&first.config(true), "svc", clock.clone()).unwrap();
+        let mut window = Window::opened(first);
+        let mut current: Version;
+        for (reloads, advance) in rounds {
+            let tally = Tally::default();
+            // Odd while a reload runs.
+            let epoch = AtomicUsize::new(0);
+            let stop = AtomicBool::new(false);
+            std::thread::scope(|scope| {
+                for t in 0..3 {
+                    let (s, tally, epoch, stop) = (&s, &tally, &epoch, &stop);
+                    scope.spawn(move || {
+                        let mut i = 0usize;
+                        while !stop.load(Ordering::SeqCst) || i < 200 {
+                            let before = epoch.load(Ordering::SeqCst);
+                            let name = if (i + t).is_multiple_of(2) { "r" } else { "other" };
+                            let kept = keep(s, name);
+                            let after = epoch.load(Ordering::SeqCst);
+                            if let Some(rule) = kept {
+                                if rule == "r" {
+                                    tally.rule.fetch_add(1, Ordering::SeqCst);
+                                }
+                                tally.total.fetch_add(1, Ordering::SeqCst);
+                                if before % 2 == 1 || before != after {
+                                    tally.racy.fetch_add(1, Ordering::SeqCst);
+                                }
+                            }
+                            i += 1;
+                        }
+                    });
+                }
+                for v in &reloads {
+                    epoch.fetch_add(1, Ordering::SeqCst);
+                    s.reload(&v.config(true)).unwrap();
+                    epoch.fetch_add(1, Ordering::SeqCst);
+                }
+                stop.store(true, Ordering::SeqCst);
+            });
+            for v in &reloads {
+                window.in_force(*v);
+            }
+            current = *reloads.last().unwrap();
+            let racy = tally.racy.load(Ordering::SeqCst);
+            window.rule += tally.rule.load(Ordering::SeqCst).saturating_sub(racy);
+            window.total += tally.total.load(Ordering::SeqCst).saturating_sub(racy);
+            clock.advance(Duration::from_millis(advance));
+            window.roll(&clock, current)?;
+        }
+        window.check()?;
+    }
+}
