@@ -63,7 +63,10 @@ pub use limiter::{
 };
 #[cfg(feature = "metrics")]
 pub use metrics::SamplerMetrics;
-pub use sampler::{attributes, RateLimitingSampler, RateLimitingSamplerBuilder, RemoteParents};
+pub use sampler::{
+    attributes, AdaptiveSampler, AdaptiveSamplerBuilder, RateLimitingSampler,
+    RateLimitingSamplerBuilder, RemoteParents,
+};
 
 // The README's code blocks, compiled as doctests without becoming the crate's docs
 // (its examples need the `config`, `metrics` and `redis` features: CI's

@@ -54,6 +54,20 @@ use crate::sampler::{Origin, RemoteParents};
 /// * Without a cap, the worst case per window is the sum of the rules' and the default's
 ///   limits (probability rules are unbounded unless capped).
 ///
+/// # Probability rules (OTEP 235)
+///
+/// A `probability` keeps a trace iff its 56 random bits (the `rv` sub-key of the `ot`
+/// trace-state entry when present, else the low 56 bits of the trace id) are at least
+/// the rejection threshold `(1 − p)·2^56`: every service (and every process) with the
+/// same probability keeps exactly the same traces, and a lower probability keeps a
+/// subset. Kept spans carry the threshold as `ot=th:<hex>` (other `ot` sub-keys and
+/// other vendors' entries kept), so a backend can weight each by `1/p`. A capped remote
+/// parent's `th` is raised to the rule's, never lowered; a sampled remote parent without
+/// `th` had an unknown probability and gets none. Spans kept by a limit carry no `th`
+/// (a rate limit has no known probability). Under a service cap, a probability rule's
+/// spans keep their `th`: in a window where the cap refused some of them, the weighted
+/// count of that rule's spans falls short of the offered count by what the cap refused.
+///
 /// # Scope
 ///
 /// A limit (a rule's, a block's own default or a cap) is enforced by each process on its

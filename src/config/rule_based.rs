@@ -25,6 +25,9 @@ use crate::stats::{ReloadStats, RuleBasedStats};
 ///   `probabilistic`), `sampler.param` (traces per second, or the probability) and
 ///   [`sampler.rule`](crate::attributes::SAMPLER_RULE) (the rule's name, `default` for the
 ///   default). Refusals are `Drop`, and allocate nothing.
+/// * Probability rules are consistent (OTEP 235): they decide on the trace's 56 random
+///   bits and write `ot=th:<threshold>` on what they keep; limits erase `th` (see
+///   [`SamplingConfig`], "Probability rules").
 /// * The rules can be replaced while the sampler runs ([`reload`](Self::reload)):
 ///   decisions read the current rule set through an atomic pointer and never wait.
 ///

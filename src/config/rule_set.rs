@@ -18,7 +18,9 @@ use crate::clock::Clock;
 use crate::limit::{Limit, LimitError};
 use crate::limiter::{Algorithm, RateLimiter};
 use crate::sampler::attributes::{self, PROBABILISTIC, RATELIMITING};
-use crate::sampler::{drop_span, erase_threshold, Origin, RemoteParents};
+use crate::sampler::{
+    decide_consistent, drop_span, erase_threshold, Origin, RemoteParents, Threshold, Verdict,
+};
 use crate::stats::{CapStats, Counters, DecisionStats, DropReason, Event, RuleStats, WindowFill};
 
 /// The rule name reported for spans no rule matched.
@@ -53,8 +55,8 @@ struct Compiled<C> {
 
 enum Action<C> {
     Limit(RuleLimiter<C>),
-    /// Keep iff the trace id's low 63 bits are below this.
-    Probability(u64),
+    /// Keep iff the trace's randomness is at least this (OTEP 235), writing `th`.
+    Probability(Threshold),
 }
 
 impl<C: Clock + Clone> RuleSet<C> {
@@ -83,7 +85,7 @@ impl<C: Clock + Clone> RuleSet<C> {
             |rule: Option<&Rule>, name: &str, policy: Policy| -> Result<Compiled<C>, BuildError> {
                 let old = find(rule, name);
                 let action = match policy {
-                    Policy::Probability(p) => Action::Probability((p * 2f64.powi(63)) as u64),
+                    Policy::Probability(p) => Action::Probability(Threshold::from_probability(p)),
                     Policy::Limit(spec) => {
                         let old_limiter = old.and_then(|o| match (&o.action, o.policy) {
                             (Action::Limit(l), Policy::Limit(_)) => Some(l),
@@ -179,23 +181,32 @@ impl<C: Clock> RuleSet<C> {
             .first_match(origin, name, kind, attributes)
             .map(|i| &self.rules[i])
             .or(self.default.as_ref());
-        let origin = origin.into();
         let Some(chosen) = chosen else {
             self.unmatched
-                .record(Event::dropped(DropReason::NoRule, origin));
+                .record(Event::dropped(DropReason::NoRule, origin.into()));
             return drop_span(parent_state);
         };
-        let (admitted, refusal) = match &chosen.action {
-            Action::Limit(l) => (l.try_acquire(), DropReason::RateLimit),
+        // A limit's keep has no known probability: `th` goes. A probability's keep
+        // carries its threshold (raised to a capped remote parent's, never lowered).
+        let kept = match &chosen.action {
+            Action::Limit(l) => l.try_acquire().then_some(None),
             Action::Probability(threshold) => {
-                let low = u128::from_be_bytes(trace_id.to_bytes()) as u64;
-                ((low >> 1) < *threshold, DropReason::Probability)
+                let second_stage = origin == Origin::Remote;
+                match decide_consistent(*threshold, trace_id, parent_state, second_stage) {
+                    Verdict::Keep(kept) => Some(Some(kept)),
+                    Verdict::Drop => None,
+                }
             }
         };
-        if !admitted {
+        let origin = origin.into();
+        let Some(consistent) = kept else {
+            let refusal = match chosen.action {
+                Action::Limit(_) => DropReason::RateLimit,
+                Action::Probability(_) => DropReason::Probability,
+            };
             chosen.counters.record(Event::dropped(refusal, origin));
             return drop_span(parent_state);
-        }
+        };
         // The cap: the rule's reserved floor first, then the shared pool.
         if self.cap.is_some()
             && !(chosen.floor.as_ref().is_some_and(|f| f.try_acquire())
@@ -210,7 +221,10 @@ impl<C: Clock> RuleSet<C> {
         SamplingResult {
             decision: SamplingDecision::RecordAndSample,
             attributes: chosen.attributes.clone(),
-            trace_state: erase_threshold(parent_state),
+            trace_state: match consistent {
+                Some(kept) => kept.trace_state(parent_state),
+                None => erase_threshold(parent_state),
+            },
         }
     }
 

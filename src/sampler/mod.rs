@@ -2,11 +2,16 @@
 //! that ask a limiter once per trace, the parent policy they share and the attributes
 //! they record.
 
+mod adaptive;
 pub mod attributes;
+mod consistent;
 mod parent;
 mod rate_limiting;
 mod trace_state;
 
+pub use adaptive::{AdaptiveSampler, AdaptiveSamplerBuilder};
+#[cfg_attr(not(feature = "config"), allow(unused_imports))]
+pub(crate) use consistent::{decide as decide_consistent, Threshold, Verdict};
 pub use parent::RemoteParents;
 #[cfg_attr(not(feature = "config"), allow(unused_imports))] // the rule layer uses them
 pub(crate) use parent::{apply as apply_parent_policy, drop_span, Origin};

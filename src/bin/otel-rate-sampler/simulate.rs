@@ -52,9 +52,10 @@ const TICKS_PER_WINDOW: u64 = 100;
 const TICK_CHOICES_MS: [u64; 5] = [10, 5, 4, 2, 1];
 /// At most this many rows are printed; a row spans whole seconds.
 const MAX_ROWS: u64 = 60;
-/// A trace id every probability above 2^-63 keeps: its low 63 bits are zero (the
-/// sampler compares them with `p × 2^63`, as the SDK's `TraceIdRatioBased` does).
-const KEEP_ID: TraceId = TraceId::from_bytes([0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0]);
+/// A trace id every nonzero probability keeps: its 56 random bits (the low 56, OTEP
+/// 235) are all ones, at least any rejection threshold below 2^56.
+const KEEP_ID: TraceId =
+    TraceId::from_bytes([0, 0, 0, 0, 0, 0, 0, 1, 0, 255, 255, 255, 255, 255, 255, 255]);
 
 /// Offer root spans at a steady rate to one service's real sampler, on a manual clock,
 /// and print the traces kept per second: by the deciding rule, and after the cap.
