@@ -29,7 +29,10 @@ use crate::sampler::{Origin, RemoteParents};
 ///   attributes present when the span starts; all listed must be present and match) and
 ///   parent origin (`none` for roots, `remote` for remote parents under
 ///   `remote_parents = "cap"`). It carries a **limit** (N per window or a fractional
-///   rate, with an algorithm) or a **probability**.
+///   rate, with an algorithm), a **probability**, or an **adaptive** probability under a
+///   cap (`adaptive = 100.0`, or `adaptive = { limit = 100, window = "1s" }`: the
+///   [`AdaptiveSampler`](crate::AdaptiveSampler)'s algorithm, per rule, local to each
+///   process).
 ///
 /// # Evaluation order
 ///
@@ -181,6 +184,9 @@ pub(crate) fn fleet_floor_key(service: &str, rule: &str) -> String {
 pub(crate) enum Policy {
     Limit(LimitSpec),
     Probability(f64),
+    /// A consistent probability adapted each window to keep about, and at most, this
+    /// limit (local to each process).
+    Adaptive(Limit),
 }
 
 /// A matching rule.
@@ -361,6 +367,11 @@ impl fmt::Display for DisplayPolicy<'_> {
         match self.0 {
             Policy::Limit(spec) => write!(f, "keep {}", DisplaySpec(spec)),
             Policy::Probability(p) => write!(f, "keep with probability {p}"),
+            Policy::Adaptive(limit) => write!(
+                f,
+                "keep about {limit} ({}/s) by an adaptive probability, capped",
+                limit.per_second_rate()
+            ),
         }
     }
 }

@@ -17,9 +17,10 @@ use super::rule_limiter::{BuildError, RuleLimiter};
 use crate::clock::Clock;
 use crate::limit::{Limit, LimitError};
 use crate::limiter::{Algorithm, RateLimiter};
-use crate::sampler::attributes::{self, PROBABILISTIC, RATELIMITING};
+use crate::sampler::attributes::{self, ADAPTIVE, PROBABILISTIC, RATELIMITING};
 use crate::sampler::{
-    decide_consistent, drop_span, erase_threshold, Origin, RemoteParents, Threshold, Verdict,
+    decide_consistent, drop_span, erase_threshold, Adaptive, Origin, RemoteParents, Threshold,
+    Verdict,
 };
 use crate::stats::{CapStats, Counters, DecisionStats, DropReason, Event, RuleStats, WindowFill};
 
@@ -57,6 +58,9 @@ enum Action<C> {
     Limit(RuleLimiter<C>),
     /// Keep iff the trace's randomness is at least this (OTEP 235), writing `th`.
     Probability(Threshold),
+    /// An adaptive probability under its own cap; shared with the previous rule set's
+    /// rule of the same name and limit across a reload.
+    Adaptive(Arc<Adaptive<C>>),
 }
 
 impl<C: Clock + Clone> RuleSet<C> {
@@ -86,6 +90,19 @@ impl<C: Clock + Clone> RuleSet<C> {
                 let old = find(rule, name);
                 let action = match policy {
                     Policy::Probability(p) => Action::Probability(Threshold::from_probability(p)),
+                    Policy::Adaptive(limit) => match old.map(|o| (&o.action, o.policy)) {
+                        // The same limit: keep the estimate and the cap's window.
+                        Some((Action::Adaptive(a), Policy::Adaptive(l))) if l == limit => {
+                            Action::Adaptive(Arc::clone(a))
+                        }
+                        // The rule's counters carry over by name: start the offered
+                        // count from their total.
+                        _ => Action::Adaptive(Arc::new(Adaptive::new(
+                            limit,
+                            clock.clone(),
+                            old.map_or(0, |o| o.counters.snapshot().total()),
+                        ))),
+                    },
                     Policy::Limit(spec) => {
                         let old_limiter = old.and_then(|o| match (&o.action, o.policy) {
                             (Action::Limit(l), Policy::Limit(_)) => Some(l),
@@ -112,6 +129,7 @@ impl<C: Clock + Clone> RuleSet<C> {
                 let (kind, param) = match policy {
                     Policy::Limit(spec) => (RATELIMITING, spec.limit.per_second_rate()),
                     Policy::Probability(p) => (PROBABILISTIC, p),
+                    Policy::Adaptive(limit) => (ADAPTIVE, limit.per_second_rate()),
                 };
                 Ok(Compiled {
                     name: name.to_owned(),
@@ -197,12 +215,27 @@ impl<C: Clock> RuleSet<C> {
                     Verdict::Drop => None,
                 }
             }
+            Action::Adaptive(adaptive) => {
+                // Every decision of this rule was offered to it.
+                let threshold = adaptive.threshold(|| chosen.counters.snapshot().total());
+                let second_stage = origin == Origin::Remote;
+                match decide_consistent(threshold, trace_id, parent_state, second_stage) {
+                    Verdict::Keep(kept) if adaptive.admit() => Some(Some(kept)),
+                    Verdict::Keep(_) => {
+                        chosen
+                            .counters
+                            .record(Event::dropped(DropReason::RateLimit, origin.into()));
+                        return drop_span(parent_state);
+                    }
+                    Verdict::Drop => None,
+                }
+            }
         };
         let origin = origin.into();
         let Some(consistent) = kept else {
             let refusal = match chosen.action {
                 Action::Limit(_) => DropReason::RateLimit,
-                Action::Probability(_) => DropReason::Probability,
+                Action::Probability(_) | Action::Adaptive(_) => DropReason::Probability,
             };
             chosen.counters.record(Event::dropped(refusal, origin));
             return drop_span(parent_state);
@@ -246,6 +279,7 @@ impl<C: Clock> RuleSet<C> {
                 decisions: c.counters.snapshot(),
                 window: match &c.action {
                     Action::Limit(l) => fill(l),
+                    Action::Adaptive(a) => Some(a.window_fill()),
                     Action::Probability(_) => None,
                 },
                 floor: c.floor.as_ref().and_then(fill),
@@ -283,7 +317,7 @@ impl<C: Clock> RuleSet<C> {
             .find(|c| c.name == rule)
             .and_then(|c| match &c.action {
                 Action::Limit(l) => l.fleet(),
-                Action::Probability(_) => None,
+                Action::Probability(_) | Action::Adaptive(_) => None,
             })
     }
 

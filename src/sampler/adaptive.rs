@@ -51,8 +51,11 @@ use crate::sync::{AtomicU64, Ordering};
 /// * **At most `N` kept per window**, whatever the estimate does: the cap is a
 ///   [`FixedWindow`] (its guarantee is this sampler's).
 /// * Under steady load, the kept traces are spread over the window like the offered ones
-///   (a probability does not favour the window's start), about `N` per window, and two
-///   services with the same `p` keep the same traces.
+///   (a probability does not favour the window's start), and two services with the same
+///   `p` keep the same traces. A window keeps `min(N, Binomial(offered, p))`: about `N`,
+///   less one binomial spread (`√N`) in a bad window, so at least 90 % of `N` per window
+///   is the rule for `N` of a thousand or more (three spreads), not for `N = 100`
+///   (100 ± 10).
 /// * **Weighting.** Each kept span's `th` gives its `p`; the kept spans of a window
 ///   weighted by `1/p` estimate the offered count without bias while the cap does not cut
 ///   in. When the load grows, the cap cuts in and the threshold of the **next** window

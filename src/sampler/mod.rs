@@ -9,6 +9,8 @@ mod parent;
 mod rate_limiting;
 mod trace_state;
 
+#[cfg_attr(not(feature = "config"), allow(unused_imports))] // the rule layer's `adaptive`
+pub(crate) use adaptive::Adaptive;
 pub use adaptive::{AdaptiveSampler, AdaptiveSamplerBuilder};
 #[cfg_attr(not(feature = "config"), allow(unused_imports))]
 pub(crate) use consistent::{decide as decide_consistent, Threshold, Verdict};

@@ -2,6 +2,7 @@
 //! sampler and hot reload (feature `reload`). One test binary, so the suite links once.
 #![cfg(feature = "config")]
 
+mod adaptive;
 mod env;
 mod errors;
 mod files;

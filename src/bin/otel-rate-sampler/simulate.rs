@@ -193,6 +193,13 @@ fn probe(config: &SamplingConfig, service: &str, span: &Span) -> Result<Decider,
     Ok(match policy {
         Some(RulePolicy::Limit { limit, algorithm }) => Decider::Limit(name, limit, algorithm),
         Some(RulePolicy::Probability(p)) => Decider::Probability(name, p),
+        // Its probability follows the offered count, which the tick-wise model does
+        // not make: say so rather than print a wrong table.
+        Some(RulePolicy::Adaptive { .. }) => {
+            return Err(Failure::File(format!(
+                "rule {name:?} is adaptive, which simulate does not model yet (it keeps about, and at most, its limit per window); simulate a `rate` of the same value for the cap's bound"
+            )))
+        }
         _ => {
             return Err(Failure::File(format!(
                 "the sampler kept a span by an unknown rule {name:?}"
