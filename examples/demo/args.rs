@@ -40,6 +40,12 @@ struct Args {
               .try_map(|name| name.parse::<Algorithm>()))]
     algorithm: Algorithm,
 
+    /// Sample with the adaptive probability sampler instead: a consistent probability
+    /// (OTEP 235, `th` on kept spans) set each window to about N / offered, with the
+    /// limiter (--algorithm, or --redis) as its hard cap.
+    #[arg(long)]
+    adaptive: bool,
+
     /// Traces kept per window (permits).
     #[arg(long, value_name = "N", default_value_t = 100,
           value_parser = clap::value_parser!(u32).range(1..))]
@@ -101,6 +107,8 @@ pub(crate) enum Via {
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub(crate) algorithm: Algorithm,
+    /// `--adaptive`: the adaptive probability sampler, the limiter as its cap.
+    pub(crate) adaptive: bool,
     pub(crate) limit: Limit,
     pub(crate) threads: usize,
     pub(crate) duration: Duration,
@@ -198,6 +206,7 @@ impl Args {
         }
         Ok(Config {
             algorithm: self.algorithm,
+            adaptive: self.adaptive,
             limit,
             threads: usize::from(self.threads),
             duration: self.duration,
@@ -272,6 +281,9 @@ fn rate(value: &str) -> Result<f64, String> {
 
 impl fmt::Display for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.adaptive {
+            f.write_str("adaptive probability under a cap of ")?;
+        }
         match &self.fleet {
             None => write!(f, "algorithm {}, ", self.algorithm)?,
             Some(t) => write!(f, "fleet {:?} on {}, ", t.key, t.shown_url())?,

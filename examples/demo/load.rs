@@ -8,10 +8,13 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use opentelemetry::trace::{Span as _, TraceContextExt as _, Tracer as _};
+use opentelemetry::trace::{Link, Span as _, SpanKind, TraceContextExt as _, TraceId, Tracer as _};
 use opentelemetry::{Context, KeyValue};
-use opentelemetry_sdk::trace::SdkTracer;
-use otel_rate_sampler::{AnyLimiter, Clock, Limit, RateLimiter};
+use opentelemetry_sdk::trace::{SamplingResult, SdkTracer, ShouldSample};
+use otel_rate_sampler::stats::SamplerStats;
+use otel_rate_sampler::{
+    AdaptiveSampler, AnyLimiter, Clock, Limit, RateLimiter, RateLimitingSampler,
+};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use crate::windows::{AlignedClock, WindowCounts};
@@ -132,7 +135,47 @@ pub(crate) struct Run {
     #[cfg(feature = "redis")]
     pub(crate) fleet: Option<crate::fleet::Watch>,
     /// The sampler (a clone sharing its counters), for its `stats()` at the end.
-    pub(crate) sampler: otel_rate_sampler::RateLimitingSampler<StampingLimiter>,
+    pub(crate) sampler: DemoSampler,
+}
+
+/// The sampler the demo installs: the rate-limiting sampler, or with `--adaptive` the
+/// adaptive probability sampler, both over the stamping limiter (for the adaptive one,
+/// its cap).
+#[derive(Clone, Debug)]
+pub(crate) enum DemoSampler {
+    RateLimiting(RateLimitingSampler<StampingLimiter>),
+    Adaptive(AdaptiveSampler<AlignedClock, StampingLimiter>),
+}
+
+impl DemoSampler {
+    /// What the sampler decided so far.
+    pub(crate) fn stats(&self) -> SamplerStats {
+        match self {
+            DemoSampler::RateLimiting(s) => s.stats(),
+            DemoSampler::Adaptive(s) => s.stats(),
+        }
+    }
+}
+
+impl ShouldSample for DemoSampler {
+    fn should_sample(
+        &self,
+        parent_context: Option<&Context>,
+        trace_id: TraceId,
+        name: &str,
+        span_kind: &SpanKind,
+        attributes: &[KeyValue],
+        links: &[Link],
+    ) -> SamplingResult {
+        match self {
+            DemoSampler::RateLimiting(s) => {
+                s.should_sample(parent_context, trace_id, name, span_kind, attributes, links)
+            }
+            DemoSampler::Adaptive(s) => {
+                s.should_sample(parent_context, trace_id, name, span_kind, attributes, links)
+            }
+        }
+    }
 }
 
 /// The `demo.window` attribute value of window `window`.

@@ -1,5 +1,6 @@
 //! Load generator for the rate-limiting sampler: offers traces from several threads to an
-//! `SdkTracerProvider` that samples with [`RateLimitingSampler`], counts what reaches the
+//! `SdkTracerProvider` that samples with [`RateLimitingSampler`] (with `--adaptive`, the
+//! [`AdaptiveSampler`] with the same limiter as its cap), counts what reaches the
 //! exporter, and reports per window how many traces were offered and kept.
 //!
 //! ```text
@@ -42,8 +43,8 @@
 //! windows kept against the limit); at the end exactly one JSON line goes to stdout:
 //!
 //! ```text
-//! {"algorithm":"fixed","limit":100,"window_ms":1000,"threads":4,"duration_ms":5000,
-//!  "offered":..,"sampled":..,"exported":..,"windows":6,"whole_windows":4,"full_windows":4,
+//! {"sampler":"ratelimiting","algorithm":"fixed","limit":100,"window_ms":1000,"threads":4,
+//!  "duration_ms":5000,"offered":..,"sampled":..,"exported":..,"windows":6,"whole_windows":4,"full_windows":4,
 //!  "max_per_window":100,"min_full_window":100,"per_window":{"1763914801000":100,..},
 //!  "decisions":{"kept":{"local":..,"none":..,"remote":0},"dropped":{"no_rule":0,..}}}
 //! ```
@@ -93,12 +94,14 @@ use std::time::{Duration, Instant};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::{BatchSpanProcessor, SdkTracerProvider};
 use otel_rate_sampler::stats::DecisionStats;
-use otel_rate_sampler::{AnyLimiter, Clock, RateLimitingSampler};
+use otel_rate_sampler::{AdaptiveSampler, AnyLimiter, Clock, RateLimitingSampler, RemoteParents};
 use tracing_subscriber::layer::SubscriberExt as _;
 
 use args::{Config, Via};
 use export::{CountingExporter, OtlpExport, OtlpOutcome, Tally};
-use load::{lock, DemoLimiter, Run, StampingLimiter, WorkerSlot, WorkerTotals, MAX_NAP};
+use load::{
+    lock, DemoLimiter, DemoSampler, Run, StampingLimiter, WorkerSlot, WorkerTotals, MAX_NAP,
+};
 use metrics::MetricsExport;
 use windows::{AlignedClock, Report};
 
@@ -328,10 +331,19 @@ fn build_run(
     });
     #[cfg(not(feature = "redis"))]
     let settle = 0;
-    let sampler = RateLimitingSampler::new(StampingLimiter {
+    let stamping = StampingLimiter {
         inner,
         window_nanos,
-    });
+    };
+    let sampler = if config.adaptive {
+        DemoSampler::Adaptive(AdaptiveSampler::with_cap(
+            stamping,
+            clock,
+            RemoteParents::Follow,
+        ))
+    } else {
+        DemoSampler::RateLimiting(RateLimitingSampler::new(stamping))
+    };
     if let Some(metrics) = metrics {
         metrics.register(&sampler);
     }
@@ -379,7 +391,7 @@ fn build_run(
 /// window's line counts what reached it by the time the window closes; OTLP, if any,
 /// behind a batch processor, so the threads never wait on the network.
 fn tracer_provider(
-    sampler: RateLimitingSampler<StampingLimiter>,
+    sampler: DemoSampler,
     local: &Arc<Tally>,
     batch: Option<BatchSpanProcessor>,
 ) -> SdkTracerProvider {
@@ -461,15 +473,13 @@ fn report_rest(run: &Run, slots: &[WorkerSlot], local: &Tally, report: &mut Repo
 /// Without feature `metrics` there is no metrics export: a type with no value.
 #[cfg(not(feature = "metrics"))]
 mod metrics {
-    use otel_rate_sampler::RateLimitingSampler;
-
-    use crate::load::StampingLimiter;
+    use crate::load::DemoSampler;
 
     #[derive(Debug)]
     pub(crate) enum MetricsExport {}
 
     impl MetricsExport {
-        pub(crate) fn register(&self, _: &RateLimitingSampler<StampingLimiter>) {
+        pub(crate) fn register(&self, _: &DemoSampler) {
             match *self {}
         }
     }

@@ -14,10 +14,10 @@ use opentelemetry_sdk::metrics::{
     OTEL_METRIC_EXPORT_INTERVAL_DEFAULT,
 };
 use opentelemetry_sdk::Resource;
-use otel_rate_sampler::{RateLimitingSampler, SamplerMetrics};
+use otel_rate_sampler::SamplerMetrics;
 
 use crate::export::{self, OtlpExport, Shutdown};
-use crate::load::StampingLimiter;
+use crate::load::DemoSampler;
 
 /// The meter provider exporting the sampler's metrics, and where to.
 #[derive(Debug)]
@@ -55,8 +55,12 @@ impl MetricsExport {
     }
 
     /// Reports `sampler`'s decisions and window through this provider.
-    pub(crate) fn register(&self, sampler: &RateLimitingSampler<StampingLimiter>) {
-        SamplerMetrics::with_meter(self.provider.meter(env!("CARGO_PKG_NAME"))).register(sampler);
+    pub(crate) fn register(&self, sampler: &DemoSampler) {
+        let metrics = SamplerMetrics::with_meter(self.provider.meter(env!("CARGO_PKG_NAME")));
+        match sampler {
+            DemoSampler::RateLimiting(s) => metrics.register(s),
+            DemoSampler::Adaptive(s) => metrics.register_adaptive(s),
+        }
     }
 
     /// Starts the provider's shutdown (the last export), bounded by `deadline`.

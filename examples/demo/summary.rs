@@ -18,6 +18,8 @@ use crate::windows::{Report, WindowCounts};
 /// `fallback_seen`, `instances_seen`).
 #[derive(Debug, Serialize)]
 pub(crate) struct Summary {
+    /// `ratelimiting`, or `adaptive` with `--adaptive`.
+    sampler: &'static str,
     algorithm: &'static str,
     /// Traces kept per window.
     limit: u32,
@@ -74,6 +76,11 @@ impl Summary {
                 .unwrap_or_else(|| serde_json::Number::from(0))
         };
         Self {
+            sampler: if config.adaptive {
+                "adaptive"
+            } else {
+                "ratelimiting"
+            },
             algorithm: match config.fleet {
                 None => config.algorithm.name(),
                 Some(_) => "fleet",
@@ -218,7 +225,9 @@ pub(crate) fn warnings(
     decisions: &DecisionStats,
 ) -> Vec<String> {
     let mut odd = Vec::new();
-    let roots_dropped = decisions.dropped_for_from(DropReason::RateLimit, ParentOrigin::Root);
+    // By the limit, and with --adaptive also by the probability.
+    let roots_dropped = decisions.dropped_for_from(DropReason::RateLimit, ParentOrigin::Root)
+        + decisions.dropped_for_from(DropReason::Probability, ParentOrigin::Root);
     if decisions.kept_from(ParentOrigin::Root) != totals.sampled
         || roots_dropped != totals.offered - totals.sampled
     {

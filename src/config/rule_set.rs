@@ -16,7 +16,7 @@ use super::model::{
 use super::rule_limiter::{BuildError, RuleLimiter};
 use crate::clock::Clock;
 use crate::limit::{Limit, LimitError};
-use crate::limiter::{Algorithm, RateLimiter};
+use crate::limiter::{Algorithm, FixedWindow, RateLimiter};
 use crate::sampler::attributes::{self, ADAPTIVE, PROBABILISTIC, RATELIMITING};
 use crate::sampler::{
     decide_consistent, drop_span, erase_threshold, Adaptive, Origin, RemoteParents, Threshold,
@@ -98,7 +98,7 @@ impl<C: Clock + Clone> RuleSet<C> {
                         // The rule's counters carry over by name: start the offered
                         // count from their total.
                         _ => Action::Adaptive(Arc::new(Adaptive::new(
-                            limit,
+                            FixedWindow::with_clock(limit, clock.clone()),
                             clock.clone(),
                             old.map_or(0, |o| o.counters.snapshot().total()),
                         ))),
@@ -279,7 +279,7 @@ impl<C: Clock> RuleSet<C> {
                 decisions: c.counters.snapshot(),
                 window: match &c.action {
                     Action::Limit(l) => fill(l),
-                    Action::Adaptive(a) => Some(a.window_fill()),
+                    Action::Adaptive(a) => a.window_fill(),
                     Action::Probability(_) => None,
                 },
                 floor: c.floor.as_ref().and_then(fill),

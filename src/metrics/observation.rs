@@ -4,9 +4,10 @@ use std::sync::Arc;
 
 use opentelemetry::KeyValue;
 
+use crate::clock::Clock;
 use crate::limiter::RateLimiter;
-use crate::sampler::RateLimitingSampler;
-use crate::stats::{DecisionStats, WindowFill};
+use crate::sampler::{AdaptiveSampler, RateLimitingSampler};
+use crate::stats::{DecisionStats, SamplerStats, WindowFill};
 
 use super::instruments::SamplerMetrics as M;
 
@@ -36,8 +37,20 @@ pub(super) type Source = Arc<dyn Fn() -> Observation + Send + Sync>;
 
 pub(super) fn of_sampler<L: RateLimiter + 'static>(sampler: &RateLimitingSampler<L>) -> Source {
     let sampler = sampler.clone();
+    of_stats(move || sampler.stats())
+}
+
+pub(super) fn of_adaptive<C: Clock, L: RateLimiter + 'static>(
+    sampler: &AdaptiveSampler<C, L>,
+) -> Source {
+    let sampler = sampler.clone();
+    of_stats(move || sampler.stats())
+}
+
+/// A sampler with one set of counters and one window (its limiter's, or its cap's).
+fn of_stats(stats: impl Fn() -> SamplerStats + Send + Sync + 'static) -> Source {
     Arc::new(move || {
-        let stats = sampler.stats();
+        let stats = stats();
         Observation {
             service: None,
             decisions: vec![(Vec::new(), stats.decisions)],

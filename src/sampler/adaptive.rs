@@ -49,7 +49,8 @@ use crate::sync::{AtomicU64, Ordering};
 /// # Guarantees
 ///
 /// * **At most `N` kept per window**, whatever the estimate does: the cap is a
-///   [`FixedWindow`] (its guarantee is this sampler's).
+///   [`FixedWindow`] from the [builder](Self::builder), or your own limiter through
+///   [`with_cap`](Self::with_cap); its guarantee is this sampler's.
 /// * Under steady load, the kept traces are spread over the window like the offered ones
 ///   (a probability does not favour the window's start), and two services with the same
 ///   `p` keep the same traces. A window keeps `min(N, Binomial(offered, p))`: about `N`,
@@ -84,12 +85,12 @@ use crate::sync::{AtomicU64, Ordering};
 /// let provider = SdkTracerProvider::builder().with_sampler(sampler).build();
 /// # Ok::<(), otel_rate_sampler::LimitError>(())
 /// ```
-pub struct AdaptiveSampler<C = MonotonicClock> {
-    inner: Arc<Inner<C>>,
+pub struct AdaptiveSampler<C = MonotonicClock, L = FixedWindow<C>> {
+    inner: Arc<Inner<C, L>>,
 }
 
-struct Inner<C> {
-    adaptive: Adaptive<C>,
+struct Inner<C, L> {
+    adaptive: Adaptive<C, L>,
     remote_parents: RemoteParents,
     /// What a kept span records, built once.
     attributes: Vec<KeyValue>,
@@ -117,14 +118,36 @@ impl AdaptiveSampler {
     }
 }
 
-impl<C: Clock> AdaptiveSampler<C> {
+impl<C: Clock, L: RateLimiter> AdaptiveSampler<C, L> {
+    /// An adaptive sampler over a cap of your own: `cap` (a
+    /// [`FleetLimiter`](https://docs.rs/otel-rate-sampler/latest/otel_rate_sampler/struct.FleetLimiter.html),
+    /// a limiter that records its admissions, ...) keeps at most its limit's `N` per
+    /// window, and `clock` times the windows of the estimate: they start on multiples
+    /// of the limit's window, as the crate's limiters' do, so `cap` should count in the
+    /// same windows of the same clock.
+    ///
+    /// The estimate is this process's: a cap shared by several processes (a fleet) is
+    /// still respected, but each process aims at the whole `N`, so the cap cuts in
+    /// every window and the weighted counts fall short as the type's docs say.
+    pub fn with_cap(cap: L, clock: C, remote_parents: RemoteParents) -> Self {
+        let limit = cap.limit();
+        Self {
+            inner: Arc::new(Inner {
+                attributes: attributes::kept(ADAPTIVE, limit.per_second_rate()),
+                adaptive: Adaptive::new(cap, clock, 0),
+                remote_parents,
+                counters: Counters::new(),
+            }),
+        }
+    }
+
     /// What this sampler (with all its clones) decided so far, and how full the cap's
     /// current window is. Refusals by the probability count as
     /// [`DropReason::Probability`], by the cap as [`DropReason::RateLimit`].
     pub fn stats(&self) -> SamplerStats {
         SamplerStats {
             decisions: self.inner.counters.snapshot(),
-            window: Some(self.inner.adaptive.window_fill()),
+            window: self.inner.adaptive.window_fill(),
         }
     }
 
@@ -136,6 +159,11 @@ impl<C: Clock> AdaptiveSampler<C> {
     /// The cap: at most this many kept per window.
     pub fn limit(&self) -> Limit {
         self.inner.adaptive.limit()
+    }
+
+    /// The cap's limiter.
+    pub fn cap(&self) -> &L {
+        self.inner.adaptive.cap()
     }
 
     /// How remote parents are treated.
@@ -189,7 +217,7 @@ fn offered(stats: &DecisionStats, cap_remote: bool) -> u64 {
         }
 }
 
-impl<C: Clock> ShouldSample for AdaptiveSampler<C> {
+impl<C: Clock, L: RateLimiter + 'static> ShouldSample for AdaptiveSampler<C, L> {
     fn should_sample(
         &self,
         parent_context: Option<&Context>,
@@ -208,7 +236,7 @@ impl<C: Clock> ShouldSample for AdaptiveSampler<C> {
     }
 }
 
-impl<C> Clone for AdaptiveSampler<C> {
+impl<C, L> Clone for AdaptiveSampler<C, L> {
     fn clone(&self) -> Self {
         Self {
             inner: Arc::clone(&self.inner),
@@ -216,7 +244,7 @@ impl<C> Clone for AdaptiveSampler<C> {
     }
 }
 
-impl<C: Clock> fmt::Debug for AdaptiveSampler<C> {
+impl<C: Clock, L: RateLimiter> fmt::Debug for AdaptiveSampler<C, L> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AdaptiveSampler")
             .field("limit", &self.inner.adaptive.limit())
@@ -247,7 +275,7 @@ pub struct AdaptiveSamplerBuilder<C = MonotonicClock> {
     remote_parents: RemoteParents,
 }
 
-impl<C: Clock> AdaptiveSamplerBuilder<C> {
+impl<C: Clock + Clone> AdaptiveSamplerBuilder<C> {
     /// How spans with a remote parent are treated (default [`RemoteParents::Follow`]).
     pub fn remote_parents(mut self, remote_parents: RemoteParents) -> Self {
         self.remote_parents = remote_parents;
@@ -265,14 +293,8 @@ impl<C: Clock> AdaptiveSamplerBuilder<C> {
 
     /// Builds the sampler.
     pub fn build(self) -> AdaptiveSampler<C> {
-        AdaptiveSampler {
-            inner: Arc::new(Inner {
-                attributes: attributes::kept(ADAPTIVE, self.limit.per_second_rate()),
-                adaptive: Adaptive::new(self.limit, self.clock, 0),
-                remote_parents: self.remote_parents,
-                counters: Counters::new(),
-            }),
-        }
+        let cap = FixedWindow::with_clock(self.limit, self.clock.clone());
+        AdaptiveSampler::with_cap(cap, self.clock, self.remote_parents)
     }
 }
 
@@ -281,8 +303,9 @@ const ROLLING: u64 = 1 << 63;
 
 /// The adaptive probability and its cap, without a parent policy or counters of its
 /// own: the [`AdaptiveSampler`] and the rule layer's `adaptive` policy share it.
-pub(crate) struct Adaptive<C> {
-    cap: FixedWindow<C>,
+pub(crate) struct Adaptive<C, L = FixedWindow<C>> {
+    clock: C,
+    cap: L,
     /// The index of the window whose threshold `threshold` holds, with [`ROLLING`] set
     /// while one caller computes the next one. Only moves forward.
     window: CachePadded<AtomicU64>,
@@ -293,14 +316,15 @@ pub(crate) struct Adaptive<C> {
     offered_at_roll: AtomicU64,
 }
 
-impl<C: Clock> Adaptive<C> {
-    /// An adaptive probability capped at `limit`, starting at `p = 1`; `offered_now` is
-    /// the offered total the caller's counters hold now (non-zero when a reload reuses
-    /// a rule's counters).
-    pub(crate) fn new(limit: Limit, clock: C, offered_now: u64) -> Self {
-        let window = clock.now_nanos() / limit.window_nanos();
+impl<C: Clock, L: RateLimiter> Adaptive<C, L> {
+    /// An adaptive probability capped by `cap`, its windows timed by `clock`, starting
+    /// at `p = 1`; `offered_now` is the offered total the caller's counters hold now
+    /// (non-zero when a reload reuses a rule's counters).
+    pub(crate) fn new(cap: L, clock: C, offered_now: u64) -> Self {
+        let window = clock.now_nanos() / cap.limit().window_nanos();
         Self {
-            cap: FixedWindow::with_clock(limit, clock),
+            clock,
+            cap,
             window: CachePadded::new(AtomicU64::new(window)),
             threshold: AtomicU64::new(Threshold::ALWAYS.value()),
             offered_at_roll: AtomicU64::new(offered_now),
@@ -311,7 +335,7 @@ impl<C: Clock> Adaptive<C> {
     /// `offered_total()` (the total offered so far, over the sampler's life).
     #[inline]
     pub(crate) fn threshold(&self, offered_total: impl FnOnce() -> u64) -> Threshold {
-        let now = self.cap.clock().now_nanos();
+        let now = self.clock.now_nanos();
         let window = now / self.cap.limit().window_nanos();
         // Acquire: pairs with the Release store ending the last roll, so a roll started
         // from this value sees that roll's `offered_at_roll`.
@@ -365,12 +389,16 @@ impl<C: Clock> Adaptive<C> {
         self.cap.limit()
     }
 
-    /// How full the cap's current window is.
-    pub(crate) fn window_fill(&self) -> WindowFill {
-        WindowFill {
-            used: self.cap.count_in_window().unwrap_or(0),
+    pub(crate) fn cap(&self) -> &L {
+        &self.cap
+    }
+
+    /// How full the cap's current window is, if the cap can tell.
+    pub(crate) fn window_fill(&self) -> Option<WindowFill> {
+        self.cap.count_in_window().map(|used| WindowFill {
+            used,
             permits: self.cap.limit().permits(),
-        }
+        })
     }
 }
 

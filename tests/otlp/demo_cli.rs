@@ -67,6 +67,25 @@ fn a_short_run_keeps_at_most_the_limit_in_every_window() {
 }
 
 #[test]
+fn adaptive_runs_keep_at_most_the_limit_with_probability_refusals_and_no_warning() {
+    let mut args = RUN.to_vec();
+    args.push("--adaptive");
+    let output = run_demo(&args, &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let summary = summary(&output);
+    assert_eq!(summary["sampler"], "adaptive", "{summary}");
+    for (start, kept) in summary["per_window"].as_object().expect("per_window") {
+        let kept = kept.as_u64().expect("counts are whole numbers");
+        assert!(kept <= 5, "window {start} kept {kept} > limit 5: {summary}");
+    }
+    assert_eq!(summary["exported"], summary["sampled"], "{summary}");
+    // After the first window the probability refuses most of the overload.
+    let dropped = &summary["decisions"]["dropped"];
+    assert!(dropped["probability"].as_u64() > Some(0), "{summary}");
+    assert!(!stderr(&output).contains("WARNING"), "{}", stderr(&output));
+}
+
+#[test]
 fn bad_flags_are_one_line_errors_with_exit_code_2() {
     let cases: [&[&str]; 13] = [
         &["--limit"],
