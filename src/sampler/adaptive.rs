@@ -335,7 +335,12 @@ impl<C: Clock, L: RateLimiter> Adaptive<C, L> {
     /// `offered_total()` (the total offered so far, over the sampler's life).
     #[inline]
     pub(crate) fn threshold(&self, offered_total: impl FnOnce() -> u64) -> Threshold {
-        let now = self.clock.now_nanos();
+        self.threshold_at(self.clock.now_nanos(), offered_total)
+    }
+
+    /// [`threshold`](Self::threshold) at clock reading `now`.
+    #[inline]
+    fn threshold_at(&self, now: u64, offered_total: impl FnOnce() -> u64) -> Threshold {
         let window = now / self.cap.limit().window_nanos();
         // Acquire: pairs with the Release store ending the last roll, so a roll started
         // from this value sees that roll's `offered_at_roll`.
@@ -653,5 +658,80 @@ mod tests {
         let total: u64 = kept_per_window.iter().sum();
         assert!(total <= 8 * u64::from(n), "{kept_per_window:?}");
         assert_eq!(s.stats().decisions.kept(), total);
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use loom::sync::atomic::AtomicUsize;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    use super::*;
+    use crate::limiter::loom_support::model;
+    use crate::ManualClock;
+
+    const W: u64 = 1_000_000_000;
+
+    /// Two callers cross into windows 1 and 2 at once (one each, or both into 1): every
+    /// roll is made by one caller, the window word ends unlocked on a window one of them
+    /// rolled to, and the threshold and offered total are those of the last roll.
+    #[test]
+    fn concurrent_rolls_are_made_once_and_leave_a_consistent_state() {
+        for nows in [[W, W], [W, 2 * W]] {
+            model(2, move || {
+                let limit = Limit::per_window(10, std::time::Duration::from_nanos(W)).unwrap();
+                let clock = ManualClock::new();
+                let a = Arc::new(Adaptive::new(
+                    FixedWindow::with_clock(limit, clock.clone()),
+                    clock,
+                    0,
+                ));
+                // Each caller's offered total: 40 by window 1's roll, 100 by window 2's.
+                let rolls = Arc::new(AtomicUsize::new(0));
+                let workers: Vec<_> = nows
+                    .iter()
+                    .map(|&now| {
+                        let (a, rolls) = (Arc::clone(&a), Arc::clone(&rolls));
+                        thread::spawn(move || {
+                            a.threshold_at(now, || {
+                                rolls.fetch_add(1, Ordering::Relaxed);
+                                if now == W {
+                                    40
+                                } else {
+                                    100
+                                }
+                            })
+                        })
+                    })
+                    .collect();
+                let seen: Vec<Threshold> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+                let window = a.window.load(Ordering::Acquire);
+                assert_eq!(window & ROLLING, 0, "the window word is left unlocked");
+                let rolls = rolls.load(Ordering::Relaxed);
+                let total = a.offered_at_roll.load(Ordering::Relaxed);
+                let threshold = Threshold::from_value(a.threshold.load(Ordering::Relaxed));
+                match window {
+                    // Only window 1 was rolled to: once, 40 offered in window 0.
+                    1 => {
+                        assert_eq!((rolls, total), (1, 40));
+                        assert_eq!(threshold, Threshold::from_ratio(10, 40));
+                    }
+                    // Window 2 was rolled to last (from 1: 60 more in one window; from
+                    // 0: 100 over two windows, 50 a window).
+                    2 => {
+                        assert!((1..=2).contains(&rolls));
+                        assert_eq!(total, 100);
+                        let per_window = if rolls == 2 { 60 } else { 50 };
+                        assert_eq!(threshold, Threshold::from_ratio(10, per_window));
+                    }
+                    other => panic!("window {other}"),
+                }
+                // What a caller saw is p = 1 (before any roll) or a rolled threshold.
+                for t in seen {
+                    assert!(t == Threshold::ALWAYS || t.probability() < 1.0, "{t:?}");
+                }
+            });
+        }
     }
 }
