@@ -34,8 +34,9 @@ use crate::sync::{AtomicU64, Ordering};
 /// * At the first decision of each window the sampler takes the number of traces
 ///   offered in the previous window (`offered`: the roots, and the remote parents it
 ///   decides under [`RemoteParents::Cap`]) and sets this window's probability to
-///   `p = min(1, N / offered)` (over several idle windows, the average per window). The
-///   very first window, with nothing measured, has `p = 1`.
+///   `p = min(1, N / offered)` (over several idle windows, the average per window; after
+///   a first window the sampler saw only part of, the rate over that part). The very
+///   first window, with nothing measured, has `p = 1`.
 /// * A trace is kept iff its 56 random bits (OTEP 235: the `rv` sub-key of the `ot`
 ///   trace-state entry, else the low 56 bits of the trace id) are at least the rejection
 ///   threshold of `p` **and** a fixed-window limiter of `N` per window admits it. Kept
@@ -314,6 +315,8 @@ pub(crate) struct Adaptive<C, L = FixedWindow<C>> {
     /// The offered total (as the caller's counters give it) at the last roll; written
     /// only by a roll's winner.
     offered_at_roll: AtomicU64,
+    /// The clock reading at construction: the first window is measured from here.
+    started: u64,
 }
 
 impl<C: Clock, L: RateLimiter> Adaptive<C, L> {
@@ -321,8 +324,10 @@ impl<C: Clock, L: RateLimiter> Adaptive<C, L> {
     /// at `p = 1`; `offered_now` is the offered total the caller's counters hold now
     /// (non-zero when a reload reuses a rule's counters).
     pub(crate) fn new(cap: L, clock: C, offered_now: u64) -> Self {
-        let window = clock.now_nanos() / cap.limit().window_nanos();
+        let started = clock.now_nanos();
+        let window = started / cap.limit().window_nanos();
         Self {
+            started,
             clock,
             cap,
             window: CachePadded::new(AtomicU64::new(window)),
@@ -369,8 +374,13 @@ impl<C: Clock, L: RateLimiter> Adaptive<C, L> {
         // Acquire/Release.
         let offered = total.wrapping_sub(self.offered_at_roll.swap(total, Ordering::Relaxed));
         // Everything counted since the last roll was offered in window `from` (a later
-        // window would have rolled): over idle windows, the average per window.
-        let per_window = offered.div_ceil(to - from);
+        // window would have rolled), or in its part after construction: the rate per
+        // window over the time since then, idle windows included.
+        let window_nanos = self.cap.limit().window_nanos();
+        let covered = u128::from(to) * u128::from(window_nanos)
+            - u128::from(self.started.max(from * window_nanos));
+        let per_window = (u128::from(offered) * u128::from(window_nanos)).div_ceil(covered.max(1));
+        let per_window = u64::try_from(per_window).unwrap_or(u64::MAX);
         let permits = u64::from(self.cap.limit().permits());
         let threshold = Threshold::from_ratio(permits, per_window);
         // Relaxed: see `threshold`.
@@ -558,6 +568,26 @@ mod tests {
         s.should_sample(None, ids.next(), "op", &SpanKind::Server, &[], &[]);
         assert_eq!(c.probability(), 1.0);
         assert_eq!(c.stats().decisions.total(), 41);
+    }
+
+    #[test]
+    fn a_first_window_seen_in_part_is_measured_as_a_rate() {
+        let clock = ManualClock::new();
+        clock.set(750_000_000);
+        let limit = Limit::per_window(10, Duration::from_secs(1)).unwrap();
+        let s = AdaptiveSampler::builder(limit).clock(clock.clone()).build();
+        let mut ids = Ids(11);
+        // 100 in the last quarter of window 0: 400 a window.
+        for _ in 0..100 {
+            s.should_sample(None, ids.next(), "op", &SpanKind::Server, &[], &[]);
+        }
+        clock.set(1_000_000_000);
+        s.should_sample(None, ids.next(), "op", &SpanKind::Server, &[], &[]);
+        assert!(
+            (s.probability() - 10.0 / 400.0).abs() < 1e-12,
+            "{}",
+            s.probability()
+        );
     }
 
     #[test]
