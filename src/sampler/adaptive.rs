@@ -570,6 +570,36 @@ mod tests {
         assert_eq!(c.stats().decisions.total(), 41);
     }
 
+    proptest::proptest! {
+        /// Any sequence of pauses and bursts: never more than N kept in a window, and
+        /// every kept span's `th` is the probability in force.
+        #[test]
+        fn any_load_keeps_at_most_n_per_window_with_the_th_in_force(
+            steps in proptest::collection::vec((0u64..300, 0usize..40), 1..60),
+            seed in 0u64..1000,
+        ) {
+            let clock = ManualClock::new();
+            let limit = Limit::per_window(5, Duration::from_millis(100)).unwrap();
+            let s = AdaptiveSampler::builder(limit).clock(clock.clone()).build();
+            let mut ids = Ids(seed);
+            let mut kept = std::collections::BTreeMap::<u64, u32>::new();
+            for (pause_ms, calls) in steps {
+                clock.advance(Duration::from_millis(pause_ms));
+                for _ in 0..calls {
+                    let r = s.should_sample(None, ids.next(), "op", &SpanKind::Server, &[], &[]);
+                    if r.decision == SamplingDecision::RecordAndSample {
+                        *kept.entry(clock.now_nanos() / 100_000_000).or_default() += 1;
+                        let p = probability_of(&r.trace_state);
+                        proptest::prop_assert!((p - s.probability()).abs() < 1e-12);
+                    }
+                }
+            }
+            for (window, n) in kept {
+                proptest::prop_assert!(n <= 5, "window {}: {}", window, n);
+            }
+        }
+    }
+
     #[test]
     fn a_first_window_seen_in_part_is_measured_as_a_rate() {
         let clock = ManualClock::new();
