@@ -210,6 +210,43 @@ fn a_real_collector_acknowledges_every_sampled_trace() {
     }
 }
 
+#[test]
+fn adaptive_runs_export_every_span_with_its_th_to_a_real_collector() {
+    let receiver = Receiver::start();
+    let url = receiver.grpc_endpoint();
+    let args = [&RUN[..], &["--adaptive", "--otlp", &url]].concat();
+    let output = run_demo(&args, &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let summary = summary(&output);
+    let traces = receiver.traces();
+    assert_eq!(
+        Some(traces.len() as u64),
+        summary["exported"].as_u64(),
+        "{summary}"
+    );
+    assert!(!traces.is_empty(), "{summary}");
+    for (trace_id, spans) in traces {
+        for span in spans {
+            // Root and children alike: the children inherit the root's trace state.
+            assert!(
+                span.trace_state.starts_with("ot=th:"),
+                "{trace_id}: {:?}",
+                span.trace_state
+            );
+            if span.parent_span_id.is_none() {
+                assert!(
+                    matches!(
+                        span.attr("sampler.type"),
+                        Some(opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(t)) if t == "adaptive"
+                    ),
+                    "{trace_id}: {:?}",
+                    span.attributes
+                );
+            }
+        }
+    }
+}
+
 /// The `otel_rate_sampler.decisions` points of roots (origin `none`) with sampling result
 /// `result`, summed, in the last export in `requests` that has the metric (the counts
 /// are cumulative: the last export holds the run's totals).
