@@ -89,14 +89,27 @@ impl Threshold {
     /// The `th` value: 14 hex digits without the trailing zeros (`0` for zero). `None`
     /// for [`NEVER`](Self::NEVER), which no kept span carries.
     pub(crate) fn encode(self) -> Option<String> {
+        let mut out = String::with_capacity(DIGITS);
+        self.encode_into(&mut out).then_some(out)
+    }
+
+    /// Appends the `th` value to `out` without allocating beyond it; `false` (nothing
+    /// written) for [`NEVER`](Self::NEVER).
+    fn encode_into(self, out: &mut String) -> bool {
         if self.0 >= MAX {
-            return None;
+            return false;
         }
         if self.0 == 0 {
-            return Some("0".to_owned());
+            out.push('0');
+            return true;
         }
-        let full = format!("{:014x}", self.0);
-        Some(full.trim_end_matches('0').to_owned())
+        // The significant digits: drop the trailing zero nibbles.
+        let zeros = (self.0.trailing_zeros() / 4) as usize;
+        for i in (zeros..DIGITS).rev() {
+            let nibble = ((self.0 >> (4 * i)) & 0xf) as u32;
+            out.push(char::from_digit(nibble, 16).unwrap_or('0'));
+        }
+        true
     }
 
     /// A `th` value: 1 to 14 hex digits, padded on the right with zeros.
@@ -215,11 +228,14 @@ pub(crate) fn decide(
 /// `state` with `th` in its `ot` entry set to `threshold` (first, then the other `ot`
 /// sub-keys in their order); other entries are kept. [`Threshold::NEVER`] erases `th`.
 pub(crate) fn with_threshold(state: &TraceState, threshold: Threshold) -> TraceState {
-    let Some(th) = threshold.encode() else {
+    let ot = state.get("ot");
+    // One allocation for the value: "th:" + at most 14 digits, then the other sub-keys.
+    let mut value = String::with_capacity(3 + DIGITS + ot.map_or(0, |o| o.len() + 1));
+    value.push_str("th:");
+    if !threshold.encode_into(&mut value) {
         return super::trace_state::erase_threshold(state);
-    };
-    let mut value = format!("th:{th}");
-    if let Some(ot) = state.get("ot") {
+    }
+    if let Some(ot) = ot {
         for field in ot
             .split(';')
             .filter(|f| !f.is_empty() && !f.starts_with("th:"))
@@ -232,7 +248,11 @@ pub(crate) fn with_threshold(state: &TraceState, threshold: Threshold) -> TraceS
     // one. Should it ever, the sub-key alone is still the truth about this span.
     state
         .insert("ot", value)
-        .or_else(|_| TraceState::from_key_value([("ot", format!("th:{th}"))]))
+        .or_else(|_| {
+            let mut alone = String::from("th:");
+            threshold.encode_into(&mut alone);
+            TraceState::from_key_value([("ot", alone)])
+        })
         .unwrap_or_default()
 }
 
