@@ -88,7 +88,7 @@ impl Threshold {
 
     /// The `th` value: 14 hex digits without the trailing zeros (`0` for zero). `None`
     /// for [`NEVER`](Self::NEVER), which no kept span carries.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     fn encode(self) -> Option<String> {
         let mut out = String::with_capacity(DIGITS);
         self.encode_into(&mut out).then_some(out)
