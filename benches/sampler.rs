@@ -8,12 +8,19 @@
 //!   attributes, the governor-backed sampler admitting and refusing, and ours admitting
 //!   and refusing on the default and the cached clock (and refusing on a `ManualClock`,
 //!   to separate the clock from the rest).
+//! * `sampler_probability`: the probability samplers on the same root: the SDK's
+//!   `TraceIdRatioBased` admitting (0.9) and refusing (0.1), a rule-based consistent
+//!   probability (OTEP 235, feature `config`) admitting (0.5, writing `th`) and refusing
+//!   (0.1), and the `AdaptiveSampler` admitting (its first window, `p = 1`, writing
+//!   `th:0`), refusing by its cap (spent), and refusing by its probability (`p = 1/100`,
+//!   reached by a window of 100 offers on a `ManualClock`).
 //! * `sampler_child`: a span whose parent is local and sampled: ours beside the SDK's
 //!   parent-based samplers over `AlwaysOn`.
 //! * `span_root`: a whole root span started and ended through an `SdkTracer` with no
 //!   span processor, per sampler: what a decision costs against a span.
 //! * `sampler_threads_reject`: one vs two threads refused by one shared saturated
-//!   sampler; throughput in elements (decisions) per second.
+//!   sampler (ours, and the adaptive sampler by its cap and by its probability);
+//!   throughput in elements (decisions) per second.
 //! * `sampler_stats`: the cost of counting decisions for `stats()` (and the `metrics`
 //!   feature, whose instruments read the same counters): ours counting beside the same
 //!   sampler built with `count_decisions(false)`, admitting, refusing and following a
@@ -50,7 +57,7 @@ use opentelemetry_sdk::trace::{
 };
 use otel_rate_sampler::attributes::{RATELIMITING, SAMPLER_PARAM, SAMPLER_TYPE};
 use otel_rate_sampler::{
-    CachedClock, Clock, Limit, ManualClock, MonotonicClock, RateLimitingSampler,
+    AdaptiveSampler, CachedClock, Clock, Limit, ManualClock, MonotonicClock, RateLimitingSampler,
 };
 
 /// Calls per chunk, and the traces per window of the admitting samplers.
@@ -195,6 +202,103 @@ impl ShouldSample for GovernorSampler {
 fn ours<C: Clock>(per_hour: u32, clock: C) -> Boxed {
     let limit = Limit::per_window(per_hour, HOUR).unwrap();
     Box::new(RateLimitingSampler::builder(limit).clock(clock).build())
+}
+
+/// An adaptive sampler capped at `per_hour` per hour, in its first window (`p = 1`).
+fn adaptive<C: Clock + Clone>(per_hour: u32, clock: C) -> Boxed {
+    let limit = Limit::per_window(per_hour, HOUR).unwrap();
+    Box::new(AdaptiveSampler::builder(limit).clock(clock).build())
+}
+
+/// An adaptive sampler of 1 per hour whose probability is 1/100 (100 traces offered in
+/// the window before): [`TRACE_ID`]'s random bits are below its threshold.
+fn adaptive_at_one_percent() -> Boxed {
+    let clock = ManualClock::new();
+    let sampler = adaptive(1, clock.clone());
+    for i in 0..100u128 {
+        let id = TraceId::from(i.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835));
+        sampler.should_sample(None, id, "GET /api/orders", &SpanKind::Server, &[], &[]);
+    }
+    clock.advance(HOUR);
+    assert!(
+        !sample(sampler.as_ref(), &Context::new()),
+        "p = 1/100 refuses the bench's trace id"
+    );
+    sampler
+}
+
+/// A rule-based sampler whose every root gets a consistent probability `p`.
+#[cfg(feature = "config")]
+fn consistent_rule(p: f64) -> Boxed {
+    let text = format!("[default]\nprobability = {p}\n");
+    let config = otel_rate_sampler::SamplingConfig::from_toml_str(&text, "bench.toml").unwrap();
+    Box::new(otel_rate_sampler::RuleBasedSampler::new(&config, "bench").unwrap())
+}
+
+fn bench_probability(c: &mut Criterion) {
+    let mut g = c.benchmark_group("sampler_probability");
+    let root = Context::new();
+    let call = |s: &&Boxed| sample(s.as_ref(), &root);
+    let call_fresh = |s: &Boxed| sample(s.as_ref(), &root);
+    let one = |g: &mut Group<'_>, name: &str, sampler: Boxed, sampled: bool| {
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| chunked(iters, || &sampler, call, sampled))
+        });
+    };
+    // The SDK compares this trace id's low 64 bits shifted right by one, about
+    // 0.64·2^63, with p·2^63: kept by 0.9, not by 0.1.
+    one(
+        &mut g,
+        "trace_id_ratio_admit_0.9",
+        Box::new(Sampler::TraceIdRatioBased(0.9)),
+        true,
+    );
+    one(
+        &mut g,
+        "trace_id_ratio_reject_0.1",
+        Box::new(Sampler::TraceIdRatioBased(0.1)),
+        false,
+    );
+    // Its low 56 bits are about 0.81·2^56: at least the threshold (1 − p)·2^56 of 0.5,
+    // not of 0.1.
+    #[cfg(feature = "config")]
+    {
+        one(
+            &mut g,
+            "consistent_rule_admit_0.5",
+            consistent_rule(0.5),
+            true,
+        );
+        one(
+            &mut g,
+            "consistent_rule_reject_0.1",
+            consistent_rule(0.1),
+            false,
+        );
+    }
+    g.bench_function("adaptive_admit_default", |b| {
+        b.iter_custom(|iters| {
+            chunked(
+                iters,
+                || adaptive(CHUNK, MonotonicClock::new()),
+                call_fresh,
+                true,
+            )
+        })
+    });
+    one(
+        &mut g,
+        "adaptive_reject_cap_default",
+        spent(adaptive(1, MonotonicClock::new())),
+        false,
+    );
+    one(
+        &mut g,
+        "adaptive_reject_probability_manual_clock",
+        adaptive_at_one_percent(),
+        false,
+    );
+    g.finish();
 }
 
 /// [`ours`], counting its decisions or not.
@@ -394,6 +498,8 @@ fn bench_threads(c: &mut Criterion, cached: &CachedClock) {
     let mut g = c.benchmark_group("sampler_threads_reject");
     let default = spent(ours(1, MonotonicClock::new()));
     let cached = spent(ours(1, cached.clone()));
+    let adaptive_capped = spent(adaptive(1, MonotonicClock::new()));
+    let adaptive_refusing = adaptive_at_one_percent();
     for threads in [1usize, 2] {
         g.throughput(Throughput::Elements(threads as u64));
         let param = format!("{threads}_thread{}", if threads == 1 { "" } else { "s" });
@@ -403,6 +509,13 @@ fn bench_threads(c: &mut Criterion, cached: &CachedClock) {
         g.bench_function(BenchmarkId::new("ours_cached", &param), |b| {
             b.iter_custom(|iters| concurrent(iters, threads, cached.as_ref()))
         });
+        g.bench_function(BenchmarkId::new("adaptive_cap_default", &param), |b| {
+            b.iter_custom(|iters| concurrent(iters, threads, adaptive_capped.as_ref()))
+        });
+        g.bench_function(
+            BenchmarkId::new("adaptive_probability_manual", &param),
+            |b| b.iter_custom(|iters| concurrent(iters, threads, adaptive_refusing.as_ref())),
+        );
     }
     g.finish();
 }
@@ -485,6 +598,7 @@ fn bench_stats(c: &mut Criterion, cached: &CachedClock) {
 fn benches(c: &mut Criterion) {
     let cached = CachedClock::start(Duration::from_millis(1)).expect("start the clock thread");
     bench_root(c, &cached);
+    bench_probability(c);
     bench_child(c);
     bench_span(c);
     bench_threads(c, &cached);

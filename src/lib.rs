@@ -3,6 +3,9 @@
 //!
 //! * [`RateLimitingSampler`]: a [`ShouldSample`](opentelemetry_sdk::trace::ShouldSample)
 //!   that asks a lock-free limiter once per trace and keeps children with their root.
+//! * [`AdaptiveSampler`]: about, and at most, `N` traces per window by a consistent
+//!   probability (OTEP 235, `ot=th` on kept spans) adapted each window to the offered
+//!   load, with a hard cap of `N` behind it.
 //! * The limiters, behind [`RateLimiter`]: [`FixedWindow`], [`SlidingWindowCounter`] and
 //!   [`SlidingLog`] (or [`AnyLimiter`], chosen at run time by [`Algorithm`]), each with
 //!   its guarantee stated on its type, over a [`Limit`] (fractional rates allowed) and a
@@ -74,7 +77,10 @@ pub use limiter::{
 pub use metrics::SamplerMetrics;
 #[cfg(not(feature = "config"))]
 pub use sampler::env;
-pub use sampler::{attributes, RateLimitingSampler, RateLimitingSamplerBuilder, RemoteParents};
+pub use sampler::{
+    attributes, AdaptiveSampler, AdaptiveSamplerBuilder, RateLimitingSampler,
+    RateLimitingSamplerBuilder, RemoteParents,
+};
 
 // The README's code blocks, compiled as doctests without becoming the crate's docs
 // (its examples need the `config`, `yaml`, `metrics`, `redis` and `jaeger-remote`

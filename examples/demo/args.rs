@@ -41,6 +41,12 @@ struct Args {
               .try_map(|name| name.parse::<Algorithm>()))]
     algorithm: Algorithm,
 
+    /// Sample with the adaptive probability sampler instead: a consistent probability
+    /// (OTEP 235, `th` on kept spans) set each window to about N / offered, with the
+    /// limiter (--algorithm, or --redis) as its hard cap.
+    #[arg(long, conflicts_with = "config")]
+    adaptive: bool,
+
     /// Traces kept per window (permits; not with --config).
     #[arg(long, value_name = "N", default_value_t = 100, conflicts_with = "config",
           value_parser = clap::value_parser!(u32).range(1..))]
@@ -119,6 +125,8 @@ pub(crate) enum Via {
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub(crate) algorithm: Algorithm,
+    /// `--adaptive`: the adaptive probability sampler, the limiter as its cap.
+    pub(crate) adaptive: bool,
     pub(crate) limit: Limit,
     pub(crate) threads: usize,
     pub(crate) duration: Duration,
@@ -231,6 +239,7 @@ impl Args {
         let _: Option<std::convert::Infallible> = rules;
         Ok(Config {
             algorithm,
+            adaptive: self.adaptive,
             limit,
             threads: usize::from(self.threads),
             duration: self.duration,
@@ -353,6 +362,9 @@ impl fmt::Display for Config {
                     "default limit"
                 },
             )?;
+        }
+        if self.adaptive {
+            f.write_str("adaptive probability under a cap of ")?;
         }
         match &self.fleet {
             None => write!(f, "algorithm {}, ", self.algorithm)?,

@@ -12,7 +12,9 @@ use opentelemetry::trace::{Link, Span as _, SpanKind, TraceContextExt as _, Trac
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{SamplingResult, SdkTracer, ShouldSample};
 use otel_rate_sampler::stats::DecisionStats;
-use otel_rate_sampler::{AnyLimiter, Clock, Limit, RateLimiter, RateLimitingSampler};
+use otel_rate_sampler::{
+    AdaptiveSampler, AnyLimiter, Clock, Limit, RateLimiter, RateLimitingSampler,
+};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use crate::windows::{AlignedClock, WindowCounts};
@@ -91,11 +93,14 @@ pub(crate) fn counted_in(window: Option<u64>) {
 }
 
 /// The sampler the demo runs: the rate-limiting sampler on `--algorithm` (or the
-/// fleet's limiter), or with `--config` the file's rules.
+/// fleet's limiter), with `--adaptive` the adaptive probability sampler over that
+/// limiter (its cap), or with `--config` the file's rules.
 #[derive(Clone, Debug)]
 pub(crate) enum DemoSampler {
     /// One limit: `--limit` per `--window`, or the fleet's.
     Rate(RateLimitingSampler<StampingLimiter>),
+    /// `--adaptive`: a consistent probability adapted each window, under that limit.
+    Adaptive(AdaptiveSampler<AlignedClock, StampingLimiter>),
     /// `--config FILE --service NAME`.
     #[cfg(feature = "config")]
     Rules(crate::rules::Rules),
@@ -106,6 +111,7 @@ impl DemoSampler {
     pub(crate) fn decisions(&self) -> DecisionStats {
         match self {
             DemoSampler::Rate(s) => s.stats().decisions,
+            DemoSampler::Adaptive(s) => s.stats().decisions,
             #[cfg(feature = "config")]
             DemoSampler::Rules(r) => r.decisions(),
         }
@@ -124,6 +130,9 @@ impl ShouldSample for DemoSampler {
     ) -> SamplingResult {
         match self {
             DemoSampler::Rate(s) => {
+                s.should_sample(parent_context, trace_id, name, span_kind, attributes, links)
+            }
+            DemoSampler::Adaptive(s) => {
                 s.should_sample(parent_context, trace_id, name, span_kind, attributes, links)
             }
             #[cfg(feature = "config")]

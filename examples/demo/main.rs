@@ -1,5 +1,6 @@
 //! Load generator for the rate-limiting sampler: offers traces from several threads to an
-//! `SdkTracerProvider` that samples with [`RateLimitingSampler`], counts what reaches the
+//! `SdkTracerProvider` that samples with [`RateLimitingSampler`] (with `--adaptive`, the
+//! [`AdaptiveSampler`] with the same limiter as its cap), counts what reaches the
 //! exporter, and reports per window how many traces were offered and kept.
 //!
 //! ```text
@@ -52,8 +53,8 @@
 //! windows kept against the limit); at the end exactly one JSON line goes to stdout:
 //!
 //! ```text
-//! {"algorithm":"fixed","limit":100,"window_ms":1000,"threads":4,"duration_ms":5000,
-//!  "offered":..,"sampled":..,"exported":..,"windows":6,"whole_windows":4,"full_windows":4,
+//! {"sampler":"ratelimiting","algorithm":"fixed","limit":100,"window_ms":1000,"threads":4,
+//!  "duration_ms":5000,"offered":..,"sampled":..,"exported":..,"windows":6,"whole_windows":4,"full_windows":4,
 //!  "max_per_window":100,"min_full_window":100,"per_window":{"1763914801000":100,..},
 //!  "decisions":{"kept":{"local":..,"none":..,"remote":0},"dropped":{"no_rule":0,..}}}
 //! ```
@@ -105,8 +106,7 @@ use std::time::{Duration, Instant};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::{BatchSpanProcessor, SdkTracerProvider};
 use otel_rate_sampler::stats::DecisionStats;
-use otel_rate_sampler::{AnyLimiter, Clock, RateLimitingSampler};
-
+use otel_rate_sampler::{AdaptiveSampler, AnyLimiter, Clock, RateLimitingSampler, RemoteParents};
 use tracing_subscriber::layer::SubscriberExt as _;
 
 use args::{Config, Via};
@@ -332,7 +332,7 @@ fn offer_load(
             #[cfg(feature = "config")]
             reloads: match &run.sampler {
                 DemoSampler::Rules(r) => Some(std::sync::Arc::clone(&r.reloads)),
-                DemoSampler::Rate(_) => None,
+                DemoSampler::Rate(_) | DemoSampler::Adaptive(_) => None,
             },
             #[cfg(feature = "redis")]
             fleet: run.fleet.as_ref().map(fleet::Watch::finish),
@@ -377,10 +377,19 @@ fn build_run(
     });
     #[cfg(not(feature = "redis"))]
     let settle = 0;
-    let sampler = DemoSampler::Rate(RateLimitingSampler::new(StampingLimiter {
+    let stamping = StampingLimiter {
         inner,
         window_nanos,
-    }));
+    };
+    let sampler = if config.adaptive {
+        DemoSampler::Adaptive(AdaptiveSampler::with_cap(
+            stamping,
+            clock,
+            RemoteParents::Follow,
+        ))
+    } else {
+        DemoSampler::Rate(RateLimitingSampler::new(stamping))
+    };
     let extras = Extras {
         settle,
         #[cfg(feature = "redis")]

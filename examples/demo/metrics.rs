@@ -61,6 +61,7 @@ impl MetricsExport {
             DemoSampler::Rate(s) => metrics.register(s),
             #[cfg(feature = "config")]
             DemoSampler::Rules(r) => metrics.register_rules(r.sampler()),
+            DemoSampler::Adaptive(s) => metrics.register_adaptive(s),
         }
     }
 

@@ -18,6 +18,8 @@ use crate::windows::{Report, WindowCounts};
 /// `fallback_seen`, `instances_seen`).
 #[derive(Debug, Serialize)]
 pub(crate) struct Summary {
+    /// `ratelimiting`, or `adaptive` with `--adaptive`.
+    sampler: &'static str,
     algorithm: &'static str,
     /// Traces kept per window.
     limit: u32,
@@ -83,6 +85,11 @@ impl Summary {
                 .unwrap_or_else(|| serde_json::Number::from(0))
         };
         Self {
+            sampler: if config.adaptive {
+                "adaptive"
+            } else {
+                "ratelimiting"
+            },
             algorithm: match config.fleet {
                 None => config.algorithm.name(),
                 Some(_) => "fleet",
@@ -256,7 +263,8 @@ pub(crate) fn warnings(
     largest_limit: u64,
 ) -> Vec<String> {
     let mut odd = Vec::new();
-    // Refused by the limit, or with --config by a rule's probability or the cap.
+    // Refused by the limit, with --config by a rule's probability or the cap, with
+    // --adaptive also by the probability.
     let roots_dropped: u64 = DropReason::ALL
         .into_iter()
         .map(|r| decisions.dropped_for_from(r, ParentOrigin::Root))

@@ -64,7 +64,7 @@ enum RawUrls {
 }
 
 /// A `deny_unknown_fields` table that can set a limit. The keys of a policy (`rate`,
-/// `limit`, `window`, `algorithm`, `scope`, `probability`) are written here once, with
+/// `limit`, `window`, `algorithm`, `scope`, `probability`, `adaptive`) are written here once, with
 /// `policy_keys` to read them; the table's own keys follow. (`#[serde(flatten)]` would
 /// share them too, but cannot be combined with `deny_unknown_fields`.)
 macro_rules! limit_table {
@@ -80,6 +80,7 @@ macro_rules! limit_table {
             window: Option<Spanned<String>>,
             algorithm: Option<Spanned<String>>,
             probability: Option<Spanned<f64>>,
+            adaptive: Option<Spanned<RawAdaptive>>,
             scope: Option<Spanned<String>>,
             $($(#[$attr])* $field: $ty,)*
         }
@@ -92,6 +93,7 @@ macro_rules! limit_table {
                     window: &self.window,
                     algorithm: &self.algorithm,
                     probability: self.probability.as_ref(),
+                    adaptive: self.adaptive.as_ref(),
                     scope: &self.scope,
                 }
             }
@@ -129,6 +131,60 @@ limit_table! {
     }
 }
 
+/// `adaptive = 100.0` (traces per second) or `adaptive = { rate = .. }` /
+/// `adaptive = { limit = .., window = .. }`.
+enum RawAdaptive {
+    Rate(f64),
+    Table(RawAdaptiveTable),
+}
+
+// By hand rather than `#[serde(untagged)]`, which buffers the value and so loses the
+// positions of the table's keys (and cannot read an integer as a rate).
+impl<'de> Deserialize<'de> for RawAdaptive {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = RawAdaptive;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(
+                    "traces per second (a number) or a table with `rate`, or `limit` and `window`",
+                )
+            }
+
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<RawAdaptive, E> {
+                Ok(RawAdaptive::Rate(v as f64))
+            }
+
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<RawAdaptive, E> {
+                Ok(RawAdaptive::Rate(v as f64))
+            }
+
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<RawAdaptive, E> {
+                Ok(RawAdaptive::Rate(v))
+            }
+
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                map: M,
+            ) -> Result<RawAdaptive, M::Error> {
+                RawAdaptiveTable::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(RawAdaptive::Table)
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+/// The table form of `adaptive`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAdaptiveTable {
+    rate: Option<Spanned<f64>>,
+    limit: Option<Spanned<i64>>,
+    window: Option<Spanned<String>>,
+}
+
 /// The policy keys every block shares.
 struct RawPolicy<'a> {
     rate: &'a Option<Spanned<f64>>,
@@ -136,6 +192,7 @@ struct RawPolicy<'a> {
     window: &'a Option<Spanned<String>>,
     algorithm: &'a Option<Spanned<String>>,
     probability: Option<&'a Spanned<f64>>,
+    adaptive: Option<&'a Spanned<RawAdaptive>>,
     scope: &'a Option<Spanned<String>>,
 }
 
@@ -182,6 +239,9 @@ impl Ctx<'_> {
     /// The policy a block sets, if any; `None` when it sets none of the keys.
     fn policy(&self, raw: &RawPolicy<'_>, path: &str) -> Result<Option<Policy>, ConfigError> {
         let key = |k: &str| format!("{path}.{k}");
+        if let Some(adaptive) = raw.adaptive {
+            return self.adaptive(raw, adaptive, path).map(Some);
+        }
         let limit = self.limit(raw, path)?;
         match (limit, raw.probability) {
             (Some(_), Some(p)) => Err(self.new_error(
@@ -213,6 +273,62 @@ impl Ctx<'_> {
             }
             (None, None) => Ok(None),
         }
+    }
+
+    /// An `adaptive` policy: alone among the policy keys (its limit is inside it).
+    fn adaptive(
+        &self,
+        raw: &RawPolicy<'_>,
+        adaptive: &Spanned<RawAdaptive>,
+        path: &str,
+    ) -> Result<Policy, ConfigError> {
+        let key = |k: &str| format!("{path}.{k}");
+        let others = [
+            ("rate", raw.rate.as_ref().map(Spanned::span)),
+            ("limit", raw.limit.as_ref().map(Spanned::span)),
+            ("window", raw.window.as_ref().map(Spanned::span)),
+            ("probability", raw.probability.map(Spanned::span)),
+            ("algorithm", raw.algorithm.as_ref().map(Spanned::span)),
+            ("scope", raw.scope.as_ref().map(Spanned::span)),
+        ];
+        if let Some((name, Some(span))) = others.into_iter().find(|(_, s)| s.is_some()) {
+            return Err(self.new_error(
+                ConfigErrorKind::ConflictingKeys,
+                span,
+                &key(name),
+                format!("`adaptive` is a whole policy (a consistent probability under its own cap of a fixed window, local to each process); it takes no `{name}` beside it: write `adaptive = <traces per second>` or `adaptive = {{ limit = .., window = .. }}`"),
+            ));
+        }
+        let adaptive_key = key("adaptive");
+        let limit = match adaptive.get_ref() {
+            RawAdaptive::Rate(r) => self.check(adaptive, &adaptive_key, |_| validate::rate(*r))?,
+            RawAdaptive::Table(t) => {
+                // The limit keys of a block, read as a block's, under `<path>.adaptive`.
+                let (no_text, no_probability) = (None, None);
+                let inner = RawPolicy {
+                    rate: &t.rate,
+                    limit: &t.limit,
+                    window: &t.window,
+                    algorithm: &no_text,
+                    probability: no_probability,
+                    adaptive: None,
+                    scope: &no_text,
+                };
+                match self.limit(&inner, &adaptive_key)? {
+                    Some(spec) => spec.limit,
+                    None => {
+                        return Err(self.new_error(
+                            ConfigErrorKind::MissingKey,
+                            adaptive.span(),
+                            &adaptive_key,
+                            "`adaptive` needs its cap: a `rate`, or a `limit` (with `window`)"
+                                .into(),
+                        ))
+                    }
+                }
+            }
+        };
+        Ok(Policy::Adaptive(limit))
     }
 
     /// The limit a block sets (`rate`, or `limit` with an optional `window`).
@@ -375,6 +491,14 @@ impl Ctx<'_> {
             Some(c) => {
                 let cap_path = key("cap");
                 let cr = c.get_ref();
+                if let Some(a) = &cr.adaptive {
+                    return Err(self.new_error(
+                        ConfigErrorKind::UnknownKey,
+                        a.span(),
+                        &format!("{cap_path}.adaptive"),
+                        "a cap is a limit and takes no `adaptive`; use `rate`, or `limit` with `window`".into(),
+                    ));
+                }
                 if let Some(p) = &cr.probability {
                     return Err(self.new_error(
                         ConfigErrorKind::UnknownKey,
@@ -584,7 +708,8 @@ impl Ctx<'_> {
                 ConfigErrorKind::MissingKey,
                 span.clone(),
                 path,
-                "a rule needs a `rate`, a `limit` (with `window`) or a `probability`".into(),
+                "a rule needs a `rate`, a `limit` (with `window`), a `probability` or `adaptive`"
+                    .into(),
             )
         })?;
         let floor = match &raw.floor {

@@ -50,7 +50,10 @@ use crate::sampler::{Origin, RemoteParents};
 ///   attributes present when the span starts; all listed must be present and match) and
 ///   parent origin (`none` for roots, `remote` for remote parents under
 ///   `remote_parents = "cap"`). It carries a **limit** (N per window or a fractional
-///   rate, with an algorithm) or a **probability**.
+///   rate, with an algorithm), a **probability**, or an **adaptive** probability under a
+///   cap (`adaptive = 100.0`, or `adaptive = { limit = 100, window = "1s" }`: the
+///   [`AdaptiveSampler`](crate::AdaptiveSampler)'s algorithm, per rule, local to each
+///   process).
 ///
 /// # Evaluation order
 ///
@@ -77,6 +80,20 @@ use crate::sampler::{Origin, RemoteParents};
 ///   saturated cap a rule may keep fewer than its N.
 /// * Without a cap, the worst case per window is the sum of the rules' and the default's
 ///   limits (probability rules are unbounded unless capped).
+///
+/// # Probability rules (OTEP 235)
+///
+/// A `probability` keeps a trace iff its 56 random bits (the `rv` sub-key of the `ot`
+/// trace-state entry when present, else the low 56 bits of the trace id) are at least
+/// the rejection threshold `(1 − p)·2^56`: every service (and every process) with the
+/// same probability keeps exactly the same traces, and a lower probability keeps a
+/// subset. Kept spans carry the threshold as `ot=th:<hex>` (other `ot` sub-keys and
+/// other vendors' entries kept), so a backend can weight each by `1/p`. A capped remote
+/// parent's `th` is raised to the rule's, never lowered; a sampled remote parent without
+/// `th` had an unknown probability and gets none. Spans kept by a limit carry no `th`
+/// (a rate limit has no known probability). Under a service cap, a probability rule's
+/// spans keep their `th`: in a window where the cap refused some of them, the weighted
+/// count of that rule's spans falls short of the offered count by what the cap refused.
 ///
 /// # Scope
 ///
@@ -231,6 +248,9 @@ pub(crate) fn fleet_floor_key(service: &str, rule: &str) -> String {
 pub(crate) enum Policy {
     Limit(LimitSpec),
     Probability(f64),
+    /// A consistent probability adapted each window to keep about, and at most, this
+    /// limit (local to each process).
+    Adaptive(Limit),
 }
 
 /// A matching rule.
@@ -568,6 +588,11 @@ impl fmt::Display for DisplayPolicy<'_> {
         match self.0 {
             Policy::Limit(spec) => write!(f, "keep {}", DisplaySpec(spec)),
             Policy::Probability(p) => write!(f, "keep with probability {p}"),
+            Policy::Adaptive(limit) => write!(
+                f,
+                "keep about {limit} ({}/s) by an adaptive probability, capped",
+                limit.per_second_rate()
+            ),
         }
     }
 }

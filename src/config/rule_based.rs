@@ -22,10 +22,16 @@ use crate::stats::{ReloadStats, RuleBasedStats};
 /// * The parent policy is [`RateLimitingSampler`](crate::RateLimitingSampler)'s: roots
 ///   (and, with `remote_parents = "cap"`, sampled remote parents) are decided by the
 ///   rules; spans with a local parent follow it and spend nothing.
-/// * Kept roots are `RecordAndSample` and carry `sampler.type` (`ratelimiting` or
-///   `probabilistic`), `sampler.param` (traces per second, or the probability) and
+/// * Kept roots are `RecordAndSample` and carry `sampler.type` (`ratelimiting`,
+///   `probabilistic` or `adaptive`), `sampler.param` (traces per second, or the
+///   probability) and
 ///   [`sampler.rule`](crate::attributes::SAMPLER_RULE) (the rule's name, `default` for the
 ///   default). Refusals are `Drop`, and allocate nothing.
+/// * Probability rules are consistent (OTEP 235): they decide on the trace's 56 random
+///   bits and write `ot=th:<threshold>` on what they keep; limits erase `th` (see
+///   [`SamplingConfig`], "Probability rules"). An `adaptive` rule is the
+///   [`AdaptiveSampler`](crate::AdaptiveSampler)'s algorithm with its own estimate and
+///   cap, counting what that rule is offered.
 /// * The rules can be replaced while the sampler runs ([`reload`](Self::reload)):
 ///   decisions read the current rule set through an atomic pointer and never wait.
 ///

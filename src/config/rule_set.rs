@@ -19,9 +19,12 @@ use super::model::{
 use super::rule_limiter::{BuildError, LimitOf, RuleLimiter};
 use crate::clock::Clock;
 use crate::limit::{Limit, LimitError};
-use crate::limiter::{Algorithm, RateLimiter};
-use crate::sampler::attributes::{self, PROBABILISTIC, RATELIMITING};
-use crate::sampler::{drop_span, erase_threshold, Origin, RemoteParents};
+use crate::limiter::{Algorithm, FixedWindow, RateLimiter};
+use crate::sampler::attributes::{self, ADAPTIVE, PROBABILISTIC, RATELIMITING};
+use crate::sampler::{
+    decide_consistent, drop_span, erase_threshold, Adaptive, Origin, RemoteParents, Threshold,
+    Verdict,
+};
 use crate::stats::{CapStats, Counters, DecisionStats, DropReason, Event, RuleStats, WindowFill};
 
 /// The rule name reported for spans no rule matched.
@@ -62,8 +65,11 @@ struct Compiled<C> {
 
 enum Action<C> {
     Limit(RuleLimiter<C>),
-    /// Keep iff the trace id's low 63 bits are below this.
-    Probability(u64),
+    /// Keep iff the trace's randomness is at least this (OTEP 235), writing `th`.
+    Probability(Threshold),
+    /// An adaptive probability under its own cap; shared with the previous rule set's
+    /// rule of the same name and limit across a reload.
+    Adaptive(Arc<Adaptive<C>>),
 }
 
 impl<C> Clone for Compiled<C> {
@@ -75,6 +81,7 @@ impl<C> Clone for Compiled<C> {
             action: match &self.action {
                 Action::Limit(l) => Action::Limit(l.clone()),
                 Action::Probability(p) => Action::Probability(*p),
+                Action::Adaptive(a) => Action::Adaptive(Arc::clone(a)),
             },
             floor: self.floor.clone(),
             attributes: self.attributes.clone(),
@@ -97,9 +104,11 @@ impl<C: Clock> Compiled<C> {
     /// Whether one of its local limiters holds admissions in its current window.
     fn holds_window(&self) -> bool {
         let used = |l: &RuleLimiter<C>| l.local().is_some_and(|l| l.used() > 0);
+        // An adaptive rule's cap is shared with its successor of the same limit, so it
+        // is never kept aside.
         let action = match &self.action {
             Action::Limit(l) => Some(l),
-            Action::Probability(_) => None,
+            Action::Probability(_) | Action::Adaptive(_) => None,
         };
         action.into_iter().chain(self.floor.as_ref()).any(used)
     }
@@ -142,7 +151,20 @@ impl<C: Clock + Clone> RuleSet<C> {
             |rule: Option<&Rule>, name: &str, policy: Policy| -> Result<Compiled<C>, BuildError> {
                 let old = find(rule, name);
                 let action = match policy {
-                    Policy::Probability(p) => Action::Probability((p * 2f64.powi(63)) as u64),
+                    Policy::Probability(p) => Action::Probability(Threshold::from_probability(p)),
+                    Policy::Adaptive(limit) => match old.map(|o| (&o.action, o.policy)) {
+                        // The same limit: keep the estimate and the cap's window.
+                        Some((Action::Adaptive(a), Policy::Adaptive(l))) if l == limit => {
+                            Action::Adaptive(Arc::clone(a))
+                        }
+                        // The rule's counters carry over by name: start the offered
+                        // count from their total.
+                        _ => Action::Adaptive(Arc::new(Adaptive::new(
+                            FixedWindow::with_clock(limit, clock.clone()),
+                            clock.clone(),
+                            old.map_or(0, |o| o.counters.snapshot().total()),
+                        ))),
+                    },
                     Policy::Limit(spec) => {
                         let old_limiter = old.and_then(|o| match (&o.action, o.policy) {
                             (Action::Limit(l), Policy::Limit(_)) => Some(l),
@@ -177,6 +199,7 @@ impl<C: Clock + Clone> RuleSet<C> {
                 let (kind, param) = match policy {
                     Policy::Limit(spec) => (RATELIMITING, spec.limit.per_second_rate()),
                     Policy::Probability(p) => (PROBABILISTIC, p),
+                    Policy::Adaptive(limit) => (ADAPTIVE, limit.per_second_rate()),
                 };
                 Ok(Compiled {
                     name: name.to_owned(),
@@ -274,10 +297,18 @@ impl<C: Clock + Clone> RuleSet<C> {
 fn below_resolution(service: &ServiceConfig, resolution: Duration) -> Result<(), BuildError> {
     let rules = service.rules.iter().filter_map(|r| match r.policy {
         Policy::Limit(spec) => Some((LimitOf::Rule(r.name.clone()), spec)),
+        Policy::Adaptive(limit) => Some((
+            LimitOf::Rule(r.name.clone()),
+            LimitSpec::local(limit, Algorithm::FixedWindow),
+        )),
         Policy::Probability(_) => None,
     });
     let default = match service.policy {
         Some(Policy::Limit(spec)) => Some((LimitOf::Default, spec)),
+        Some(Policy::Adaptive(limit)) => Some((
+            LimitOf::Default,
+            LimitSpec::local(limit, Algorithm::FixedWindow),
+        )),
         _ => None,
     };
     let cap = service.cap.map(|spec| (LimitOf::Cap, spec));
@@ -313,23 +344,47 @@ impl<C: Clock> RuleSet<C> {
             .first_match(origin, name, kind, attributes)
             .map(|i| &self.rules[i])
             .or(self.default.as_ref());
-        let origin = origin.into();
         let Some(chosen) = chosen else {
             self.unmatched
-                .record(Event::dropped(DropReason::NoRule, origin));
+                .record(Event::dropped(DropReason::NoRule, origin.into()));
             return drop_span(parent_state);
         };
-        let (admitted, refusal) = match &chosen.action {
-            Action::Limit(l) => (l.try_acquire(), DropReason::RateLimit),
+        // A limit's keep has no known probability: `th` goes. A probability's keep
+        // carries its threshold (raised to a capped remote parent's, never lowered).
+        let kept = match &chosen.action {
+            Action::Limit(l) => l.try_acquire().then_some(None),
             Action::Probability(threshold) => {
-                let low = u128::from_be_bytes(trace_id.to_bytes()) as u64;
-                ((low >> 1) < *threshold, DropReason::Probability)
+                let second_stage = origin == Origin::Remote;
+                match decide_consistent(*threshold, trace_id, parent_state, second_stage) {
+                    Verdict::Keep(kept) => Some(Some(kept)),
+                    Verdict::Drop => None,
+                }
+            }
+            Action::Adaptive(adaptive) => {
+                // Every decision of this rule was offered to it.
+                let threshold = adaptive.threshold(|| chosen.counters.snapshot().total());
+                let second_stage = origin == Origin::Remote;
+                match decide_consistent(threshold, trace_id, parent_state, second_stage) {
+                    Verdict::Keep(kept) if adaptive.admit() => Some(Some(kept)),
+                    Verdict::Keep(_) => {
+                        chosen
+                            .counters
+                            .record(Event::dropped(DropReason::RateLimit, origin.into()));
+                        return drop_span(parent_state);
+                    }
+                    Verdict::Drop => None,
+                }
             }
         };
-        if !admitted {
+        let origin = origin.into();
+        let Some(consistent) = kept else {
+            let refusal = match chosen.action {
+                Action::Limit(_) => DropReason::RateLimit,
+                Action::Probability(_) | Action::Adaptive(_) => DropReason::Probability,
+            };
             chosen.counters.record(Event::dropped(refusal, origin));
             return drop_span(parent_state);
-        }
+        };
         // The cap: the rule's reserved floor first, then the shared pool.
         if self.cap.is_some()
             && !(chosen.floor.as_ref().is_some_and(|f| f.try_acquire())
@@ -344,7 +399,10 @@ impl<C: Clock> RuleSet<C> {
         SamplingResult {
             decision: SamplingDecision::RecordAndSample,
             attributes: chosen.attributes.clone(),
-            trace_state: erase_threshold(parent_state),
+            trace_state: match consistent {
+                Some(kept) => kept.trace_state(parent_state),
+                None => erase_threshold(parent_state),
+            },
         }
     }
 
@@ -366,6 +424,7 @@ impl<C: Clock> RuleSet<C> {
                 decisions: c.counters.snapshot(),
                 window: match &c.action {
                     Action::Limit(l) => fill(l),
+                    Action::Adaptive(a) => a.window_fill(),
                     Action::Probability(_) => None,
                 },
                 floor: c.floor.as_ref().and_then(fill),
@@ -403,7 +462,7 @@ impl<C: Clock> RuleSet<C> {
             .find(|c| c.name == rule)
             .and_then(|c| match &c.action {
                 Action::Limit(l) => l.fleet(),
-                Action::Probability(_) => None,
+                Action::Probability(_) | Action::Adaptive(_) => None,
             })
     }
 

@@ -25,6 +25,13 @@ pub enum RulePolicy {
     },
     /// Keep a trace with this probability, decided on its trace id.
     Probability(f64),
+    /// Keep about, and at most, `limit` by a consistent probability adapted each window
+    /// (the [`AdaptiveSampler`](crate::AdaptiveSampler)'s algorithm; its cap is a fixed
+    /// window).
+    Adaptive {
+        /// The permits per window.
+        limit: Limit,
+    },
 }
 
 impl From<Policy> for RulePolicy {
@@ -35,6 +42,18 @@ impl From<Policy> for RulePolicy {
                 algorithm: spec.algorithm,
             },
             Policy::Probability(p) => RulePolicy::Probability(p),
+            Policy::Adaptive(limit) => RulePolicy::Adaptive { limit },
+        }
+    }
+}
+
+impl RulePolicy {
+    /// The limiter this policy builds: a limit's, or an adaptive policy's cap.
+    fn limiter(self) -> Option<LimitSpec> {
+        match self {
+            RulePolicy::Limit { limit, algorithm } => Some(LimitSpec::local(limit, algorithm)),
+            RulePolicy::Adaptive { limit } => Some(LimitSpec::local(limit, Algorithm::FixedWindow)),
+            RulePolicy::Probability(_) => None,
         }
     }
 }
@@ -247,10 +266,10 @@ impl EffectiveRules {
         match self
             .rules
             .iter()
-            .find(|r| r.name == name && matches!(r.policy, RulePolicy::Limit { .. }))
+            .find(|r| r.name == name && r.policy.limiter().is_some())
         {
             Some(r) => r.fleet,
-            None if name == "default" && matches!(self.default, Some(RulePolicy::Limit { .. })) => {
+            None if name == "default" && self.default.and_then(RulePolicy::limiter).is_some() => {
                 self.default_fleet
             }
             None => name == "cap" && self.cap_fleet,
@@ -266,7 +285,9 @@ impl EffectiveRules {
             .map(|r| (r.name(), r.policy()))
             .chain(self.default.map(|p| ("default", p)))
             .filter_map(|(name, policy)| match policy {
-                RulePolicy::Limit { limit, .. } => Some((name, limit)),
+                RulePolicy::Limit { limit, .. } | RulePolicy::Adaptive { limit } => {
+                    Some((name, limit))
+                }
                 RulePolicy::Probability(_) => None,
             })
             .chain(self.cap.map(|(limit, _)| ("cap", limit)))
@@ -278,11 +299,8 @@ impl EffectiveRules {
     pub fn limiters(&self) -> Vec<LimiterMemory> {
         let mut out = Vec::new();
         for rule in &self.rules {
-            if let RulePolicy::Limit { limit, algorithm } = rule.policy {
-                out.push(LimiterMemory::new(
-                    format!("rule {:?}", rule.name),
-                    LimitSpec::local(limit, algorithm),
-                ));
+            if let Some(spec) = rule.policy.limiter() {
+                out.push(LimiterMemory::new(format!("rule {:?}", rule.name), spec));
             }
         }
         if let Some((cap, _)) = self.cap {
@@ -295,11 +313,8 @@ impl EffectiveRules {
                 }
             }
         }
-        if let Some(RulePolicy::Limit { limit, algorithm }) = self.default {
-            out.push(LimiterMemory::new(
-                "default".to_owned(),
-                LimitSpec::local(limit, algorithm),
-            ));
+        if let Some(spec) = self.default.and_then(RulePolicy::limiter) {
+            out.push(LimiterMemory::new("default".to_owned(), spec));
         }
         if let Some(shared) = self.shared_pool() {
             out.push(LimiterMemory::new("cap shared pool".to_owned(), shared));

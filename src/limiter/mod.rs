@@ -7,7 +7,7 @@ mod sliding_log;
 mod sliding_window;
 
 #[cfg(all(test, loom))]
-mod loom_support;
+pub(crate) mod loom_support;
 
 pub use any::{Algorithm, AnyLimiter, ParseAlgorithmError};
 pub use fixed_window::FixedWindow;

@@ -101,6 +101,15 @@ impl SamplerMetrics {
         self.install(observation::of_sampler(sampler), false);
     }
 
+    /// Reports an [`AdaptiveSampler`](crate::AdaptiveSampler)'s decisions and its cap's
+    /// window (and those of every clone of it).
+    pub fn register_adaptive<C: crate::Clock, L: RateLimiter + 'static>(
+        &self,
+        sampler: &crate::AdaptiveSampler<C, L>,
+    ) {
+        self.install(observation::of_adaptive(sampler), false);
+    }
+
     /// Reports `sampler`'s decisions per rule, its windows, reloads and generation.
     #[cfg(feature = "config")]
     pub fn register_rules<C: crate::Clock + Clone>(&self, sampler: &crate::RuleBasedSampler<C>) {

@@ -4,9 +4,10 @@ use std::sync::Arc;
 
 use opentelemetry::KeyValue;
 
+use crate::clock::Clock;
 use crate::limiter::RateLimiter;
-use crate::sampler::RateLimitingSampler;
-use crate::stats::{DecisionStats, WindowFill};
+use crate::sampler::{AdaptiveSampler, RateLimitingSampler};
+use crate::stats::{DecisionStats, SamplerStats, WindowFill};
 
 use super::instruments::SamplerMetrics as M;
 
@@ -36,8 +37,20 @@ pub(super) type Source = Arc<dyn Fn() -> Observation + Send + Sync>;
 
 pub(super) fn of_sampler<L: RateLimiter + 'static>(sampler: &RateLimitingSampler<L>) -> Source {
     let sampler = sampler.clone();
+    of_stats(move || sampler.stats())
+}
+
+pub(super) fn of_adaptive<C: Clock, L: RateLimiter + 'static>(
+    sampler: &AdaptiveSampler<C, L>,
+) -> Source {
+    let sampler = sampler.clone();
+    of_stats(move || sampler.stats())
+}
+
+/// A sampler with one set of counters and one window (its limiter's, or its cap's).
+fn of_stats(stats: impl Fn() -> SamplerStats + Send + Sync + 'static) -> Source {
     Arc::new(move || {
-        let stats = sampler.stats();
+        let stats = stats();
         Observation {
             service: None,
             decisions: vec![(Vec::new(), stats.decisions)],
@@ -82,4 +95,42 @@ pub(super) fn of_rules<C: crate::Clock + Clone>(sampler: &crate::RuleBasedSample
             }),
         }
     })
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::time::Duration;
+
+    use opentelemetry::trace::{SpanKind, TraceId};
+    use opentelemetry_sdk::trace::ShouldSample;
+
+    use super::*;
+    use crate::limit::Limit;
+    use crate::stats::{DropReason, ParentOrigin};
+    use crate::ManualClock;
+
+    #[test]
+    fn an_adaptive_samplers_observation_is_its_stats_and_its_caps_window() {
+        let limit = Limit::per_window(2, Duration::from_secs(1)).unwrap();
+        let sampler = AdaptiveSampler::builder(limit)
+            .clock(ManualClock::new())
+            .build();
+        for id in 1..=5u128 {
+            sampler.should_sample(None, TraceId::from(id), "op", &SpanKind::Server, &[], &[]);
+        }
+        let seen = of_adaptive(&sampler)();
+        let [(attrs, decisions)] = seen.decisions.as_slice() else {
+            panic!("one set of decisions: {seen:?}");
+        };
+        assert!(attrs.is_empty());
+        // The first window has p = 1: the cap keeps 2 and refuses 3.
+        assert_eq!(decisions.kept_from(ParentOrigin::Root), 2);
+        assert_eq!(decisions.dropped_for(DropReason::RateLimit), 3);
+        let [(limiter, fill)] = seen.windows.as_slice() else {
+            panic!("one window: {seen:?}");
+        };
+        assert_eq!(limiter, &vec![KeyValue::new(M::LIMITER, "sampler")]);
+        assert_eq!((fill.used, fill.permits), (2, 2));
+        assert!(seen.reloads.is_none() && seen.service.is_none());
+    }
 }

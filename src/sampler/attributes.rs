@@ -4,8 +4,8 @@
 //!
 //! | attribute | value |
 //! |---|---|
-//! | [`SAMPLER_TYPE`] | [`RATELIMITING`] or [`PROBABILISTIC`] |
-//! | [`SAMPLER_PARAM`] | the limit in traces per second, or the probability (`f64`) |
+//! | [`SAMPLER_TYPE`] | [`RATELIMITING`], [`PROBABILISTIC`] or [`ADAPTIVE`] |
+//! | [`SAMPLER_PARAM`] | the limit (or an adaptive sampler's cap) in traces per second, or the probability (`f64`) |
 //! | [`SAMPLER_RULE`] | the rule that decided (`default` when none matched); rule-based sampler only |
 
 use std::sync::Arc;
@@ -22,6 +22,10 @@ pub const SAMPLER_RULE: &str = "sampler.rule";
 pub const RATELIMITING: &str = "ratelimiting";
 /// The value of [`SAMPLER_TYPE`] for a root kept by a probability.
 pub const PROBABILISTIC: &str = "probabilistic";
+/// The value of [`SAMPLER_TYPE`] for a root kept by an adaptive probability under a cap
+/// ([`AdaptiveSampler`](crate::AdaptiveSampler)); its probability is in the `th` of the
+/// `ot` trace-state entry.
+pub const ADAPTIVE: &str = "adaptive";
 
 /// What a root kept under a limit (or probability) of `param` records, built once per
 /// limiter so a kept span only clones it.

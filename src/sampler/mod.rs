@@ -2,7 +2,9 @@
 //! that ask a limiter once per trace, the parent policy they share and the attributes
 //! they record.
 
+mod adaptive;
 pub mod attributes;
+mod consistent;
 // Public at the crate root as `env`; with `config`, through the rule layer's `env`,
 // which adds the rule file's variables.
 #[cfg(not(feature = "config"))]
@@ -13,6 +15,11 @@ mod parent;
 mod rate_limiting;
 mod trace_state;
 
+#[cfg_attr(not(feature = "config"), allow(unused_imports))] // the rule layer's `adaptive`
+pub(crate) use adaptive::Adaptive;
+pub use adaptive::{AdaptiveSampler, AdaptiveSamplerBuilder};
+#[cfg_attr(not(feature = "config"), allow(unused_imports))]
+pub(crate) use consistent::{decide as decide_consistent, Threshold, Verdict};
 pub use parent::RemoteParents;
 #[cfg_attr(not(feature = "config"), allow(unused_imports))] // the rule layer uses them
 pub(crate) use parent::{apply as apply_parent_policy, drop_span, Origin};

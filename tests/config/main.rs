@@ -3,6 +3,7 @@
 //! `jaeger-remote`). One test binary, so the suite links once.
 #![cfg(feature = "config")]
 
+mod adaptive;
 #[cfg(all(feature = "reload", unix))]
 #[path = "../support/demo_run.rs"]
 mod demo_run;

@@ -176,25 +176,106 @@ fn probability_rules_decide_by_trace_id_and_record_it() {
     let (s, _clock) = sampler("[default]\nprobability = 0.5\n", "x");
     let decide =
         |id: u128| s.should_sample(None, TraceId::from(id), "op", &SpanKind::Internal, &[], &[]);
-    // The low 63 bits of the id against 0.5 * 2^63.
-    assert_eq!(decide(0).decision, SamplingDecision::RecordAndSample);
+    // OTEP 235: the low 56 bits of the id against the threshold (1 − 0.5) × 2^56.
     assert_eq!(
-        decide(u128::from(u64::MAX)).decision,
-        SamplingDecision::Drop
+        decide(0x80_0000_0000_0000).decision,
+        SamplingDecision::RecordAndSample
     );
-    let r = decide(1);
+    assert_eq!(decide(0x7f_ffff_ffff_ffff).decision, SamplingDecision::Drop);
+    // The bits above the low 56 play no part.
+    assert_eq!(decide(u128::MAX << 56).decision, SamplingDecision::Drop);
+    let r = decide(u128::MAX);
     assert!(r
         .attributes
         .contains(&KeyValue::new("sampler.type", "probabilistic")));
     assert!(r.attributes.contains(&KeyValue::new("sampler.param", 0.5)));
-    let kept = (0..10_000u128)
-        .filter(|i| {
-            decide(i.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835)).decision
-                == SamplingDecision::RecordAndSample
-        })
-        .count();
-    // Binomial(10 000, 0.5): 4 standard deviations is 200.
-    assert!((4_800..=5_200).contains(&kept), "{kept}");
+    assert_eq!(r.trace_state.header(), "ot=th:8");
+}
+
+/// Trace ids from a 128-bit multiplicative sequence: well spread in every bit.
+fn spread_ids(n: u128) -> impl Iterator<Item = TraceId> {
+    (1..=n).map(|i| TraceId::from(i.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835)))
+}
+
+#[test]
+fn two_services_with_the_same_probability_keep_exactly_the_same_traces() {
+    // Two services (two processes' samplers), the same probability reached through
+    // different files and rules, plus a third with a lower probability.
+    let (a, _) = sampler("[default]\nprobability = 0.3\n", "a");
+    let (b, _) = sampler(
+        "[default]\nrate = 1.0\n[[service]]\nname = \"b\"\n[[service.rule]]\nname = \"all\"\nprobability = 0.3\n",
+        "b",
+    );
+    let (c, _) = sampler("[default]\nprobability = 0.1\n", "c");
+    let kept = |s: &RuleBasedSampler<ManualClock>, id: TraceId| {
+        let r = s.should_sample(None, id, "op", &SpanKind::Server, &[], &[]);
+        (r.decision == SamplingDecision::RecordAndSample).then_some(r.trace_state)
+    };
+    let n = 100_000u32;
+    let (mut in_a, mut in_c) = (0u32, 0u32);
+    for id in spread_ids(n.into()) {
+        let (ka, kb, kc) = (kept(&a, id), kept(&b, id), kept(&c, id));
+        assert_eq!(ka, kb, "{id}: both services decide alike");
+        if let Some(state) = &ka {
+            in_a += 1;
+            // th = 2^56 − round(0.3 × 2^56) = 0xb3333333333334 (14 digits, no trailing zero).
+            assert_eq!(state.header(), "ot=th:b3333333333334");
+        }
+        if let Some(state) = &kc {
+            in_c += 1;
+            assert!(ka.is_some(), "{id}: a lower probability keeps a subset");
+            assert_eq!(state.header(), "ot=th:e6666666666666");
+        }
+    }
+    // Binomial(n, p): inside 5 standard deviations (a false alarm once in ~3.5 million).
+    for (got, p) in [(in_a, 0.3), (in_c, 0.1)] {
+        let mean = f64::from(n) * p;
+        let sd = (mean * (1.0 - p)).sqrt();
+        assert!(
+            (f64::from(got) - mean).abs() <= 5.0 * sd,
+            "{got} kept at p = {p}: expected {mean} ± {}",
+            5.0 * sd
+        );
+    }
+}
+
+#[test]
+fn probability_rules_honour_rv_and_a_capped_remote_parent_threshold() {
+    let text = "[default]\nprobability = 0.5\nremote_parents = \"cap\"\n";
+    let (s, _) = sampler(text, "x");
+    let with_parent = |state: &str| {
+        let sc = SpanContext::new(
+            // Low 56 bits all zero: only `rv` can keep it.
+            TraceId::from(7u128 << 64),
+            SpanId::from(9u64),
+            TraceFlags::SAMPLED,
+            true,
+            state.parse().unwrap(),
+        );
+        let cx = Context::new().with_remote_span_context(sc);
+        s.should_sample(
+            Some(&cx),
+            TraceId::from(7u128 << 64),
+            "op",
+            &SpanKind::Server,
+            &[],
+            &[],
+        )
+    };
+    // The parent kept it at 1/4 (th:c) and rv is high: kept, th stays c (not lowered).
+    let r = with_parent("ot=th:c;rv:f0000000000000,v=1");
+    assert_eq!(r.decision, SamplingDecision::RecordAndSample);
+    assert_eq!(r.trace_state.header(), "ot=th:c;rv:f0000000000000,v=1");
+    // The parent kept it at 1 (th:0), rv between: raised to 8, and kept.
+    let r = with_parent("ot=th:0;rv:90000000000000");
+    assert_eq!(r.trace_state.header(), "ot=th:8;rv:90000000000000");
+    // rv below 1/2's threshold: dropped, whatever the parent said.
+    assert_eq!(
+        with_parent("ot=th:0;rv:70000000000000").decision,
+        SamplingDecision::Drop
+    );
+    // The trace id's bits without rv: dropped.
+    assert_eq!(with_parent("").decision, SamplingDecision::Drop);
 }
 
 fn parent(remote: bool, sampled: bool) -> Context {

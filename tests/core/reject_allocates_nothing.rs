@@ -1,6 +1,7 @@
 //! The samplers' reject path allocates nothing: a counting global allocator watches
-//! `should_sample` for a root on a saturated sampler, for every algorithm, and for the
-//! rule-based sampler (feature `config`) against rules with globs and attributes.
+//! `should_sample` for a root on a saturated sampler, for every algorithm, for the
+//! adaptive sampler (by its probability and by its cap), and for the rule-based sampler
+//! (feature `config`) against rules with globs and attributes.
 //!
 //! The allocator counts only the allocations the current thread makes while it is
 //! armed, so other test threads (and the harness) cannot disturb the count. That it
@@ -209,6 +210,60 @@ fn a_refused_root_allocates_nothing_for_every_algorithm() {
             "{algorithm}: a refused root caused {events} heap events"
         );
     }
+}
+
+/// The adaptive sampler refuses by its probability (p = 1/100 after a window of 100)
+/// and by its cap (p = 1, spent), rolling its window in between: no heap events. A
+/// probability rule refusing is covered with the rules below.
+#[test]
+fn a_refused_root_allocates_nothing_in_the_adaptive_sampler() {
+    use otel_rate_sampler::AdaptiveSampler;
+
+    let clock = ManualClock::new();
+    let sampler = AdaptiveSampler::builder(Limit::per_window(1, Duration::from_secs(1)).unwrap())
+        .clock(clock.clone())
+        .build();
+    let root = Context::new();
+    let decide = |id: u128| {
+        sampler
+            .should_sample(
+                Some(&root),
+                TraceId::from(id),
+                "root",
+                &SpanKind::Server,
+                &[],
+                &[],
+            )
+            .decision
+    };
+    // Window 0, p = 1: the first root takes the permit; the cap refuses the rest.
+    assert_eq!(decide(u128::MAX), SamplingDecision::RecordAndSample);
+    let (kept, events) = heap_events(|| {
+        (2..100u128)
+            .filter(|&i| decide(i) != SamplingDecision::Drop)
+            .count()
+    });
+    assert_eq!(kept, 0);
+    assert_eq!(
+        events, 0,
+        "98 roots refused by the cap caused {events} heap events"
+    );
+    // Window 1 rolls on its first call (p = 1/100 from 100 offered) and refuses low ids.
+    clock.advance(Duration::from_secs(1));
+    let (kept, events) = heap_events(|| {
+        (0..1_000u128)
+            .filter(|&i| decide(i) != SamplingDecision::Drop)
+            .count()
+    });
+    assert_eq!(
+        kept, 0,
+        "ids below 1000 are far under the threshold of 1/100"
+    );
+    assert_eq!(
+        events, 0,
+        "a roll and 1000 refused roots caused {events} heap events"
+    );
+    assert!(sampler.probability() < 0.011, "{}", sampler.probability());
 }
 
 #[cfg(feature = "config")]

@@ -67,6 +67,25 @@ fn a_short_run_keeps_at_most_the_limit_in_every_window() {
 }
 
 #[test]
+fn adaptive_runs_keep_at_most_the_limit_with_probability_refusals_and_no_warning() {
+    let mut args = RUN.to_vec();
+    args.push("--adaptive");
+    let output = run_demo(&args, &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let summary = summary(&output);
+    assert_eq!(summary["sampler"], "adaptive", "{summary}");
+    for (start, kept) in summary["per_window"].as_object().expect("per_window") {
+        let kept = kept.as_u64().expect("counts are whole numbers");
+        assert!(kept <= 5, "window {start} kept {kept} > limit 5: {summary}");
+    }
+    assert_eq!(summary["exported"], summary["sampled"], "{summary}");
+    // After the first window the probability refuses most of the overload.
+    let dropped = &summary["decisions"]["dropped"];
+    assert!(dropped["probability"].as_u64() > Some(0), "{summary}");
+    assert!(!stderr(&output).contains("WARNING"), "{}", stderr(&output));
+}
+
+#[test]
 fn bad_flags_are_one_line_errors_with_exit_code_2() {
     let cases: [&[&str]; 13] = [
         &["--limit"],
@@ -188,6 +207,43 @@ fn a_real_collector_acknowledges_every_sampled_trace() {
             exported,
             "{protocol}: the receiver got what the demo says was acknowledged"
         );
+    }
+}
+
+#[test]
+fn adaptive_runs_export_every_span_with_its_th_to_a_real_collector() {
+    let receiver = Receiver::start();
+    let url = receiver.grpc_endpoint();
+    let args = [&RUN[..], &["--adaptive", "--otlp", &url]].concat();
+    let output = run_demo(&args, &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let summary = summary(&output);
+    let traces = receiver.traces();
+    assert_eq!(
+        Some(traces.len() as u64),
+        summary["exported"].as_u64(),
+        "{summary}"
+    );
+    assert!(!traces.is_empty(), "{summary}");
+    for (trace_id, spans) in traces {
+        for span in spans {
+            // Root and children alike: the children inherit the root's trace state.
+            assert!(
+                span.trace_state.starts_with("ot=th:"),
+                "{trace_id}: {:?}",
+                span.trace_state
+            );
+            if span.parent_span_id.is_none() {
+                assert!(
+                    matches!(
+                        span.attr("sampler.type"),
+                        Some(opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(t)) if t == "adaptive"
+                    ),
+                    "{trace_id}: {:?}",
+                    span.attributes
+                );
+            }
+        }
     }
 }
 

@@ -65,6 +65,8 @@ pub struct ReceivedSpan {
     pub parent_span_id: Option<SpanId>,
     pub name: String,
     pub attributes: Vec<KeyValue>,
+    /// The W3C `tracestate` header value (`ot=th:…` for consistent probability).
+    pub trace_state: String,
 }
 
 impl ReceivedSpan {
@@ -129,6 +131,7 @@ impl Sink {
                         parent_span_id: span_id(&span.parent_span_id),
                         name: span.name,
                         attributes: span.attributes,
+                        trace_state: span.trace_state,
                     });
                 }
             }
