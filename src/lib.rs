@@ -58,8 +58,8 @@ pub use fleet::{
 };
 pub use limit::{Limit, LimitError};
 pub use limiter::{
-    Algorithm, AnyLimiter, FixedWindow, ParseAlgorithmError, RateLimiter, SlidingLog,
-    SlidingWindowCounter,
+    Algorithm, AnyLimiter, BucketedWindow, FixedWindow, ParseAlgorithmError, RateLimiter,
+    SlidingLog, SlidingWindowCounter,
 };
 #[cfg(feature = "metrics")]
 pub use metrics::SamplerMetrics;

@@ -40,6 +40,12 @@ struct Args {
               .try_map(|name| name.parse::<Algorithm>()))]
     algorithm: Algorithm,
 
+    /// Every permit of a window available from its start (front-loaded), instead of
+    /// the default pacing (a tenth of the window's permits per tenth, cumulatively).
+    /// The fleet limit (--redis) is never paced.
+    #[arg(long, conflicts_with = "redis")]
+    unpaced: bool,
+
     /// Traces kept per window (permits).
     #[arg(long, value_name = "N", default_value_t = 100,
           value_parser = clap::value_parser!(u32).range(1..))]
@@ -175,6 +181,7 @@ impl Args {
             }
             _ => invalid(format!("--window: {e}")),
         })?;
+        let limit = if self.unpaced { limit.unpaced() } else { limit };
         let windows = self.duration.as_nanos() / self.window.as_nanos() + 2;
         if windows > u128::from(MAX_WINDOWS) {
             return Err(invalid(format!(
@@ -273,7 +280,16 @@ fn rate(value: &str) -> Result<f64, String> {
 impl fmt::Display for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.fleet {
-            None => write!(f, "algorithm {}, ", self.algorithm)?,
+            None => write!(
+                f,
+                "algorithm {} ({}), ",
+                self.algorithm,
+                if self.limit.is_paced() {
+                    "paced"
+                } else {
+                    "unpaced"
+                }
+            )?,
             Some(t) => write!(f, "fleet {:?} on {}, ", t.key, t.shown_url())?,
         }
         write!(

@@ -19,6 +19,8 @@ use crate::windows::{Report, WindowCounts};
 #[derive(Debug, Serialize)]
 pub(crate) struct Summary {
     algorithm: &'static str,
+    /// Whether the local limit is paced (false with `--unpaced` and in fleet mode).
+    paced: bool,
     /// Traces kept per window.
     limit: u32,
     /// A whole number when the window is whole milliseconds.
@@ -78,6 +80,7 @@ impl Summary {
                 None => config.algorithm.name(),
                 Some(_) => "fleet",
             },
+            paced: config.fleet.is_none() && config.limit.is_paced(),
             limit: config.limit.permits(),
             window_ms,
             threads: config.threads,

@@ -61,6 +61,7 @@ macro_rules! limit_table {
             limit: Option<Spanned<i64>>,
             window: Option<Spanned<String>>,
             algorithm: Option<Spanned<String>>,
+            paced: Option<Spanned<bool>>,
             probability: Option<Spanned<f64>>,
             scope: Option<Spanned<String>>,
             $($(#[$attr])* $field: $ty,)*
@@ -73,6 +74,7 @@ macro_rules! limit_table {
                     limit: &self.limit,
                     window: &self.window,
                     algorithm: &self.algorithm,
+                    paced: &self.paced,
                     probability: self.probability.as_ref(),
                     scope: &self.scope,
                 }
@@ -116,6 +118,8 @@ struct RawPolicy<'a> {
     limit: &'a Option<Spanned<i64>>,
     window: &'a Option<Spanned<String>>,
     algorithm: &'a Option<Spanned<String>>,
+    /// `paced = false` opts a limit out of pacing (see `Limit::unpaced`).
+    paced: &'a Option<Spanned<bool>>,
     probability: Option<&'a Spanned<f64>>,
     scope: &'a Option<Spanned<String>>,
 }
@@ -184,6 +188,14 @@ impl Ctx<'_> {
                         "`algorithm` applies to a limit; a `probability` has none".into(),
                     ));
                 }
+                if let Some(pc) = raw.paced {
+                    return Err(self.new_error(
+                        ConfigErrorKind::ConflictingKeys,
+                        pc.span(),
+                        &key("paced"),
+                        "`paced` applies to a limit; a `probability` keeps traces whenever they come".into(),
+                    ));
+                }
                 let p = self.check(p, &key("probability"), |p| validate::probability(*p))?;
                 Ok(Some(Policy::Probability(p)))
             }
@@ -248,6 +260,14 @@ impl Ctx<'_> {
                             "`scope` needs a `rate` or a `limit` beside it".into(),
                         ));
                     }
+                    if let Some(pc) = raw.paced {
+                        return Err(self.new_error(
+                            ConfigErrorKind::MissingKey,
+                            pc.span(),
+                            &key("paced"),
+                            "`paced` needs a `rate` or a `limit` beside it".into(),
+                        ));
+                    }
                 }
                 return Ok(None);
             }
@@ -273,14 +293,23 @@ impl Ctx<'_> {
                     format!("a fleet-scoped limit is a fixed window of Redis time; algorithm {algorithm} is local only: remove it or set \"fixed\""),
                 ));
             }
+            if let Some(pc) = raw.paced.as_ref().filter(|pc| *pc.get_ref()) {
+                return Err(self.new_error(
+                    ConfigErrorKind::ConflictingKeys,
+                    pc.span(),
+                    &key("paced"),
+                    "a fleet-scoped limit is a fixed window of Redis time and is not paced: remove `paced` or set it to false".into(),
+                ));
+            }
             if let Some(sc) = raw.scope {
                 self.first_fleet
                     .borrow_mut()
                     .get_or_insert_with(|| (sc.span(), key("scope")));
             }
         }
+        let paced = raw.paced.as_ref().is_none_or(|pc| *pc.get_ref());
         Ok(Some(LimitSpec {
-            limit,
+            limit: if paced { limit } else { limit.unpaced() },
             algorithm,
             scope,
         }))

@@ -15,7 +15,7 @@ use super::model::{
 };
 use super::rule_limiter::{BuildError, RuleLimiter};
 use crate::clock::Clock;
-use crate::limit::{Limit, LimitError};
+use crate::limit::LimitError;
 use crate::limiter::{Algorithm, RateLimiter};
 use crate::sampler::attributes::{self, PROBABILISTIC, RATELIMITING};
 use crate::sampler::{drop_span, erase_threshold, Origin, RemoteParents};
@@ -98,7 +98,7 @@ impl<C: Clock + Clone> RuleSet<C> {
                 let floor = match (cap, floor_permits) {
                     (Some(cap), permits @ 1..) => {
                         let spec = LimitSpec {
-                            limit: Limit::per_window(permits, cap.limit.window())?,
+                            limit: cap.limit.with_permits(permits)?,
                             algorithm: Algorithm::FixedWindow,
                             scope: cap.scope,
                         };
@@ -138,7 +138,7 @@ impl<C: Clock + Clone> RuleSet<C> {
                     Some(0) => None,
                     Some(permits) => {
                         let spec = LimitSpec {
-                            limit: Limit::per_window(permits, cap.limit.window())?,
+                            limit: cap.limit.with_permits(permits)?,
                             ..cap
                         };
                         let key = || fleet_cap_key(&service.name);

@@ -8,6 +8,7 @@ mod files;
 mod fleet_scope;
 #[cfg(feature = "metrics")]
 mod metrics;
+mod pacing;
 #[cfg(feature = "reload")]
 mod reload_watch;
 mod rule_sampler;

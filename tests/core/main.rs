@@ -8,5 +8,6 @@ mod support;
 mod bad_inputs;
 mod cap_manual_clock;
 mod cap_real_clock;
+mod pacing;
 mod reject_allocates_nothing;
 mod sdk_provider;
