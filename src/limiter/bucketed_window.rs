@@ -341,10 +341,17 @@ mod tests {
         // N + the partly covered oldest sub-window's count.
         let (l, clock) = limiter(4, false);
         clock.set(999_999_999);
-        assert_eq!((0..9).filter(|_| l.try_acquire()).count(), 4);
+        let mut stamps: Vec<u64> = (0..9).filter_map(|_| l.acquire_stamped()).collect();
         clock.set(1_900_000_000);
-        assert_eq!((0..9).filter(|_| l.try_acquire()).count(), 4);
-        // (0.9 s, 1.9 s] holds all 8: 2N, the bound.
+        stamps.extend((0..9).filter_map(|_| l.acquire_stamped()));
+        // (0.9 s, 1.9 s] holds all 8: 2N, the bound, while any 10 consecutive
+        // sub-windows hold 4.
+        let inside = stamps
+            .iter()
+            .filter(|&&s| s > 900_000_000 && s <= 1_900_000_000)
+            .count();
+        assert_eq!((stamps.len(), inside), (8, 8));
+        assert_eq!(l.count_at(1_900_000_000), 4);
     }
 
     #[test]

@@ -35,10 +35,10 @@ use crate::sync::{AtomicU64, Ordering};
 ///   with the previous window's full weight, which can only refuse more.
 ///
 /// Use [`SlidingLog`](crate::SlidingLog) for an exact sliding guarantee at `16·N` bytes, or
-/// [`FixedWindow`](crate::FixedWindow) for the cheapest aligned one. A ring of `B`
-/// sub-window buckets (seed article 4) sits between the two (accuracy `W/B`, `O(B)` memory,
-/// a sum of `B` counts per call) and is not provided: the log covers the need for
-/// exactness and this counter the need for O(1) state.
+/// [`FixedWindow`](crate::FixedWindow) for the cheapest aligned one. A
+/// [`BucketedWindow`](crate::BucketedWindow), a ring of `B` sub-window counts (seed
+/// article 4), sits between this counter and the log: within one sub-window (`W/B`) of
+/// exact, in `O(B)` memory, for a sum of `B` counts per call.
 ///
 /// # Memory ordering
 ///
