@@ -49,6 +49,11 @@ pub(crate) struct Summary {
     /// mode the windows are the fleet's (by Redis `TIME`), each trace in the one the
     /// fleet counted it in.
     per_window: BTreeMap<u64, u64>,
+    /// Roots the whole windows kept, by the tenth of the window the limiter stamped
+    /// them in (left out in fleet mode): even when paced under overload, front-loaded
+    /// with `--unpaced`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kept_per_tenth: Option<[u64; 10]>,
     /// The sampler's own counts (`stats()`): every span it decided, roots and children.
     decisions: Decisions,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -94,6 +99,7 @@ impl Summary {
             max_per_window: report.max_per_window,
             min_full_window: report.min_full_window,
             per_window: report.per_window.clone(),
+            kept_per_tenth: config.fleet.is_none().then_some(report.kept_per_tenth),
             decisions: Decisions::from(decisions),
             otlp,
             #[cfg(feature = "redis")]
@@ -206,8 +212,21 @@ pub(crate) fn headline(
             )
         }
     };
+    let spread = if config.fleet.is_none() && report.whole_windows > 0 {
+        format!(
+            "; per tenth of a window ({}): {:?}",
+            if config.limit.is_paced() {
+                "paced"
+            } else {
+                "unpaced"
+            },
+            report.kept_per_tenth
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "{kept}; {} sampled of {} offered, {exported} exported",
+        "{kept}; {} sampled of {} offered, {exported} exported{spread}",
         totals.sampled, totals.offered
     )
 }
