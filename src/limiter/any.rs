@@ -24,7 +24,7 @@ use crate::limit::Limit;
 /// | [`SlidingLog`] (`sliding-log`) | ≤ N in **any** interval of W, exactly | 16·N bytes (16 MB at N = 10⁶) | 15.6 / 4.9 | 15.2 / 2.1 | a strict backend quota with a modest N |
 /// | [`BucketedWindow`] (`bucketed`) | ≤ N in any B consecutive sub-windows (any interval of W on a sub-window edge); ≤ N + one sub-window's count (≤ 2N) in any interval of W | B + 1 words (88 bytes + a cache line by default) | see `BENCHMARKS.md` | see `BENCHMARKS.md` | a sliding cap for large N, where the log's memory is too much; accuracy W/B |
 ///
-/// Pacing adds a multiplication to the fixed window's and the sliding counter's
+/// Pacing adds two multiplications to the fixed window's and the sliding counter's
 /// decisions, and two divisions and a slot read to the sliding log's; see
 /// `BENCHMARKS.md` for the paced rows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
