@@ -3,10 +3,11 @@
 //!
 //! * [`RateLimitingSampler`]: a [`ShouldSample`](opentelemetry_sdk::trace::ShouldSample)
 //!   that asks a lock-free limiter once per trace and keeps children with their root.
-//! * The limiters, behind [`RateLimiter`]: [`FixedWindow`], [`SlidingWindowCounter`] and
-//!   [`SlidingLog`] (or [`AnyLimiter`], chosen at run time by [`Algorithm`]), each with
-//!   its guarantee stated on its type, over a [`Limit`] (fractional rates allowed) and a
-//!   [`Clock`] (a [`ManualClock`] for tests).
+//! * The limiters, behind [`RateLimiter`]: [`FixedWindow`], [`SlidingWindowCounter`],
+//!   [`SlidingLog`] and [`BucketedWindow`] (or [`AnyLimiter`], chosen at run time by
+//!   [`Algorithm`], whose docs say which to use when), each with its guarantee stated on
+//!   its type, over a [`Limit`] (fractional rates allowed; paced by default, so kept
+//!   traces spread across the window) and a [`Clock`] (a [`ManualClock`] for tests).
 //! * Feature `config`: per-service rules from TOML or Jaeger strategy files and the
 //!   environment ([`SamplingConfig`], [`RuleBasedSampler`], [`env`](mod@env)); feature `reload`:
 //!   hot reload of the rule file.
