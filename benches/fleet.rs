@@ -143,7 +143,7 @@ fn bench_admit(c: &mut Criterion, redis: &Redis) {
         b.iter_custom(|iters| {
             chunked(
                 iters,
-                || FixedWindow::new(Limit::per_window(CHUNK, HOUR).unwrap()),
+                || FixedWindow::new(Limit::per_window(CHUNK, HOUR).unwrap().unpaced()),
                 |l| l.try_acquire(),
                 true,
             )

@@ -10,6 +10,13 @@
 //! * `limiter_threads_reject`: one vs two threads refused by one shared saturated
 //!   limiter; throughput in elements (calls) per second.
 //!
+//! **Paced and unpaced.** Limits are paced by default. The rows named after an algorithm
+//! alone (`fixed_window`, ...) are unpaced, as before pacing existed; the `_paced` rows
+//! are the default. A paced admit runs on a limiter of `10 × CHUNK` per hour, whose first
+//! tenth releases exactly a chunk (so every timed call admits through the schedule
+//! check); a paced reject runs on a limiter refused by the schedule, not by the cap
+//! (`CHUNK` per hour with its first tenth spent): the overloaded steady state.
+//!
 //! **How "admit" stays an admit.** A limiter admits only so many calls per window, and
 //! criterion asks for millions. Every case of `limiter_admit` therefore runs in chunks
 //! of [`CHUNK`] calls, each on a limiter that has room for exactly [`CHUNK`] more (a
@@ -29,8 +36,8 @@ use criterion::{BenchmarkId, Criterion, Throughput};
 use governor::clock::{Clock as _, DefaultClock as GovernorClock};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter as Governor};
 use otel_rate_sampler::{
-    CachedClock, Clock, FixedWindow, Limit, ManualClock, MonotonicClock, PreciseClock, RateLimiter,
-    SlidingLog, SlidingWindowCounter,
+    BucketedWindow, CachedClock, Clock, FixedWindow, Limit, ManualClock, MonotonicClock,
+    PreciseClock, RateLimiter, SlidingLog, SlidingWindowCounter,
 };
 use support::{chunked, concurrent, CHUNK};
 
@@ -71,12 +78,27 @@ impl<C: Clock> Clock for Skewed<C> {
     }
 }
 
+/// Unpaced: room for a chunk at any time.
 fn room_for_a_chunk() -> Limit {
-    Limit::per_window(CHUNK, HOUR).unwrap()
+    Limit::per_window(CHUNK, HOUR).unwrap().unpaced()
+}
+
+/// Paced: its first tenth releases exactly a chunk.
+fn paced_room_for_a_chunk() -> Limit {
+    Limit::per_window(10 * CHUNK, HOUR).unwrap()
 }
 
 fn one_per_hour() -> Limit {
-    Limit::per_window(1, HOUR).unwrap()
+    Limit::per_window(1, HOUR).unwrap().unpaced()
+}
+
+/// A limiter refused by its schedule: `CHUNK` per hour, paced, its first tenth's
+/// `CHUNK / 10` spent (the clock must stay in that tenth: 6 minutes).
+fn held_by_the_schedule<L: RateLimiter>(limiter: L) -> L {
+    let released = (0..CHUNK).filter(|_| limiter.try_acquire()).count();
+    assert_eq!(released, CHUNK.div_ceil(10) as usize, "{limiter:?}");
+    assert!(!limiter.try_acquire());
+    limiter
 }
 
 fn governor_room_for_a_chunk() -> DefaultDirectRateLimiter {
@@ -117,7 +139,7 @@ fn bench_clocks(c: &mut Criterion, cached: &CachedClock) {
     g.finish();
 }
 
-/// Admitted calls of the three algorithms on clock `C`.
+/// Admitted calls of the four algorithms on clock `C`, unpaced then paced.
 fn admit_cases<C: Clock + Clone>(g: &mut Group<'_>, clock_name: &str, clock: &C) {
     g.bench_function(BenchmarkId::new("fixed_window", clock_name), |b| {
         b.iter_custom(|iters| {
@@ -140,20 +162,80 @@ fn admit_cases<C: Clock + Clone>(g: &mut Group<'_>, clock_name: &str, clock: &C)
         })
     });
     // One log, ring full, its clock moved a window on before each chunk: every call
-    // reads the slot it overwrites, finds it a window old, and claims it.
-    let log_limit = Limit::per_window(CHUNK, LOG_WINDOW).unwrap();
-    let log = SlidingLog::with_clock(log_limit, Skewed::new(clock.clone()));
-    for _ in 0..CHUNK {
-        assert!(log.try_acquire());
+    // reads the slot it overwrites, finds it a window old, and claims it. Paced, the
+    // log holds ten chunks and each new window's first tenth releases one: every call
+    // also reads the stamp of the admission its allowance back, from an earlier window.
+    for (name, limit) in [
+        (
+            "sliding_log_skewed",
+            Limit::per_window(CHUNK, LOG_WINDOW).unwrap().unpaced(),
+        ),
+        (
+            "sliding_log_skewed_paced",
+            Limit::per_window(10 * CHUNK, LOG_WINDOW).unwrap(),
+        ),
+    ] {
+        let log = SlidingLog::with_clock(limit, Skewed::new(clock.clone()));
+        for _ in 0..limit.permits() / CHUNK {
+            log.clock().jump_a_window();
+            for _ in 0..CHUNK {
+                assert!(log.try_acquire(), "{name}");
+            }
+        }
+        g.bench_function(BenchmarkId::new(name, clock_name), |b| {
+            b.iter_custom(|iters| {
+                chunked(
+                    iters,
+                    || {
+                        log.clock().jump_a_window();
+                        &log
+                    },
+                    |l| l.try_acquire(),
+                    true,
+                )
+            })
+        });
     }
-    g.bench_function(BenchmarkId::new("sliding_log_skewed", clock_name), |b| {
+    g.bench_function(BenchmarkId::new("bucketed", clock_name), |b| {
         b.iter_custom(|iters| {
             chunked(
                 iters,
-                || {
-                    log.clock().jump_a_window();
-                    &log
-                },
+                || BucketedWindow::with_clock(room_for_a_chunk(), clock.clone()),
+                |l| l.try_acquire(),
+                true,
+            )
+        })
+    });
+    paced_admit_cases(g, clock_name, clock);
+}
+
+/// Admitted calls through the schedule check (see "Paced and unpaced" above).
+fn paced_admit_cases<C: Clock + Clone>(g: &mut Group<'_>, clock_name: &str, clock: &C) {
+    g.bench_function(BenchmarkId::new("fixed_window_paced", clock_name), |b| {
+        b.iter_custom(|iters| {
+            chunked(
+                iters,
+                || FixedWindow::with_clock(paced_room_for_a_chunk(), clock.clone()),
+                |l| l.try_acquire(),
+                true,
+            )
+        })
+    });
+    g.bench_function(BenchmarkId::new("sliding_window_paced", clock_name), |b| {
+        b.iter_custom(|iters| {
+            chunked(
+                iters,
+                || SlidingWindowCounter::with_clock(paced_room_for_a_chunk(), clock.clone()),
+                |l| l.try_acquire(),
+                true,
+            )
+        })
+    });
+    g.bench_function(BenchmarkId::new("bucketed_paced", clock_name), |b| {
+        b.iter_custom(|iters| {
+            chunked(
+                iters,
+                || BucketedWindow::with_clock(paced_room_for_a_chunk(), clock.clone()),
                 |l| l.try_acquire(),
                 true,
             )
@@ -179,7 +261,8 @@ fn bench_admit(c: &mut Criterion, cached: &CachedClock) {
     g.finish();
 }
 
-/// Refused calls of the three algorithms on clock `C`, each saturated at 1 per hour.
+/// Refused calls of the four algorithms on clock `C`, each saturated at 1 per hour,
+/// then held by the schedule.
 fn reject_cases<C: Clock + Clone>(g: &mut Group<'_>, clock_name: &str, clock: &C) {
     let fixed = spent(FixedWindow::with_clock(one_per_hour(), clock.clone()));
     g.bench_function(BenchmarkId::new("fixed_window", clock_name), |b| {
@@ -195,6 +278,32 @@ fn reject_cases<C: Clock + Clone>(g: &mut Group<'_>, clock_name: &str, clock: &C
     let log = spent(SlidingLog::with_clock(one_per_hour(), clock.clone()));
     g.bench_function(BenchmarkId::new("sliding_log", clock_name), |b| {
         b.iter_custom(|iters| chunked(iters, || &log, |l| l.try_acquire(), false))
+    });
+    let bucketed = spent(BucketedWindow::with_clock(one_per_hour(), clock.clone()));
+    g.bench_function(BenchmarkId::new("bucketed", clock_name), |b| {
+        b.iter_custom(|iters| chunked(iters, || &bucketed, |l| l.try_acquire(), false))
+    });
+    paced_reject_cases(g, clock_name, clock);
+}
+
+/// Calls refused by the schedule (see "Paced and unpaced" above).
+fn paced_reject_cases<C: Clock + Clone>(g: &mut Group<'_>, clock_name: &str, clock: &C) {
+    let paced = || Limit::per_window(CHUNK, HOUR).unwrap();
+    let fixed = held_by_the_schedule(FixedWindow::with_clock(paced(), clock.clone()));
+    g.bench_function(BenchmarkId::new("fixed_window_paced", clock_name), |b| {
+        b.iter_custom(|iters| chunked(iters, || &fixed, |l| l.try_acquire(), false))
+    });
+    let sliding = held_by_the_schedule(SlidingWindowCounter::with_clock(paced(), clock.clone()));
+    g.bench_function(BenchmarkId::new("sliding_window_paced", clock_name), |b| {
+        b.iter_custom(|iters| chunked(iters, || &sliding, |l| l.try_acquire(), false))
+    });
+    let log = held_by_the_schedule(SlidingLog::with_clock(paced(), clock.clone()));
+    g.bench_function(BenchmarkId::new("sliding_log_paced", clock_name), |b| {
+        b.iter_custom(|iters| chunked(iters, || &log, |l| l.try_acquire(), false))
+    });
+    let bucketed = held_by_the_schedule(BucketedWindow::with_clock(paced(), clock.clone()));
+    g.bench_function(BenchmarkId::new("bucketed_paced", clock_name), |b| {
+        b.iter_custom(|iters| chunked(iters, || &bucketed, |l| l.try_acquire(), false))
     });
 }
 
@@ -233,7 +342,9 @@ fn bench_no_clock(c: &mut Criterion) {
     // 10 per second; 10 admitted at 0.5 s; at 1.1 s one more fits (10·0.9 + 1 = 10),
     // then 10·0.9 + 2 = 11 > 10 refuses.
     let weighted_clock = ManualClock::new();
-    let ten_per_second = Limit::per_window(10, Duration::from_secs(1)).unwrap();
+    let ten_per_second = Limit::per_window(10, Duration::from_secs(1))
+        .unwrap()
+        .unpaced();
     let weighted = SlidingWindowCounter::with_clock(ten_per_second, weighted_clock.clone());
     weighted_clock.set(500_000_000);
     assert_eq!((0..20).filter(|_| weighted.try_acquire()).count(), 10);
@@ -246,6 +357,11 @@ fn bench_no_clock(c: &mut Criterion) {
     g.bench_function(BenchmarkId::new("sliding_log", "reject"), |b| {
         b.iter_custom(|iters| chunked(iters, || &log, |l| l.try_acquire(), false))
     });
+    let bucketed = spent(BucketedWindow::with_clock(one_per_hour(), clock.clone()));
+    g.bench_function(BenchmarkId::new("bucketed", "reject"), |b| {
+        b.iter_custom(|iters| chunked(iters, || &bucketed, |l| l.try_acquire(), false))
+    });
+    paced_reject_cases(&mut g, "reject", &clock);
     g.finish();
 }
 
@@ -254,6 +370,11 @@ fn bench_threads(c: &mut Criterion, cached: &CachedClock) {
     let mut g = c.benchmark_group("limiter_threads_reject");
     let fixed_default = spent(FixedWindow::new(one_per_hour()));
     let fixed_cached = spent(FixedWindow::with_clock(one_per_hour(), cached.clone()));
+    let paced = Limit::per_window(CHUNK, HOUR).unwrap();
+    let fixed_paced_cached = held_by_the_schedule(FixedWindow::with_clock(paced, cached.clone()));
+    let bucketed_cached = spent(BucketedWindow::with_clock(one_per_hour(), cached.clone()));
+    let bucketed_paced_cached =
+        held_by_the_schedule(BucketedWindow::with_clock(paced, cached.clone()));
     let gov = spent_governor();
     for threads in [1usize, 2] {
         let id = |name: &str| {
@@ -268,6 +389,19 @@ fn bench_threads(c: &mut Criterion, cached: &CachedClock) {
         });
         g.bench_function(id("fixed_window_cached"), |b| {
             b.iter_custom(|iters| concurrent(iters, threads, &fixed_cached, |l| l.try_acquire()))
+        });
+        g.bench_function(id("fixed_window_paced_cached"), |b| {
+            b.iter_custom(|iters| {
+                concurrent(iters, threads, &fixed_paced_cached, |l| l.try_acquire())
+            })
+        });
+        g.bench_function(id("bucketed_cached"), |b| {
+            b.iter_custom(|iters| concurrent(iters, threads, &bucketed_cached, |l| l.try_acquire()))
+        });
+        g.bench_function(id("bucketed_paced_cached"), |b| {
+            b.iter_custom(|iters| {
+                concurrent(iters, threads, &bucketed_paced_cached, |l| l.try_acquire())
+            })
         });
         g.bench_function(id("governor"), |b| {
             b.iter_custom(|iters| concurrent(iters, threads, &gov, |l| l.check().is_ok()))

@@ -6,10 +6,11 @@
 //! * [`AdaptiveSampler`]: about, and at most, `N` traces per window by a consistent
 //!   probability (OTEP 235, `ot=th` on kept spans) adapted each window to the offered
 //!   load, with a hard cap of `N` behind it.
-//! * The limiters, behind [`RateLimiter`]: [`FixedWindow`], [`SlidingWindowCounter`] and
-//!   [`SlidingLog`] (or [`AnyLimiter`], chosen at run time by [`Algorithm`]), each with
-//!   its guarantee stated on its type, over a [`Limit`] (fractional rates allowed) and a
-//!   [`Clock`] (a [`ManualClock`] for tests).
+//! * The limiters, behind [`RateLimiter`]: [`FixedWindow`], [`SlidingWindowCounter`],
+//!   [`SlidingLog`] and [`BucketedWindow`] (or [`AnyLimiter`], chosen at run time by
+//!   [`Algorithm`], whose docs say which to use when), each with its guarantee stated on
+//!   its type, over a [`Limit`] (fractional rates allowed; paced by default, so kept
+//!   traces spread across the window) and a [`Clock`] (a [`ManualClock`] for tests).
 //! * The environment ([`env`](mod@env)): [`RateLimitingSampler::from_env`] reads
 //!   `OTEL_TRACES_SAMPLER=ratelimiting` and its argument, with no feature.
 //! * Feature `config`: per-service rules from TOML or Jaeger strategy files and the
@@ -70,8 +71,8 @@ pub use fleet::{
 };
 pub use limit::{Limit, LimitError};
 pub use limiter::{
-    Algorithm, AnyLimiter, FixedWindow, ParseAlgorithmError, RateLimiter, SlidingLog,
-    SlidingWindowCounter,
+    Algorithm, AnyLimiter, BucketedWindow, FixedWindow, ParseAlgorithmError, RateLimiter,
+    SlidingLog, SlidingWindowCounter,
 };
 #[cfg(feature = "metrics")]
 pub use metrics::SamplerMetrics;

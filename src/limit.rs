@@ -19,10 +19,41 @@ use std::time::Duration;
 /// assert_eq!(hundred.per_second_rate(), 100.0);
 /// # Ok::<(), otel_rate_sampler::LimitError>(())
 /// ```
+///
+/// # Pacing
+///
+/// A limit is **paced** by default: its window is cut into `B` sub-windows
+/// ([`Limit::DEFAULT_SUB_WINDOWS`] = 10, or `N` when `N` is smaller), and by the end of
+/// sub-window `i` (counting from 0) at most `⌈N·(i+1)/B⌉` admissions are counted in the
+/// aligned window. Under steady overload the kept traces are then spread evenly across
+/// the window instead of all falling in its first instants, and budget that early traffic
+/// left unused carries forward: a burst in the last tenth gets everything the window has
+/// left. The cap is unchanged (at most `N` per window).
+///
+/// The trade-off: a burst confined to the first tenth of an otherwise idle window gets
+/// only `⌈N/B⌉`. [`Limit::unpaced`] opts out, for users who want every permit available
+/// at once (the front-loaded behaviour of a plain fixed window).
+///
+/// ```
+/// use std::time::Duration;
+/// use otel_rate_sampler::Limit;
+///
+/// let paced = Limit::per_window(100, Duration::from_secs(1))?;
+/// assert!(paced.is_paced());
+/// assert!(!paced.unpaced().is_paced());
+/// assert_eq!(paced.with_sub_windows(20)?.sub_windows(), 20);
+/// # Ok::<(), otel_rate_sampler::LimitError>(())
+/// ```
+///
+/// A [`BucketedWindow`](crate::BucketedWindow) also uses the `B` sub-windows as its ring
+/// of counters, paced or not.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Limit {
     permits: NonZeroU32,
     window: NonZeroU64,
+    /// `B`, in `1..=MAX_SUB_WINDOWS`.
+    sub_windows: u8,
+    paced: bool,
 }
 
 impl Limit {
@@ -37,6 +68,13 @@ impl Limit {
     /// bits of 1 ms windows last 139 years), and no monotonic clock a limiter reads
     /// cheaply resolves much finer.
     pub const MIN_WINDOW: Duration = Duration::from_millis(1);
+
+    /// The sub-windows a window is cut into unless [`Limit::with_sub_windows`] says
+    /// otherwise: 10.
+    pub const DEFAULT_SUB_WINDOWS: u32 = 10;
+
+    /// The most sub-windows a window can be cut into: 64.
+    pub const MAX_SUB_WINDOWS: u32 = 64;
 
     /// At most `permits` admissions per `window`.
     ///
@@ -70,7 +108,85 @@ impl Limit {
         Ok(Self {
             permits: checked,
             window: nanos,
+            sub_windows: Self::DEFAULT_SUB_WINDOWS as u8,
+            paced: true,
         })
+    }
+
+    /// This limit without pacing: every permit of a window is available from its start,
+    /// so a burst at the start of a window gets all `N` (and steady overload keeps them
+    /// all in the window's first instants). See "Pacing" on the type.
+    #[must_use]
+    pub const fn unpaced(self) -> Limit {
+        Limit {
+            paced: false,
+            ..self
+        }
+    }
+
+    /// Whether admissions are paced across the window (the default). See "Pacing" on the
+    /// type.
+    pub const fn is_paced(&self) -> bool {
+        self.paced
+    }
+
+    /// This limit with its window cut into `sub_windows` sub-windows (`B`): the steps of
+    /// the pacing, and the ring of a [`BucketedWindow`](crate::BucketedWindow) (whose
+    /// sliding accuracy is `W/B`). Pacing uses `min(B, N)` steps.
+    ///
+    /// # Errors
+    ///
+    /// [`LimitError::SubWindowsOutOfRange`] unless `1 ≤ sub_windows ≤`
+    /// [`Limit::MAX_SUB_WINDOWS`].
+    pub const fn with_sub_windows(self, sub_windows: u32) -> Result<Limit, LimitError> {
+        if sub_windows == 0 || sub_windows > Self::MAX_SUB_WINDOWS {
+            return Err(LimitError::SubWindowsOutOfRange {
+                sub_windows,
+                max: Self::MAX_SUB_WINDOWS,
+            });
+        }
+        Ok(Limit {
+            sub_windows: sub_windows as u8,
+            ..self
+        })
+    }
+
+    /// The sub-windows a window is cut into (`B`, 10 unless set with
+    /// [`Limit::with_sub_windows`]).
+    pub const fn sub_windows(&self) -> u32 {
+        self.sub_windows as u32
+    }
+
+    /// `permits` per this limit's window, paced (and cut) as this limit: a limit derived
+    /// from another one, such as a cap's floors and shared pool.
+    ///
+    /// # Errors
+    ///
+    /// [`Limit::per_window`]'s, for `permits`.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by caps
+    pub(crate) const fn with_permits(self, permits: u32) -> Result<Limit, LimitError> {
+        match Limit::per_window(permits, self.window()) {
+            Ok(l) => Ok(Limit {
+                sub_windows: self.sub_windows,
+                paced: self.paced,
+                ..l
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The pacing steps of a window: `min(B, N)` when paced, 1 (no pacing) otherwise.
+    pub(crate) const fn pacing_steps(&self) -> u32 {
+        if !self.paced {
+            return 1;
+        }
+        let b = self.sub_windows as u32;
+        let n = self.permits.get();
+        if n < b {
+            n
+        } else {
+            b
+        }
     }
 
     /// A fractional rate of `rate` admissions per second.
@@ -128,7 +244,12 @@ impl Limit {
     ///
     /// [`Limit::per_second`]'s, when the divided rate is out of its range.
     pub fn per_replica(self, replicas: NonZeroU32) -> Result<Limit, LimitError> {
-        Limit::per_second(self.per_second_rate() / f64::from(replicas.get()))
+        let divided = Limit::per_second(self.per_second_rate() / f64::from(replicas.get()))?;
+        Ok(Limit {
+            sub_windows: self.sub_windows,
+            paced: self.paced,
+            ..divided
+        })
     }
 
     /// The limit as a rate per second, `permits / window` (the `sampler.param` value).
@@ -142,6 +263,8 @@ impl fmt::Debug for Limit {
         f.debug_struct("Limit")
             .field("permits", &self.permits.get())
             .field("window", &self.window())
+            .field("sub_windows", &self.sub_windows)
+            .field("paced", &self.paced)
             .finish()
     }
 }
@@ -230,6 +353,14 @@ pub enum LimitError {
         /// The permits asked for.
         permits: u32,
         /// The most a limit holds: [`Limit::MAX_PERMITS`].
+        max: u32,
+    },
+    /// The sub-window count is 0 or over [`Limit::MAX_SUB_WINDOWS`].
+    #[error("{sub_windows} sub-windows is out of range: a window is cut into 1 to {max}")]
+    SubWindowsOutOfRange {
+        /// The sub-windows asked for.
+        sub_windows: u32,
+        /// The most a window is cut into: [`Limit::MAX_SUB_WINDOWS`].
         max: u32,
     },
 }
@@ -330,6 +461,38 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(msg.ends_with("minimum of 1ms"), "{msg}");
+    }
+
+    #[test]
+    fn pacing_is_on_by_default_and_travels_with_the_limit() {
+        let l = Limit::per_window(100, Duration::from_secs(1)).unwrap();
+        assert!(l.is_paced());
+        assert_eq!((l.sub_windows(), l.pacing_steps()), (10, 10));
+        let u = l.unpaced();
+        assert!(!u.is_paced() && u != l);
+        assert_eq!(u.pacing_steps(), 1);
+        // Fewer steps than permits: one step per permit.
+        let three = Limit::per_window(3, Duration::from_secs(1)).unwrap();
+        assert_eq!(three.pacing_steps(), 3);
+        // Dividing across replicas keeps the setting.
+        let r = u.with_sub_windows(4).unwrap();
+        let r = r.per_replica(NonZeroU32::new(3).unwrap()).unwrap();
+        assert_eq!((r.is_paced(), r.sub_windows()), (false, 4));
+        assert_eq!(
+            l.with_sub_windows(0),
+            Err(LimitError::SubWindowsOutOfRange {
+                sub_windows: 0,
+                max: 64
+            })
+        );
+        assert!(l.with_sub_windows(65).is_err());
+        assert_eq!(l.with_sub_windows(64).unwrap().sub_windows(), 64);
+        const UNPACED: Result<Limit, LimitError> =
+            match Limit::per_window(1, Duration::from_secs(1)) {
+                Ok(l) => Ok(l.unpaced()),
+                Err(e) => Err(e),
+            };
+        assert!(matches!(UNPACED, Ok(l) if !l.is_paced()));
     }
 
     #[test]

@@ -41,6 +41,12 @@ struct Args {
               .try_map(|name| name.parse::<Algorithm>()))]
     algorithm: Algorithm,
 
+    /// Every permit of a window available from its start (front-loaded), instead of
+    /// the default pacing (a tenth of the window's permits per tenth, cumulatively).
+    /// The fleet limit (--redis) is never paced.
+    #[arg(long, conflicts_with_all = ["redis", "config"])]
+    unpaced: bool,
+
     /// Sample with the adaptive probability sampler instead: a consistent probability
     /// (OTEP 235, `th` on kept spans) set each window to about N / offered, with the
     /// limiter (--algorithm, or --redis) as its hard cap.
@@ -214,6 +220,7 @@ impl Args {
                 (limit, algorithm, Some(source))
             }
         };
+        let limit = if self.unpaced { limit.unpaced() } else { limit };
         let windows = self.duration.as_nanos() / limit.window().as_nanos() + 2;
         if windows > u128::from(MAX_WINDOWS) {
             return Err(invalid(format!(
@@ -367,7 +374,16 @@ impl fmt::Display for Config {
             f.write_str("adaptive probability under a cap of ")?;
         }
         match &self.fleet {
-            None => write!(f, "algorithm {}, ", self.algorithm)?,
+            None => write!(
+                f,
+                "algorithm {} ({}), ",
+                self.algorithm,
+                if self.limit.is_paced() {
+                    "paced"
+                } else {
+                    "unpaced"
+                }
+            )?,
             Some(t) => write!(f, "fleet {:?} on {}, ", t.key, t.shown_url())?,
         }
         write!(

@@ -30,6 +30,9 @@ thread_local! {
     /// The window (of the demo's clock) this thread's last admission by a
     /// [`StampingLimiter`] was counted in, or `None` if its last call was refused.
     static COUNTED_IN: Cell<Option<u64>> = const { Cell::new(None) };
+    /// The tenth of its window (0 to 9) this thread's last admission by a local
+    /// [`StampingLimiter`] was stamped in; `None` if refused, or in fleet mode.
+    static KEPT_TENTH: Cell<Option<usize>> = const { Cell::new(None) };
 }
 
 /// The limiter the demo samples with.
@@ -61,6 +64,10 @@ impl RateLimiter for StampingLimiter {
         let (stamp, window) = match &self.inner {
             DemoLimiter::Local(l) => {
                 let stamp = l.acquire_stamped();
+                let w = u128::from(self.window_nanos);
+                // Below 10: the offset is below the window.
+                let tenth = stamp.map(|s| (u128::from(s % self.window_nanos) * 10 / w) as usize);
+                KEPT_TENTH.with(|cell| cell.set(tenth));
                 (stamp, stamp.map(|s| s / self.window_nanos))
             }
             // The fleet counts by window id, exactly; the stamp is the start of that
@@ -275,6 +282,7 @@ pub(crate) fn generate(run: &Run, slot: &WorkerSlot) -> WorkerTotals {
             break;
         }
         COUNTED_IN.with(|cell| cell.set(None));
+        KEPT_TENTH.with(|cell| cell.set(None));
         let (sampled, counted_in) = match run.dispatch {
             None => offer_sdk(run),
             Some(_) => offer_tracing(totals.offered),
@@ -297,7 +305,11 @@ pub(crate) fn generate(run: &Run, slot: &WorkerSlot) -> WorkerTotals {
             let mut counts = lock(&slot.counts);
             counts.entry(now / w).or_default().offered += 1;
             if let Some(window) = kept_window {
-                counts.entry(window).or_default().kept += 1;
+                let c = counts.entry(window).or_default();
+                c.kept += 1;
+                if let Some(tenth) = KEPT_TENTH.with(Cell::take) {
+                    c.kept_per_tenth[tenth] += 1;
+                }
             }
         }
         // Every later reading of this thread is at least `now`, and a kept trace's

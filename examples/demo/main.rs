@@ -53,9 +53,10 @@
 //! windows kept against the limit); at the end exactly one JSON line goes to stdout:
 //!
 //! ```text
-//! {"sampler":"ratelimiting","algorithm":"fixed","limit":100,"window_ms":1000,"threads":4,
-//!  "duration_ms":5000,"offered":..,"sampled":..,"exported":..,"windows":6,"whole_windows":4,"full_windows":4,
+//! {"sampler":"ratelimiting","algorithm":"fixed","paced":true,"limit":100,"window_ms":1000,
+//!  "threads":4,"duration_ms":5000,"offered":..,"sampled":..,"exported":..,"windows":6,"whole_windows":4,"full_windows":4,
 //!  "max_per_window":100,"min_full_window":100,"per_window":{"1763914801000":100,..},
+//!  "kept_per_tenth":[40,40,40,40,40,40,40,40,40,40],
 //!  "decisions":{"kept":{"local":..,"none":..,"remote":0},"dropped":{"no_rule":0,..}}}
 //! ```
 //!

@@ -21,6 +21,8 @@ pub(crate) struct Summary {
     /// `ratelimiting`, or `adaptive` with `--adaptive`.
     sampler: &'static str,
     algorithm: &'static str,
+    /// Whether the local limit is paced (false with `--unpaced` and in fleet mode).
+    paced: bool,
     /// Traces kept per window.
     limit: u32,
     /// A whole number when the window is whole milliseconds.
@@ -49,6 +51,11 @@ pub(crate) struct Summary {
     /// mode the windows are the fleet's (by Redis `TIME`), each trace in the one the
     /// fleet counted it in.
     per_window: BTreeMap<u64, u64>,
+    /// Roots the whole windows kept, by the tenth of the window the limiter stamped
+    /// them in (left out in fleet mode): even when paced under overload, front-loaded
+    /// with `--unpaced`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kept_per_tenth: Option<[u64; 10]>,
     /// The sampler's own counts (`stats()`): every span it decided, roots and children.
     decisions: Decisions,
     /// `--config`: the rule file.
@@ -94,6 +101,7 @@ impl Summary {
                 None => config.algorithm.name(),
                 Some(_) => "fleet",
             },
+            paced: config.fleet.is_none() && config.limit.is_paced(),
             limit: config.limit.permits(),
             window_ms,
             threads: config.threads,
@@ -107,6 +115,7 @@ impl Summary {
             max_per_window: report.max_per_window,
             min_full_window: report.min_full_window,
             per_window: report.per_window.clone(),
+            kept_per_tenth: config.fleet.is_none().then_some(report.kept_per_tenth),
             decisions: Decisions::from(decisions),
             config: None,
             service: None,
@@ -248,8 +257,21 @@ pub(crate) fn headline(
             )
         }
     };
+    let spread = if config.fleet.is_none() && report.whole_windows > 0 {
+        format!(
+            "; per tenth of a window ({}): {:?}",
+            if config.limit.is_paced() {
+                "paced"
+            } else {
+                "unpaced"
+            },
+            report.kept_per_tenth
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "{kept}; {} sampled of {} offered, {exported} exported",
+        "{kept}; {} sampled of {} offered, {exported} exported{spread}",
         totals.sampled, totals.offered
     )
 }

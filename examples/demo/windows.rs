@@ -83,6 +83,8 @@ pub(crate) struct WindowCounts {
     pub(crate) offered: u64,
     /// Roots kept that the limiter counted in this window.
     pub(crate) kept: u64,
+    /// Of those, by the tenth of the window the (local) limiter stamped them in.
+    pub(crate) kept_per_tenth: [u64; 10],
     /// Whole traces of this window that reached the exporter.
     pub(crate) exported: u64,
 }
@@ -121,6 +123,9 @@ pub(crate) struct Report {
     pub(crate) whole_windows: u64,
     pub(crate) whole_min: Option<u64>,
     pub(crate) whole_max: u64,
+    /// Roots the whole windows kept, by the tenth of the window they were stamped in:
+    /// how pacing spreads them (local limiters only).
+    pub(crate) kept_per_tenth: [u64; 10],
     /// Whole windows offered more than the limit, and the least they kept.
     pub(crate) full_windows: u64,
     pub(crate) min_full_window: Option<u64>,
@@ -155,6 +160,7 @@ impl Report {
             whole_windows: 0,
             whole_min: None,
             whole_max: 0,
+            kept_per_tenth: [0; 10],
             full_windows: 0,
             min_full_window: None,
             after_end: 0,
@@ -218,6 +224,9 @@ impl Report {
                 let into = if window == k { &mut c } else { &mut self.late };
                 into.offered += n.offered;
                 into.kept += n.kept;
+                for (sum, t) in into.kept_per_tenth.iter_mut().zip(n.kept_per_tenth) {
+                    *sum += t;
+                }
             }
         }
         let mut tally = lock(tally);
@@ -241,6 +250,9 @@ impl Report {
                 self.whole_windows += 1;
                 self.whole_min = Some(self.whole_min.map_or(c.exported, |m| m.min(c.exported)));
                 self.whole_max = self.whole_max.max(c.exported);
+                for (sum, t) in self.kept_per_tenth.iter_mut().zip(c.kept_per_tenth) {
+                    *sum += t;
+                }
                 if c.offered > self.permits {
                     self.full_windows += 1;
                     self.min_full_window = Some(

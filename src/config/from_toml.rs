@@ -79,6 +79,7 @@ macro_rules! limit_table {
             limit: Option<Spanned<i64>>,
             window: Option<Spanned<String>>,
             algorithm: Option<Spanned<String>>,
+            paced: Option<Spanned<bool>>,
             probability: Option<Spanned<f64>>,
             adaptive: Option<Spanned<RawAdaptive>>,
             scope: Option<Spanned<String>>,
@@ -92,6 +93,7 @@ macro_rules! limit_table {
                     limit: &self.limit,
                     window: &self.window,
                     algorithm: &self.algorithm,
+                    paced: &self.paced,
                     probability: self.probability.as_ref(),
                     adaptive: self.adaptive.as_ref(),
                     scope: &self.scope,
@@ -191,6 +193,8 @@ struct RawPolicy<'a> {
     limit: &'a Option<Spanned<i64>>,
     window: &'a Option<Spanned<String>>,
     algorithm: &'a Option<Spanned<String>>,
+    /// `paced = false` opts a limit out of pacing (see `Limit::unpaced`).
+    paced: &'a Option<Spanned<bool>>,
     probability: Option<&'a Spanned<f64>>,
     adaptive: Option<&'a Spanned<RawAdaptive>>,
     scope: &'a Option<Spanned<String>>,
@@ -268,6 +272,14 @@ impl Ctx<'_> {
                         "`algorithm` applies to a limit; a `probability` has none".into(),
                     ));
                 }
+                if let Some(pc) = raw.paced {
+                    return Err(self.new_error(
+                        ConfigErrorKind::ConflictingKeys,
+                        pc.span(),
+                        &key("paced"),
+                        "`paced` applies to a limit; a `probability` keeps traces whenever they come".into(),
+                    ));
+                }
                 let p = self.check(p, &key("probability"), |p| validate::probability(*p))?;
                 Ok(Some(Policy::Probability(p)))
             }
@@ -289,6 +301,7 @@ impl Ctx<'_> {
             ("window", raw.window.as_ref().map(Spanned::span)),
             ("probability", raw.probability.map(Spanned::span)),
             ("algorithm", raw.algorithm.as_ref().map(Spanned::span)),
+            ("paced", raw.paced.as_ref().map(Spanned::span)),
             ("scope", raw.scope.as_ref().map(Spanned::span)),
         ];
         if let Some((name, Some(span))) = others.into_iter().find(|(_, s)| s.is_some()) {
@@ -304,12 +317,13 @@ impl Ctx<'_> {
             RawAdaptive::Rate(r) => self.check(adaptive, &adaptive_key, |_| validate::rate(*r))?,
             RawAdaptive::Table(t) => {
                 // The limit keys of a block, read as a block's, under `<path>.adaptive`.
-                let (no_text, no_probability) = (None, None);
+                let (no_text, no_probability, no_flag) = (None, None, None);
                 let inner = RawPolicy {
                     rate: &t.rate,
                     limit: &t.limit,
                     window: &t.window,
                     algorithm: &no_text,
+                    paced: &no_flag,
                     probability: no_probability,
                     adaptive: None,
                     scope: &no_text,
@@ -388,6 +402,14 @@ impl Ctx<'_> {
                             "`scope` needs a `rate` or a `limit` beside it".into(),
                         ));
                     }
+                    if let Some(pc) = raw.paced {
+                        return Err(self.new_error(
+                            ConfigErrorKind::MissingKey,
+                            pc.span(),
+                            &key("paced"),
+                            "`paced` needs a `rate` or a `limit` beside it".into(),
+                        ));
+                    }
                 }
                 return Ok(None);
             }
@@ -413,6 +435,14 @@ impl Ctx<'_> {
                     format!("a fleet-scoped limit is a fixed window of Redis time; algorithm {algorithm} is local only: remove it or set \"fixed\""),
                 ));
             }
+            if let Some(pc) = raw.paced.as_ref().filter(|pc| *pc.get_ref()) {
+                return Err(self.new_error(
+                    ConfigErrorKind::ConflictingKeys,
+                    pc.span(),
+                    &key("paced"),
+                    "a fleet-scoped limit is a fixed window of Redis time and is not paced: remove `paced` or set it to false".into(),
+                ));
+            }
             if let Some(sc) = raw.scope {
                 self.first_fleet
                     .borrow_mut()
@@ -426,8 +456,9 @@ impl Ctx<'_> {
             .or(raw.rate.as_ref().map(Spanned::span))
             .or(raw.limit.as_ref().map(Spanned::span))
             .map_or_else(Pos::default, |span| self.pos(span));
+        let paced = raw.paced.as_ref().is_none_or(|pc| *pc.get_ref());
         Ok(Some(LimitSpec {
-            limit,
+            limit: if paced { limit } else { limit.unpaced() },
             algorithm,
             scope,
             at,

@@ -200,7 +200,10 @@ mod tests {
     use crate::ManualClock;
 
     fn rule(algorithm: Algorithm, n: u32, clock: &ManualClock) -> AnyLimiter<ManualClock> {
-        let limit = Limit::per_window(n, Duration::from_secs(3600)).unwrap();
+        // Unpaced: these tests spend a window's permits at one instant.
+        let limit = Limit::per_window(n, Duration::from_secs(3600))
+            .unwrap()
+            .unpaced();
         AnyLimiter::with_clock(algorithm, limit, clock.clone())
     }
 

@@ -215,7 +215,7 @@ fn lint_service(
             &s.name,
             None,
             format!(
-                "its limiters take {} MiB (over {} MiB); a sliding log keeps 16 bytes per permit: use \"sliding\" or fewer permits per window",
+                "its limiters take {} MiB (over {} MiB); a sliding log keeps 16 bytes per permit: use \"bucketed\" (a sliding cap in O(sub-windows) memory), \"sliding\" or fewer permits per window",
                 bytes >> 20,
                 LARGE_MEMORY_BYTES >> 20
             ),

@@ -573,10 +573,11 @@ impl fmt::Display for DisplaySpec<'_> {
         let s = self.0;
         write!(
             f,
-            "{} ({}/s, {})",
+            "{} ({}/s, {}{})",
             s.limit,
             s.limit.per_second_rate(),
-            s.algorithm
+            s.algorithm,
+            if s.limit.is_paced() { "" } else { ", unpaced" }
         )
     }
 }

@@ -18,7 +18,7 @@ use super::model::{
 };
 use super::rule_limiter::{BuildError, LimitOf, RuleLimiter};
 use crate::clock::Clock;
-use crate::limit::{Limit, LimitError};
+use crate::limit::LimitError;
 use crate::limiter::{Algorithm, FixedWindow, RateLimiter};
 use crate::sampler::attributes::{self, ADAPTIVE, PROBABILISTIC, RATELIMITING};
 use crate::sampler::{
@@ -179,7 +179,7 @@ impl<C: Clock + Clone> RuleSet<C> {
                 let floor = match (cap, floor_permits) {
                     (Some(cap), permits @ 1..) => {
                         let spec = LimitSpec {
-                            limit: Limit::per_window(permits, cap.limit.window())?,
+                            limit: cap.limit.with_permits(permits)?,
                             algorithm: Algorithm::FixedWindow,
                             ..cap
                         };
@@ -229,7 +229,7 @@ impl<C: Clock + Clone> RuleSet<C> {
                     Some(0) => None,
                     Some(permits) => {
                         let spec = LimitSpec {
-                            limit: Limit::per_window(permits, cap.limit.window())?,
+                            limit: cap.limit.with_permits(permits)?,
                             ..cap
                         };
                         let key = || fleet_cap_key(&service.name);

@@ -164,7 +164,8 @@ impl LimiterMemory {
     }
 
     /// Its memory in bytes, as laid out on this target: the cache-padded limiter in its
-    /// `Arc`, plus 16 bytes per permit for a sliding log.
+    /// `Arc`, plus 16 bytes per permit for a sliding log, or 16 per sub-window for a
+    /// bucketed window.
     pub fn bytes(&self) -> usize {
         self.bytes
     }
@@ -176,6 +177,7 @@ pub(crate) fn limiter_bytes(spec: LimitSpec) -> usize {
         Algorithm::SlidingLog => {
             SLIDING_LOG_BYTES_PER_PERMIT.saturating_mul(spec.limit.permits() as usize)
         }
+        Algorithm::BucketedWindow => crate::limiter::bucketed_heap_bytes(spec.limit),
         _ => 0,
     };
     // The limiter sits in an `Arc`: two counters, then the (cache-padded) struct.
@@ -305,7 +307,7 @@ impl EffectiveRules {
         }
         if let Some((cap, _)) = self.cap {
             for rule in self.rules.iter().filter(|r| r.floor > 0) {
-                if let Ok(limit) = Limit::per_window(rule.floor, cap.window()) {
+                if let Ok(limit) = cap.with_permits(rule.floor) {
                     out.push(LimiterMemory::new(
                         format!("floor of rule {:?}", rule.name),
                         LimitSpec::local(limit, Algorithm::FixedWindow),
@@ -331,7 +333,7 @@ impl EffectiveRules {
     fn shared_pool(&self) -> Option<LimitSpec> {
         let (cap, algorithm) = self.cap?;
         let left = u64::from(cap.permits()).checked_sub(self.floors())?;
-        let limit = Limit::per_window(u32::try_from(left).ok()?, cap.window()).ok()?;
+        let limit = cap.with_permits(u32::try_from(left).ok()?).ok()?;
         Some(LimitSpec::local(limit, algorithm))
     }
 }

@@ -52,6 +52,12 @@ pub const DEFAULT_FLEET_PREFIX: &str = "otel-rate";
 ///   seen Redis during its young windows (when `k` counts only the instances registered
 ///   so far) has no settled `k` and spends no share: it admits nothing until Redis
 ///   answers.
+/// * **Not paced**: the fleet window is not cut into sub-windows, whatever
+///   [`Limit::is_paced`](crate::Limit::is_paced) says: a lease may be spent as soon as it
+///   is granted, so under overload the fleet's `N` tend to fall early in each fleet
+///   window (the front-loaded behaviour of [`Limit::unpaced`](crate::Limit::unpaced)).
+///   Pacing would need the replicas to share a schedule through Redis; a local
+///   `RateLimitingSampler` or a rule's local limit is paced.
 ///
 /// # Memory ordering
 ///

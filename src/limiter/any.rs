@@ -1,13 +1,32 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::{FixedWindow, RateLimiter, SlidingLog, SlidingWindowCounter};
+use super::{BucketedWindow, FixedWindow, RateLimiter, SlidingLog, SlidingWindowCounter};
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::Limit;
 
 /// The limiting algorithms this crate provides, to choose one at run time.
 ///
-/// Parses from (and displays as) `fixed`, `sliding` and `sliding-log`.
+/// Parses from (and displays as) `fixed`, `sliding`, `sliding-log` and `bucketed`.
+///
+/// # Which algorithm when
+///
+/// Every algorithm is lock-free, never blocks, writes nothing when it refuses, and is
+/// paced by default (see [`Limit`]'s "Pacing"). `N` permits per window `W`, `B`
+/// sub-windows (10 by default). Cost: median ns per decision from `BENCHMARKS.md`
+/// (criterion, 2-vCPU VM, unpaced), with the default clock, and on a `ManualClock` (the
+/// algorithm alone); a refusal costs less than an admission.
+///
+/// | algorithm | guarantee | memory | admit / reject (default clock) | admit / reject (algorithm alone) | suits |
+/// |---|---|---|---|---|---|
+/// | [`FixedWindow`] (`fixed`, the default) | ≤ N per aligned window, exactly N under saturation; up to 2N across an edge | one cache line | 10.9 / 4.6 | 10.7 / 1.1 | most services: the cheapest, and with pacing an evenly spread sample |
+/// | [`SlidingWindowCounter`] (`sliding`) | ≤ N per aligned window; ≤ N + ⌈P·e/W⌉ ≤ 2N in any interval of W (about N for even traffic) | two words | 13.5 / 4.4 | 12.9 / 1.7–2.6 | a smoother cap than the fixed window in O(1) memory, for bursty traffic at window edges |
+/// | [`SlidingLog`] (`sliding-log`) | ≤ N in **any** interval of W, exactly | 16·N bytes (16 MB at N = 10⁶) | 15.6 / 4.9 | 15.2 / 2.1 | a strict backend quota with a modest N |
+/// | [`BucketedWindow`] (`bucketed`) | ≤ N in any B consecutive sub-windows (any interval of W on a sub-window edge); ≤ N + one sub-window's count (≤ 2N) in any interval of W | B + 1 words (88 bytes + a cache line by default) | see `BENCHMARKS.md` | see `BENCHMARKS.md` | a sliding cap for large N, where the log's memory is too much; accuracy W/B |
+///
+/// Pacing adds two multiplications to the fixed window's and the sliding counter's
+/// decisions, and two divisions and a slot read to the sliding log's; see
+/// `BENCHMARKS.md` for the paced rows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Algorithm {
@@ -19,22 +38,27 @@ pub enum Algorithm {
     SlidingWindow,
     /// [`SlidingLog`]: at most N in any sliding window, exactly; O(N) memory.
     SlidingLog,
+    /// [`BucketedWindow`]: at most N in any B consecutive sub-windows, within one
+    /// sub-window (W/B) of an exact sliding window; O(B) memory.
+    BucketedWindow,
 }
 
 impl Algorithm {
     /// Every algorithm, in the order of the docs.
-    pub const ALL: [Algorithm; 3] = [
+    pub const ALL: [Algorithm; 4] = [
         Algorithm::FixedWindow,
         Algorithm::SlidingWindow,
         Algorithm::SlidingLog,
+        Algorithm::BucketedWindow,
     ];
 
-    /// The name it parses from: `fixed`, `sliding` or `sliding-log`.
+    /// The name it parses from: `fixed`, `sliding`, `sliding-log` or `bucketed`.
     pub const fn name(self) -> &'static str {
         match self {
             Algorithm::FixedWindow => "fixed",
             Algorithm::SlidingWindow => "sliding",
             Algorithm::SlidingLog => "sliding-log",
+            Algorithm::BucketedWindow => "bucketed",
         }
     }
 }
@@ -58,7 +82,7 @@ impl FromStr for Algorithm {
 
 /// The error of parsing an unknown [`Algorithm`] name.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown algorithm {0:?}; expected one of \"fixed\", \"sliding\", \"sliding-log\"")]
+#[error("unknown algorithm {0:?}; expected one of \"fixed\", \"sliding\", \"sliding-log\", \"bucketed\"")]
 pub struct ParseAlgorithmError(String);
 
 /// Any of the crate's limiters, chosen at run time by [`Algorithm`], dispatched without
@@ -71,6 +95,7 @@ enum Inner<C> {
     Fixed(FixedWindow<C>),
     Sliding(SlidingWindowCounter<C>),
     Log(SlidingLog<C>),
+    Bucketed(BucketedWindow<C>),
 }
 
 impl AnyLimiter {
@@ -89,6 +114,7 @@ impl<C: Clock> AnyLimiter<C> {
                 Inner::Sliding(SlidingWindowCounter::with_clock(limit, clock))
             }
             Algorithm::SlidingLog => Inner::Log(SlidingLog::with_clock(limit, clock)),
+            Algorithm::BucketedWindow => Inner::Bucketed(BucketedWindow::with_clock(limit, clock)),
         };
         Self { inner }
     }
@@ -99,6 +125,7 @@ impl<C: Clock> AnyLimiter<C> {
             Inner::Fixed(_) => Algorithm::FixedWindow,
             Inner::Sliding(_) => Algorithm::SlidingWindow,
             Inner::Log(_) => Algorithm::SlidingLog,
+            Inner::Bucketed(_) => Algorithm::BucketedWindow,
         }
     }
 
@@ -109,6 +136,7 @@ impl<C: Clock> AnyLimiter<C> {
             Inner::Fixed(l) => l.count_at(now),
             Inner::Sliding(l) => l.count_at(now),
             Inner::Log(l) => l.count_at(now),
+            Inner::Bucketed(l) => l.count_at(now),
         }
     }
 
@@ -123,6 +151,7 @@ impl<C: Clock> AnyLimiter<C> {
             Inner::Fixed(l) => l.preload_at(now, count),
             Inner::Sliding(l) => l.preload_at(now, count),
             Inner::Log(l) => l.preload_at(now, count),
+            Inner::Bucketed(l) => l.preload_at(now, count),
         }
     }
 
@@ -132,6 +161,7 @@ impl<C: Clock> AnyLimiter<C> {
             Inner::Fixed(l) => l.clock(),
             Inner::Sliding(l) => l.clock(),
             Inner::Log(l) => l.clock(),
+            Inner::Bucketed(l) => l.clock(),
         }
     }
 }
@@ -143,6 +173,7 @@ impl<C: Clock> RateLimiter for AnyLimiter<C> {
             Inner::Fixed(l) => l.acquire_stamped(),
             Inner::Sliding(l) => l.acquire_stamped(),
             Inner::Log(l) => l.acquire_stamped(),
+            Inner::Bucketed(l) => l.acquire_stamped(),
         }
     }
 
@@ -155,6 +186,7 @@ impl<C: Clock> RateLimiter for AnyLimiter<C> {
             Inner::Fixed(l) => l.limit(),
             Inner::Sliding(l) => l.limit(),
             Inner::Log(l) => l.limit(),
+            Inner::Bucketed(l) => l.limit(),
         }
     }
 }
@@ -165,6 +197,7 @@ impl<C: fmt::Debug> fmt::Debug for AnyLimiter<C> {
             Inner::Fixed(l) => l.fmt(f),
             Inner::Sliding(l) => l.fmt(f),
             Inner::Log(l) => l.fmt(f),
+            Inner::Bucketed(l) => l.fmt(f),
         }
     }
 }
@@ -182,7 +215,11 @@ mod tests {
             for to in Algorithm::ALL {
                 let clock = ManualClock::new();
                 clock.set(1_500_000_000);
-                let limit = |n| Limit::per_window(n, Duration::from_secs(1)).unwrap();
+                let limit = |n| {
+                    Limit::per_window(n, Duration::from_secs(1))
+                        .unwrap()
+                        .unpaced()
+                };
                 let old = AnyLimiter::with_clock(from, limit(5), clock.clone());
                 assert_eq!((0..3).filter(|_| old.try_acquire()).count(), 3);
                 assert_eq!(old.count_at(clock.now_nanos()), 3, "{from}");

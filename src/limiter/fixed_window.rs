@@ -2,6 +2,7 @@ use std::fmt;
 
 use crossbeam_utils::CachePadded;
 
+use super::pacing::Pacer;
 use super::packed::{self, count_for, pack, unpack, window_index};
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::Limit;
@@ -15,7 +16,14 @@ use crate::sync::{AtomicU64, Ordering};
 /// # Guarantee
 ///
 /// * At most `N` admissions are counted in each aligned window, whatever the number of
-///   threads, and **exactly** `N` when `N` or more calls fall in it.
+///   threads, and **exactly** `N` when `N` or more calls fall in it (paced: when they
+///   fall in it late enough, see below).
+/// * Paced (the default, see [`Limit`]'s "Pacing"): by the end of sub-window `i` of a
+///   window cut into `B`, at most `⌈N·(i+1)/B⌉` are counted in it, whatever the number of
+///   threads; a window offered at least `⌈N/B⌉` calls in each sub-window counts exactly
+///   `N`. A burst confined to the first sub-window gets `⌈N/B⌉`; one in the last gets all
+///   the window has left. Unpaced ([`Limit::unpaced`]), every permit is available from
+///   the window's start.
 /// * The window only moves forward. A call whose `now` is older than the newest window
 ///   (a thread descheduled after reading the clock, or a clock stepped backwards) is
 ///   counted in that newest window, never in an older one.
@@ -38,7 +46,9 @@ use crate::sync::{AtomicU64, Ordering};
 /// was computed from, so no increment can be lost or land in the wrong window, and all
 /// operations are `Relaxed`: the word publishes no other memory, and a single location's
 /// modification order already serialises the compare-exchanges. A rejected call only
-/// loads the word, so a saturated limiter does not bounce its cache line.
+/// loads the word, so a saturated limiter does not bounce its cache line. Pacing reads
+/// only immutable fields (the schedule is computed once, and the check is two
+/// multiplications, no division).
 ///
 /// Memory: one cache line.
 pub struct FixedWindow<C = MonotonicClock> {
@@ -47,6 +57,7 @@ pub struct FixedWindow<C = MonotonicClock> {
     state: CachePadded<AtomicU64>,
     permits: u64,
     window: u64,
+    pacer: Pacer,
     limit: Limit,
     clock: C,
 }
@@ -65,6 +76,7 @@ impl<C: Clock> FixedWindow<C> {
             state: CachePadded::new(AtomicU64::new(pack(0, 0))),
             permits: u64::from(limit.permits()),
             window: limit.window_nanos(),
+            pacer: Pacer::new(limit),
             limit,
             clock,
         }
@@ -106,12 +118,12 @@ impl<C: Clock> FixedWindow<C> {
             {
                 // A newer window: start it with this admission.
                 (pack(window_index(now, self.window), 1), now)
-            } else if count < self.permits {
+            } else if count < self.permits && now.max(start) - start >= self.pacer.earliest(count) {
                 // This window (or, for a stale `now`, the newer one the word holds,
-                // stamped at its start).
+                // stamped at its start), once the schedule has released this permit.
                 (current + 1, now.max(start))
             } else {
-                // Full: reject without writing.
+                // Full, or paced: reject without writing.
                 return None;
             };
             match packed::replace(&self.state, current, next) {
@@ -147,10 +159,43 @@ mod tests {
     use crate::limiter::RateLimiter;
     use crate::ManualClock;
 
+    /// An unpaced limiter: these tests are about the window, not the schedule.
     fn limiter(permits: u32, window_ms: u64) -> (FixedWindow<ManualClock>, ManualClock) {
         let clock = ManualClock::new();
         let limit = Limit::per_window(permits, Duration::from_millis(window_ms)).unwrap();
-        (FixedWindow::with_clock(limit, clock.clone()), clock)
+        (
+            FixedWindow::with_clock(limit.unpaced(), clock.clone()),
+            clock,
+        )
+    }
+
+    #[test]
+    fn paced_releases_a_tenth_per_tenth_cumulatively() {
+        let clock = ManualClock::new();
+        let limit = Limit::per_window(100, Duration::from_secs(1)).unwrap();
+        let l = FixedWindow::with_clock(limit, clock.clone());
+        clock.set(1_000_000_000);
+        // The first tenth: 10 of 1000.
+        assert_eq!((0..1000).filter(|_| l.try_acquire()).count(), 10);
+        // Idle until 0.55 s into the window: by then 60 are released, 50 of them unused.
+        clock.set(1_550_000_000);
+        assert_eq!((0..1000).filter(|_| l.try_acquire()).count(), 50);
+        clock.set(1_999_999_999);
+        assert_eq!((0..1000).filter(|_| l.try_acquire()).count(), 40);
+        // A stale reading counts into the newest window at its start: nothing left.
+        clock.set(0);
+        assert!(!l.try_acquire());
+    }
+
+    #[test]
+    fn paced_rejections_do_not_write() {
+        let clock = ManualClock::new();
+        let limit = Limit::per_window(100, Duration::from_secs(1)).unwrap();
+        let l = FixedWindow::with_clock(limit, clock.clone());
+        assert_eq!((0..10).filter(|_| l.try_acquire()).count(), 10);
+        let before = l.state.load(Ordering::Relaxed);
+        assert!((0..1000).all(|_| !l.try_acquire()));
+        assert_eq!(l.state.load(Ordering::Relaxed), before);
     }
 
     #[test]
@@ -209,20 +254,33 @@ mod tests {
         /// Against a reference model: a map of counts per window, with the same "count
         /// a stale call into the newest window" rule.
         #[test]
+        /// Paced, the model releases `⌈N·(i+1)/B⌉` by the end of sub-window `i`, with
+        /// divisions where the limiter multiplies.
+        #[test]
         fn matches_the_reference_model(
-            permits in 1u32..5,
-            steps in proptest::collection::vec((0u64..3_000, any::<bool>()), 1..200),
+            permits in 1u32..25,
+            paced in any::<bool>(),
+            steps in proptest::collection::vec((0u64..300, any::<bool>()), 1..200),
         ) {
-            let (l, clock) = limiter(permits, 100);
+            let clock = ManualClock::new();
+            let limit = Limit::per_window(permits, Duration::from_millis(100)).unwrap();
+            let limit = if paced { limit } else { limit.unpaced() };
+            let l = FixedWindow::with_clock(limit, clock.clone());
+            let b = u64::from(if paced { permits.min(10) } else { 1 });
+            let n = u64::from(permits);
+            let window = 100_000_000u64;
             let mut newest = 0u64;
             let mut count = 0u64;
             let mut now = 0u64;
             for (delta_ms, backwards) in steps {
                 now = if backwards { now.saturating_sub(delta_ms * 1_000_000) } else { now + delta_ms * 1_000_000 };
                 clock.set(now);
-                let w = now / 100_000_000;
+                let w = now / window;
                 if w > newest { newest = w; count = 0; }
-                let expect = count < u64::from(permits);
+                // A stale reading is at the newest window's start.
+                let offset = if w < newest { 0 } else { now % window };
+                let sub = (offset / (window / b)).min(b - 1);
+                let expect = count < n && count * b < n * (sub + 1);
                 if expect { count += 1; }
                 prop_assert_eq!(l.try_acquire(), expect);
             }
@@ -236,14 +294,34 @@ mod loom_tests {
     use loom::thread;
 
     use super::*;
-    use crate::limiter::loom_support::{check_per_window, model, stamps_in_windows};
+    use crate::limiter::loom_support::{check_per_window, model, stamps_in_windows, stamps_of};
     use crate::ManualClock;
 
     const W: u64 = 1_000_000_000;
 
-    fn limiter(permits: u32) -> Arc<FixedWindow<ManualClock>> {
+    fn limiter(permits: u32, paced: bool) -> Arc<FixedWindow<ManualClock>> {
         let limit = Limit::per_window(permits, std::time::Duration::from_nanos(W)).unwrap();
+        let limit = if paced { limit } else { limit.unpaced() };
         Arc::new(FixedWindow::with_clock(limit, ManualClock::new()))
+    }
+
+    /// Paced, N = 2 in two sub-windows: two workers each call in the first half, in
+    /// the second half, and stale back in the first. At most one admission is stamped
+    /// in the first half, at most two in the window, and exactly two are admitted.
+    #[test]
+    fn paced_two_workers_exhaustive() {
+        model(2, || {
+            let l = limiter(2, true);
+            let stamps = stamps_of(
+                &l,
+                2,
+                |_| vec![W / 4, 3 * W / 4, W / 4],
+                |l, t| l.acquire_at(t),
+            );
+            let first_half = stamps.iter().filter(|&&s| s < W / 2).count();
+            assert!(first_half <= 1, "{stamps:?}");
+            assert_eq!(stamps.len(), 2, "{stamps:?}");
+        });
     }
 
     /// Two workers, each making calls in window 0 then window 1 (plus a stale call back
@@ -251,22 +329,8 @@ mod loom_tests {
     #[test]
     fn two_workers_exhaustive() {
         model(2, || {
-            let l = limiter(1);
-            let workers: Vec<_> = (0..2)
-                .map(|_| {
-                    let l = l.clone();
-                    thread::spawn(move || {
-                        [0, W, W / 2]
-                            .iter()
-                            .filter_map(|&now| l.acquire_at(now))
-                            .collect::<Vec<_>>()
-                    })
-                })
-                .collect();
-            let stamps: Vec<u64> = workers
-                .into_iter()
-                .flat_map(|w| w.join().unwrap())
-                .collect();
+            let l = limiter(1, false);
+            let stamps = stamps_of(&l, 2, |_| vec![0, W, W / 2], |l, t| l.acquire_at(t));
             let per_window = stamps_in_windows(&stamps, W);
             check_per_window(&per_window, 1);
             // Each window was offered at least 2 calls: both reach N exactly.
@@ -278,28 +342,18 @@ mod loom_tests {
     #[test]
     fn three_workers_bounded_preemption() {
         model(3, || {
-            let l = limiter(2);
-            let workers: Vec<_> = (0..3)
-                .map(|i| {
-                    let l = l.clone();
-                    thread::spawn(move || {
-                        [i * W / 4, W + i, W / 3]
-                            .iter()
-                            .filter_map(|&now| l.acquire_at(now))
-                            .collect::<Vec<_>>()
-                    })
-                })
-                .collect();
-            let stamps: Vec<u64> = workers
-                .into_iter()
-                .flat_map(|w| w.join().unwrap())
-                .collect();
+            let l = limiter(2, false);
+            let stamps = stamps_of(
+                &l,
+                3,
+                |i| vec![i * W / 4, W + i, W / 3],
+                |l, t| l.acquire_at(t),
+            );
             let per_window = stamps_in_windows(&stamps, W);
             check_per_window(&per_window, 2);
             assert_eq!(per_window.get(&1), Some(&2));
         });
     }
-
     /// The trap of the seed articles: move the window with one compare-exchange, then
     /// reset the count with a separate store. An increment that lands between the two is
     /// lost, and the window admits N + 1. The model must find it.

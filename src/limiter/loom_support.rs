@@ -2,6 +2,9 @@
 
 use std::collections::BTreeMap;
 
+use loom::sync::Arc;
+use loom::thread;
+
 /// Runs `f` under loom: exhaustively for up to two workers, with at most two preemptions
 /// (or `LOOM_MAX_PREEMPTIONS`) for three or more.
 pub(crate) fn model<F: Fn() + Sync + Send + 'static>(workers: usize, f: F) {
@@ -26,4 +29,29 @@ pub(crate) fn check_per_window(per_window: &BTreeMap<u64, usize>, permits: usize
     for (w, n) in per_window {
         assert!(*n <= permits, "window {w} admitted {n} > {permits}");
     }
+}
+
+/// Spawns `workers` loom threads; worker `i` calls `acquire(limiter, t)` for each `t`
+/// of `times(i)`. Returns every admission's stamp.
+pub(crate) fn stamps_of<L: Send + Sync + 'static>(
+    limiter: &Arc<L>,
+    workers: u64,
+    times: fn(u64) -> Vec<u64>,
+    acquire: fn(&L, u64) -> Option<u64>,
+) -> Vec<u64> {
+    let handles: Vec<_> = (0..workers)
+        .map(|i| {
+            let l = limiter.clone();
+            thread::spawn(move || {
+                times(i)
+                    .into_iter()
+                    .filter_map(|t| acquire(&l, t))
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect()
 }

@@ -1,7 +1,9 @@
-//! The limiters: one small trait, three lock-free algorithms.
+//! The limiters: one small trait, four lock-free algorithms.
 
 mod any;
+mod bucketed_window;
 mod fixed_window;
+mod pacing;
 mod packed;
 mod sliding_log;
 mod sliding_window;
@@ -10,6 +12,9 @@ mod sliding_window;
 pub(crate) mod loom_support;
 
 pub use any::{Algorithm, AnyLimiter, ParseAlgorithmError};
+#[cfg(feature = "config")]
+pub(crate) use bucketed_window::heap_bytes as bucketed_heap_bytes;
+pub use bucketed_window::BucketedWindow;
 pub use fixed_window::FixedWindow;
 pub use sliding_log::SlidingLog;
 pub use sliding_window::SlidingWindowCounter;

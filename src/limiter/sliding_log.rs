@@ -2,6 +2,8 @@ use std::fmt;
 
 use crossbeam_utils::CachePadded;
 
+use super::pacing::Pacer;
+use super::packed::window_index;
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::Limit;
 use crate::sync::{AtomicU64, Ordering};
@@ -21,10 +23,18 @@ use crate::sync::{AtomicU64, Ordering};
 ///   share a slot are at least `W` apart, and `N` slots can put at most `N` stamps in an
 ///   interval of length `W`. This holds whatever the thread interleaving and whatever
 ///   order the stamps land in.
-/// * It is exact (admits iff fewer than `N` admissions lie in `(now − W, now]`) when the
-///   calls' clock readings arrive in order. When they do not (a thread descheduled
-///   between reading the clock and admitting, or a clock stepped backwards), it can only
-///   refuse more, never admit more.
+/// * Unpaced ([`Limit::unpaced`]), it is exact (admits iff fewer than `N` admissions lie
+///   in `(now − W, now]`) when the calls' clock readings arrive in order. When they do
+///   not (a thread descheduled between reading the clock and admitting, or a clock
+///   stepped backwards), it can only refuse more, never admit more.
+/// * Paced (the default, see [`Limit`]'s "Pacing"), it also refuses a call in sub-window
+///   `i` of its aligned window `[k·W, (k+1)·W)` once `⌈N·(i+1)/B⌉` admissions are stamped
+///   in that window (it reads the stamp of admission `next − ⌈N·(i+1)/B⌉`): the
+///   schedule holds exactly when readings arrive in order; a reading that arrives late
+///   (older than an admission already recorded) can let a sub-window pass its allowance
+///   by one per such straggler. The sliding cap above is unaffected. This check divides
+///   twice (the window and the sub-window holding `now`), where the unpaced log divides
+///   once (its slot).
 ///
 /// Memory: `16·N` bytes (a sequence number and a timestamp per permit) plus a cache line.
 /// At [`Limit::MAX_PERMITS`] the log takes 64 MiB.
@@ -49,6 +59,7 @@ pub struct SlidingLog<C = MonotonicClock> {
     slots: Box<[Slot]>,
     permits: u64,
     window: u64,
+    pacer: Pacer,
     limit: Limit,
     clock: C,
 }
@@ -80,6 +91,7 @@ impl<C: Clock> SlidingLog<C> {
             slots,
             permits: u64::from(limit.permits()),
             window: limit.window_nanos(),
+            pacer: Pacer::new(limit),
             limit,
             clock,
         }
@@ -125,6 +137,36 @@ impl<C: Clock> SlidingLog<C> {
         &self.slots[(admission % self.permits) as usize]
     }
 
+    /// Whether the schedule has released admission `k` at `now`: whether fewer than the
+    /// allowance `a` of `now`'s sub-window are stamped in its aligned window, that is
+    /// whether admission `k − a` (if any) is stamped before the window's start.
+    #[inline]
+    fn paced_at(&self, now: u64, k: u64) -> Paced {
+        if !self.pacer.is_paced() {
+            return Paced::Released;
+        }
+        let start = window_index(now, self.window).saturating_mul(self.window);
+        let allowance = self.pacer.allowance_at(now - start);
+        let Some(earlier) = k.checked_sub(allowance) else {
+            return Paced::Released; // fewer than `allowance` admissions ever
+        };
+        let slot = self.slot(earlier);
+        // Acquire (both): as for the oldest slot in `acquire_at`.
+        let seq = slot.seq.load(Ordering::Acquire);
+        if seq == earlier + 1 && slot.stamp.load(Ordering::Acquire) < start {
+            return Paced::Released;
+        }
+        // Being written (it is "now", in the window), stamped in the window, or
+        // overwritten by a newer admission: hold, unless our `k` was stale.
+        // Relaxed: see "Memory ordering" on the type.
+        let latest = self.next.load(Ordering::Relaxed);
+        if latest != k {
+            Paced::Stale(latest)
+        } else {
+            Paced::Held
+        }
+    }
+
     /// The decision for a call made at `now`: `Some(now)` or `None`.
     #[inline]
     pub(crate) fn acquire_at(&self, now: u64) -> Option<u64> {
@@ -159,6 +201,14 @@ impl<C: Clock> SlidingLog<C> {
                     return None;
                 }
             }
+            match self.paced_at(now, k) {
+                Paced::Released => {}
+                Paced::Held => return None,
+                Paced::Stale(latest) => {
+                    k = latest;
+                    continue;
+                }
+            }
             // Relaxed: claiming admission k orders only the claims among themselves; the
             // slot's contents travel by `seq` and `stamp` (see "Memory ordering").
             match self
@@ -177,6 +227,14 @@ impl<C: Clock> SlidingLog<C> {
             }
         }
     }
+}
+
+/// The schedule's answer for one admission of the log.
+enum Paced {
+    Released,
+    Held,
+    /// `next` moved on: look again from this admission.
+    Stale(u64),
 }
 
 super::clocked_rate_limiter!(SlidingLog);
@@ -203,10 +261,37 @@ mod tests {
     use crate::limiter::RateLimiter;
     use crate::ManualClock;
 
+    /// Unpaced: these tests are about the sliding log, not the schedule.
     fn limiter(permits: u32, window_ms: u64) -> (SlidingLog<ManualClock>, ManualClock) {
         let clock = ManualClock::new();
         let limit = Limit::per_window(permits, Duration::from_millis(window_ms)).unwrap();
-        (SlidingLog::with_clock(limit, clock.clone()), clock)
+        (
+            SlidingLog::with_clock(limit.unpaced(), clock.clone()),
+            clock,
+        )
+    }
+
+    #[test]
+    fn paced_releases_a_tenth_per_tenth_of_the_aligned_window() {
+        let clock = ManualClock::new();
+        let limit = Limit::per_window(100, Duration::from_secs(1)).unwrap();
+        let l = SlidingLog::with_clock(limit, clock.clone());
+        assert_eq!((0..1000).filter(|_| l.try_acquire()).count(), 10);
+        clock.set(550_000_000);
+        assert_eq!((0..1000).filter(|_| l.try_acquire()).count(), 50);
+        clock.set(999_999_999);
+        assert_eq!((0..1000).filter(|_| l.try_acquire()).count(), 40);
+        // The next aligned window: the 10 stamped at 0 have left (t − 1 s, t], and its
+        // first tenth releases 10.
+        clock.set(1_000_000_000);
+        assert_eq!((0..1000).filter(|_| l.try_acquire()).count(), 10);
+        // Later in the first tenth: released, but the sliding cap holds the 90 stamped
+        // at 0.55 s and 1 s − 1 ns, plus these 10.
+        clock.set(1_099_999_999);
+        assert!(!l.try_acquire());
+        // At 1.55 s the 50 of 0.55 s leave, and the schedule has released 60.
+        clock.set(1_550_000_000);
+        assert_eq!((0..1000).filter(|_| l.try_acquire()).count(), 50);
     }
 
     #[test]
@@ -241,11 +326,17 @@ mod tests {
         /// admission, and so never more than N in any interval of length W.
         #[test]
         fn matches_an_exact_log(
-            permits in 1u32..6,
+            permits in 1u32..25,
+            paced in any::<bool>(),
             deltas in proptest::collection::vec(0u64..400, 1..300),
         ) {
             let window = 1_000_000_000u64;
-            let (l, clock) = limiter(permits, 1000);
+            let clock = ManualClock::new();
+            let limit = Limit::per_window(permits, Duration::from_millis(1000)).unwrap();
+            let limit = if paced { limit } else { limit.unpaced() };
+            let l = SlidingLog::with_clock(limit, clock.clone());
+            let b = u64::from(if paced { permits.min(10) } else { 1 });
+            let n = u64::from(permits);
             let mut log: VecDeque<u64> = VecDeque::new();
             let mut now = 0u64;
             for d in deltas {
@@ -254,7 +345,10 @@ mod tests {
                 while log.front().is_some_and(|&t| t + window <= now) {
                     log.pop_front();
                 }
-                let expect = log.len() < permits as usize;
+                let start = now / window * window;
+                let in_aligned = log.iter().filter(|&&t| t >= start).count() as u64;
+                let sub = ((now - start) / (window / b)).min(b - 1);
+                let expect = log.len() < permits as usize && in_aligned * b < n * (sub + 1);
                 if expect { log.push_back(now); }
                 prop_assert_eq!(l.try_acquire(), expect);
             }
@@ -268,13 +362,14 @@ mod loom_tests {
     use loom::thread;
 
     use super::*;
-    use crate::limiter::loom_support::model;
+    use crate::limiter::loom_support::{check_per_window, model, stamps_in_windows};
     use crate::ManualClock;
 
     const W: u64 = 1_000_000_000;
 
-    fn limiter(permits: u32) -> Arc<SlidingLog<ManualClock>> {
+    fn limiter(permits: u32, paced: bool) -> Arc<SlidingLog<ManualClock>> {
         let limit = Limit::per_window(permits, std::time::Duration::from_nanos(W)).unwrap();
+        let limit = if paced { limit } else { limit.unpaced() };
         Arc::new(SlidingLog::with_clock(limit, ManualClock::new()))
     }
 
@@ -290,9 +385,9 @@ mod loom_tests {
         }
     }
 
-    fn run(workers: u64, permits: u32, times: &'static [u64]) {
+    fn run(workers: u64, permits: u32, paced: bool, times: &'static [u64]) {
         model(workers as usize, move || {
-            let l = limiter(permits);
+            let l = limiter(permits, paced);
             let handles: Vec<_> = (0..workers)
                 .map(|i| {
                     let l = l.clone();
@@ -310,16 +405,29 @@ mod loom_tests {
                 .collect();
             check_sliding(&stamps, permits as usize);
             assert!(!stamps.is_empty());
+            if paced {
+                // N = 2 in two sub-windows: at most one stamp in a window's first half
+                // (the readings of these models arrive in order per worker, and the
+                // workers' readings are at most a few nanoseconds apart).
+                let first_halves: Vec<u64> =
+                    stamps.iter().filter(|&&s| s % W < W / 2).copied().collect();
+                check_per_window(&stamps_in_windows(&first_halves, W), 1);
+            }
         });
     }
 
     #[test]
     fn two_workers_exhaustive() {
-        run(2, 1, &[0, W + 1]);
+        run(2, 1, false, &[0, W + 1]);
     }
 
     #[test]
     fn three_workers_bounded_preemption() {
-        run(3, 2, &[0, W + W / 2]);
+        run(3, 2, false, &[0, W + W / 2]);
+    }
+
+    #[test]
+    fn paced_two_workers_exhaustive() {
+        run(2, 2, true, &[W / 4, W / 4, 3 * W / 4]);
     }
 }

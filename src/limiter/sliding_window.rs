@@ -2,6 +2,7 @@ use std::fmt;
 
 use crossbeam_utils::CachePadded;
 
+use super::pacing::Pacer;
 use super::packed::{self, count_for, pack, unpack, window_index};
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::Limit;
@@ -26,14 +27,18 @@ use crate::sync::{AtomicU64, Ordering};
 ///   reached only when they all sat at its very end. With evenly spread traffic the
 ///   sliding count stays within about one admission of `N`.
 /// * Under saturation it keeps `N` per window, spread evenly across the window.
+/// * Paced (the default, see [`Limit`]'s "Pacing"), `curr` also follows the schedule: by
+///   the end of sub-window `i` of `B`, at most `⌈N·(i+1)/B⌉` are counted in the aligned
+///   window. This evens out the first window of a burst, which the weight of an empty
+///   previous window does not.
 /// * A call whose `now` is older than the newest window is counted in that newest window
 ///   with the previous window's full weight, which can only refuse more.
 ///
 /// Use [`SlidingLog`](crate::SlidingLog) for an exact sliding guarantee at `16·N` bytes, or
-/// [`FixedWindow`](crate::FixedWindow) for the cheapest aligned one. A ring of `B`
-/// sub-window buckets (seed article 4) sits between the two (accuracy `W/B`, `O(B)` memory,
-/// a sum of `B` counts per call) and is not provided: the log covers the need for
-/// exactness and this counter the need for O(1) state.
+/// [`FixedWindow`](crate::FixedWindow) for the cheapest aligned one. A
+/// [`BucketedWindow`](crate::BucketedWindow), a ring of `B` sub-window counts (seed
+/// article 4), sits between this counter and the log: within one sub-window (`W/B`) of
+/// exact, in `O(B)` memory, for a sum of `B` counts per call.
 ///
 /// # Memory ordering
 ///
@@ -52,6 +57,7 @@ pub struct SlidingWindowCounter<C = MonotonicClock> {
     previous: AtomicU64,
     permits: u64,
     window: u64,
+    pacer: Pacer,
     limit: Limit,
     clock: C,
 }
@@ -72,6 +78,7 @@ impl<C: Clock> SlidingWindowCounter<C> {
             previous: AtomicU64::new(pack(0, 0)),
             permits: u64::from(limit.permits()),
             window: limit.window_nanos(),
+            pacer: Pacer::new(limit),
             limit,
             clock,
         }
@@ -155,6 +162,9 @@ impl<C: Clock> SlidingWindowCounter<C> {
             // where the previous window weighs the most.
             let stamp = now.clamp(start, start.saturating_add(self.window - 1));
             let elapsed = stamp - start;
+            if elapsed < self.pacer.earliest(curr) {
+                return None; // paced: this permit is not released yet
+            }
             let (tag, count) = unpack(self.previous.load(Ordering::Relaxed));
             let prev = if tag == window { count } else { self.permits };
             if !self.fits(prev, elapsed, curr) {
@@ -197,13 +207,27 @@ mod tests {
 
     const W: u64 = 1_000_000_000;
 
+    /// Unpaced: these tests are about the weighting, not the schedule.
     fn limiter(permits: u32) -> (SlidingWindowCounter<ManualClock>, ManualClock) {
         let clock = ManualClock::new();
         let limit = Limit::per_window(permits, Duration::from_nanos(W)).unwrap();
         (
-            SlidingWindowCounter::with_clock(limit, clock.clone()),
+            SlidingWindowCounter::with_clock(limit.unpaced(), clock.clone()),
             clock,
         )
+    }
+
+    #[test]
+    fn paced_spreads_the_first_window_of_a_burst() {
+        let clock = ManualClock::new();
+        let limit = Limit::per_window(100, Duration::from_nanos(W)).unwrap();
+        let l = SlidingWindowCounter::with_clock(limit, clock.clone());
+        // Unpaced, the first window would give all 100 to its first instant.
+        assert_eq!((0..1000).filter(|_| l.try_acquire()).count(), 10);
+        clock.set(W / 2);
+        assert_eq!((0..1000).filter(|_| l.try_acquire()).count(), 50);
+        clock.set(W - 1);
+        assert_eq!((0..1000).filter(|_| l.try_acquire()).count(), 40);
     }
 
     #[test]
@@ -211,7 +235,7 @@ mod tests {
         // 100 per minute, 86 in the previous window, 12 in this one, 15 s in: 76.5.
         let clock = ManualClock::new();
         let limit = Limit::per_window(100, Duration::from_secs(60)).unwrap();
-        let l = SlidingWindowCounter::with_clock(limit, clock.clone());
+        let l = SlidingWindowCounter::with_clock(limit.unpaced(), clock.clone());
         clock.set(30 * W);
         assert_eq!((0..86).filter(|_| l.try_acquire()).count(), 86);
         clock.set(75 * W);
@@ -306,9 +330,10 @@ mod loom_tests {
 
     const W: u64 = 1_000_000_000;
 
-    fn run(workers: u64, permits: u32, times: &'static [u64]) {
+    fn run(workers: u64, permits: u32, paced: bool, times: &'static [u64]) {
         model(workers as usize, move || {
             let limit = Limit::per_window(permits, std::time::Duration::from_nanos(W)).unwrap();
+            let limit = if paced { limit } else { limit.unpaced() };
             let l = Arc::new(SlidingWindowCounter::with_clock(limit, ManualClock::new()));
             let handles: Vec<_> = (0..workers)
                 .map(|i| {
@@ -332,16 +357,33 @@ mod loom_tests {
                 assert!(inside <= 2 * permits as usize, "{stamps:?}");
             }
             assert!(!stamps.is_empty());
+            if paced {
+                // Two sub-windows (N = 2): at most one stamp in any window's first half.
+                let per_first_half = stamps_in_windows(
+                    &stamps
+                        .iter()
+                        .filter(|&&s| s % W < W / 2)
+                        .copied()
+                        .collect::<Vec<_>>(),
+                    W,
+                );
+                check_per_window(&per_first_half, permits.div_ceil(2) as usize);
+            }
         });
     }
 
     #[test]
     fn two_workers_exhaustive() {
-        run(2, 1, &[W / 2, 2 * W - 1, 3 * W + W / 2]);
+        run(2, 1, false, &[W / 2, 2 * W - 1, 3 * W + W / 2]);
     }
 
     #[test]
     fn three_workers_bounded_preemption() {
-        run(3, 2, &[W - 10, W + W / 2]);
+        run(3, 2, false, &[W - 10, W + W / 2]);
+    }
+
+    #[test]
+    fn paced_two_workers_exhaustive() {
+        run(2, 2, true, &[W / 4, W / 4, 3 * W / 4]);
     }
 }

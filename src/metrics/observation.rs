@@ -111,7 +111,10 @@ mod tests {
 
     #[test]
     fn an_adaptive_samplers_observation_is_its_stats_and_its_caps_window() {
-        let limit = Limit::per_window(2, Duration::from_secs(1)).unwrap();
+        // Unpaced: the five calls come at one instant.
+        let limit = Limit::per_window(2, Duration::from_secs(1))
+            .unwrap()
+            .unpaced();
         let sampler = AdaptiveSampler::builder(limit)
             .clock(ManualClock::new())
             .build();

@@ -291,10 +291,14 @@ mod tests {
         permits: u32,
         remote: RemoteParents,
     ) -> RateLimitingSampler<AnyLimiter<ManualClock>> {
-        RateLimitingSampler::builder(Limit::per_window(permits, Duration::from_secs(1)).unwrap())
-            .remote_parents(remote)
-            .clock(ManualClock::new())
-            .build()
+        RateLimitingSampler::builder(
+            Limit::per_window(permits, Duration::from_secs(1))
+                .unwrap()
+                .unpaced(),
+        )
+        .remote_parents(remote)
+        .clock(ManualClock::new())
+        .build()
     }
 
     fn sample(s: &impl ShouldSample, parent: Option<&Context>) -> SamplingResult {
@@ -447,9 +451,13 @@ mod tests {
     #[test]
     fn stats_report_the_window_and_clones_share_the_counters() {
         let clock = ManualClock::new();
-        let s = RateLimitingSampler::builder(Limit::per_window(3, Duration::from_secs(1)).unwrap())
-            .clock(clock.clone())
-            .build();
+        let s = RateLimitingSampler::builder(
+            Limit::per_window(3, Duration::from_secs(1))
+                .unwrap()
+                .unpaced(),
+        )
+        .clock(clock.clone())
+        .build();
         let c = s.clone();
         sample(&s, None);
         sample(&c, None);

@@ -138,16 +138,19 @@ fn rules_that_never_decide_are_errors() {
         r#"
 [default]
 rate = 1.0
+paced = false
 [[service]]
 name = "s"
 [[service.rule]]
 name = "api"
 span_name = "GET /api/*"
 rate = 5.0
+paced = false
 [[service.rule]]
 name = "orders"
 span_name = "GET /api/orders"
 rate = 1.0
+paced = false
 "#,
     );
     let out = run(&["check", file.path()]);
@@ -185,16 +188,19 @@ fn floors_over_limits_and_big_sliding_logs_warn_and_unsplittable_limits_fail() {
         r#"
 [default]
 limit = 2000000
+paced = false
 window = "1s"
 algorithm = "sliding-log"
 [[service]]
 name = "s"
 rate = 1.0
+paced = false
 cap = { limit = 100, window = "1s" }
 [[service.rule]]
 name = "greedy"
 span_name = "a"
 limit = 5
+paced = false
 window = "1s"
 floor = 10
 "#,
@@ -287,6 +293,7 @@ fn permits_a_rule_spends_on_spans_the_cap_refuses_are_not_given_back() {
         r#"
 [default]
 rate = 1.0
+paced = false
 [[service]]
 name = "s"
 cap = { limit = 1, window = "1s" }
@@ -294,6 +301,7 @@ cap = { limit = 1, window = "1s" }
 name = "slow"
 span_name = "a"
 limit = 10
+paced = false
 window = "10s"
 "#,
     );

@@ -190,6 +190,8 @@ adaptive = { limit = 1000, window = "1s" }
 fn a_reload_keeps_an_unchanged_adaptive_rules_estimate_and_cap() {
     let text = "[default]\nadaptive = { limit = 10, window = \"1s\" }\n";
     let clock = ManualClock::new();
+    // In the last tenth of each window: the paced cap has released all 10 by then.
+    clock.set(950_000_000);
     let s = RuleBasedSampler::with_clock(&config(text), "svc", clock.clone()).unwrap();
     let kept = |from: u128, n: u128| {
         (from..from + n)
@@ -205,13 +207,15 @@ fn a_reload_keeps_an_unchanged_adaptive_rules_estimate_and_cap() {
     clock.advance(Duration::from_secs(1));
     let in_window_1 = kept(1_000, 500);
     assert!(in_window_1 <= 10);
-    // The same rule again: the cap's window count and p = 10 / 1000 stay, so the rest
-    // of this window keeps at most what the cap has left, and p does not reset to 1.
+    // Window 0 was seen from 950 ms on only: 1000 offered in 50 ms is 20 000 per
+    // second, so p = 10 / 20 000 in window 1. The same rule again: the cap's window
+    // count and that p stay, so the rest of this window keeps at most what the cap has
+    // left, and p does not reset to 1.
     s.reload(&config(text)).unwrap();
     let total = in_window_1 + kept(1_500, 100);
-    // About 5 + 1 at p = 1/100: room is left (p = 1 would have filled the cap).
+    // About 0.3 at p = 1/2000: room is left (p = 1 would have filled the cap).
     assert!(total < 10, "{total}");
-    // A trace every threshold keeps: kept with p = 10 / 1000, not th:0.
+    // A trace every threshold keeps: kept with p = 10 / 20 000, not th:0.
     let r = s.should_sample(
         None,
         TraceId::from(u128::MAX),
@@ -220,5 +224,5 @@ fn a_reload_keeps_an_unchanged_adaptive_rules_estimate_and_cap() {
         &[],
         &[],
     );
-    assert_eq!(r.trace_state.header(), "ot=th:fd70a3d70a3d71");
+    assert_eq!(r.trace_state.header(), "ot=th:ffdf3b645a1cac");
 }

@@ -99,7 +99,8 @@ fn jaeger_strategies_load_with_fractional_and_per_operation_rate_limits() {
     assert_eq!(kept(&foo, "/health", 1_000), 0);
     // The default's fractional rate limit per operation: 2.5/s = 3 per 1.2 s.
     assert_eq!(kept(&foo, "/metrics", 100), 3);
-    // bar: 5 per second.
+    // bar: 5 per second, all released by the last tenth of the window (paced).
+    clock.advance(std::time::Duration::from_millis(900));
     let bar = RuleBasedSampler::with_clock(&config, "bar", clock.clone()).unwrap();
     assert_eq!(kept(&bar, "anything", 100), 5);
     // Unlisted: the default strategy.

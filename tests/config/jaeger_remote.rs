@@ -215,6 +215,9 @@ fn polled(
 ) -> Polled {
     let server = Server::start(answer);
     let clock = ManualClock::new();
+    // In the last tenth of every 1 s window (limits are paced, so a window's permits are
+    // all released by then, and these tests spend them at one instant).
+    clock.set(950_000_000);
     let initial =
         SamplingConfig::from_toml_str("[default]\nprobability = 0.0\n", "initial").unwrap();
     let s = RuleBasedSampler::with_clock(&initial, service, clock.clone()).unwrap();

@@ -20,6 +20,7 @@ mod jaeger_remote;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod model;
+mod pacing;
 mod reload_caps;
 #[cfg(all(feature = "reload", unix))]
 mod reload_watch;

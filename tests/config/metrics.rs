@@ -13,14 +13,17 @@ use otel_rate_sampler::{ManualClock, RuleBasedSampler, SamplerMetrics, SamplingC
 const RULES: &str = r#"
 [default]
 limit = 1
+paced = false
 [[service]]
 name = "shop"
 limit = 10
-cap = { limit = 2 }
+paced = false
+cap = { limit = 2, paced = false }
 [[service.rule]]
 name = "checkout"
 span_name = "checkout"
 limit = 5
+paced = false
 "#;
 
 /// Every point of `name` as (attributes, value), from the last collection.

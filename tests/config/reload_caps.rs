@@ -49,6 +49,10 @@ fn kept_by(s: &impl ShouldSample, name: &str, n: usize, rule: &str) -> (usize, u
     })
 }
 
+/// 950 ms: in the last tenth of every 1 s window, where a paced limit has released all
+/// its permits (these tests spend a window's permits at one instant).
+const LAST_TENTH: u64 = 950_000_000;
+
 fn hourly(limit: u32) -> SamplingConfig {
     config(&format!("[default]\nlimit = {limit}\nwindow = \"1h\"\n"))
 }
@@ -57,6 +61,9 @@ fn hourly(limit: u32) -> SamplingConfig {
 fn lowering_then_restoring_a_limit_within_the_hour_reopens_nothing() {
     // On main: 1000/h -> 500 -> 1000 kept 1500 that hour.
     let clock = ManualClock::new();
+    // In the last tenth of the hour (limits are paced: all of the hour's permits are
+    // released by then), with room for the two minutes of reloads.
+    clock.set(3240 * 1_000_000_000);
     let s = RuleBasedSampler::with_clock(&hourly(1000), "svc", clock.clone()).unwrap();
     assert_eq!(kept(&s, "op", 1000), 1000);
     clock.advance(Duration::from_secs(60));
@@ -81,6 +88,7 @@ fn a_floor_moved_to_another_rule_reopens_nothing_of_the_cap() {
         ))
     };
     let clock = ManualClock::new();
+    clock.set(LAST_TENTH);
     let s = RuleBasedSampler::with_clock(&floor_on("hot"), "svc", clock.clone()).unwrap();
     assert_eq!(kept(&s, "hot", 100), 10);
     // On main the new floor of "cold" started empty: 5 more kept in the window.
@@ -101,6 +109,7 @@ fn a_rule_removed_and_brought_back_within_its_window_reopens_nothing() {
     );
     let without = config("[default]\nlimit = 100\n");
     let clock = ManualClock::new();
+    clock.set(LAST_TENTH);
     let s = RuleBasedSampler::with_clock(&with, "svc", clock.clone()).unwrap();
     assert_eq!(kept_by(&s, "r", 10, "r"), (5, 5));
     s.reload(&without).unwrap();

@@ -46,7 +46,7 @@ fn watched_file_edits_reload_and_bad_edits_keep_the_last_good_rules() {
     let dir = std::env::temp_dir().join(format!("ors-watch-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("sampling.toml");
-    std::fs::write(&path, "[default]\nlimit = 2\n").unwrap();
+    std::fs::write(&path, "[default]\nlimit = 2\npaced = false\n").unwrap();
     let clock = ManualClock::new();
     let config = SamplingConfig::from_path(&path).unwrap();
     let s = RuleBasedSampler::with_clock(&config, "svc", clock.clone()).unwrap();
@@ -58,13 +58,16 @@ fn watched_file_edits_reload_and_bad_edits_keep_the_last_good_rules() {
         .unwrap();
     assert_eq!(kept(&s, 1), 1);
 
-    save(&path, "[default]\nlimit = 5\n");
+    save(&path, "[default]\nlimit = 5\npaced = false\n");
     let deadline = Duration::from_secs(20);
     assert_eq!(rx.recv_timeout(deadline).unwrap(), Ok(()));
     // The changed limit carried its count (1) over: 4 left, not 5.
     assert_eq!(kept(&s, 10), 4);
 
-    save(&path, "[default]\nlimit = 5\nwindow = \"soon\"\n");
+    save(
+        &path,
+        "[default]\nlimit = 5\npaced = false\nwindow = \"soon\"\n",
+    );
     // A rename can be reported as more than one event: skip the late reports of the
     // previous (good) save.
     let outcome = loop {
@@ -74,7 +77,7 @@ fn watched_file_edits_reload_and_bad_edits_keep_the_last_good_rules() {
     };
     let expected = (
         ConfigErrorKind::InvalidLimit,
-        3,
+        4,
         "default.window".to_owned(),
     );
     assert_eq!(outcome, expected);
@@ -105,7 +108,7 @@ impl Drop for TempDir {
 }
 
 fn limit(n: u32) -> String {
-    format!("[default]\nlimit = {n}\n")
+    format!("[default]\nlimit = {n}\npaced = false\n")
 }
 
 /// A sampler built from `path`, watched with a short quiet period, and its outcomes.

@@ -53,6 +53,7 @@ fn count_kept(s: &impl ShouldSample, name: &str, n: usize) -> usize {
 const RULES: &str = r#"
 [default]
 rate = 3.0
+paced = false
 
 [[default.rule]]
 name = "fallback-health"
@@ -62,6 +63,7 @@ probability = 0.0
 [[service]]
 name = "api"
 limit = 2
+paced = false
 window = "1s"
 
 [[service.rule]]
@@ -69,16 +71,19 @@ name = "users"
 span_name = "GET /users/*"
 kind = "server"
 limit = 1
+paced = false
 
 [[service.rule]]
 name = "errors"
 attributes = { "http.status_code" = "5*", "region" = "eu-*" }
 limit = 4
+paced = false
 
 [[service.rule]]
 name = "users-any-kind"
 span_name = "GET /users/*"
 limit = 5
+paced = false
 
 [[service]]
 name = "bare"
@@ -299,14 +304,17 @@ fn local_children_follow_and_remote_parents_are_capped_on_request() {
     let text = r#"
 [default]
 limit = 1
+paced = false
 [[service]]
 name = "edge"
 remote_parents = "cap"
 limit = 1
+paced = false
 [[service.rule]]
 name = "upstream"
 parent = "remote"
 limit = 2
+paced = false
 "#;
     let (s, _clock) = sampler(text, "edge");
     let sample = |cx: &Context| {
@@ -363,22 +371,26 @@ limit = 2
 const CAPPED: &str = r#"
 [default]
 rate = 1.0
+paced = false
 
 [[service]]
 name = "shop"
 limit = 100
-cap = { limit = 10 }
+paced = false
+cap = { limit = 10, paced = false }
 
 [[service.rule]]
 name = "hot"
 span_name = "hot"
 limit = 100
+paced = false
 floor = 2
 
 [[service.rule]]
 name = "rare"
 span_name = "rare"
 limit = 100
+paced = false
 floor = 3
 "#;
 
@@ -429,14 +441,17 @@ fn reload_keeps_unchanged_limiters_and_carries_changed_counts() {
     let v1 = r#"
 [default]
 limit = 5
+paced = false
 [[default.rule]]
 name = "a"
 span_name = "a"
 limit = 5
+paced = false
 [[default.rule]]
 name = "b"
 span_name = "b"
 limit = 5
+paced = false
 "#;
     let (s, clock) = sampler(v1, "svc");
     clock.set(100_000_000);
@@ -447,19 +462,23 @@ limit = 5
     let v2 = r#"
 [default]
 limit = 5
+paced = false
 [[default.rule]]
 name = "c"
 span_name = "c"
 limit = 1
+paced = false
 [[default.rule]]
 name = "b"
 span_name = "b"
 limit = 6
+paced = false
 window = "2s"
 [[default.rule]]
 name = "a"
 span_name = "a*"
 limit = 5
+paced = false
 "#;
     s.reload(&config(v2)).unwrap();
     // No burst: "a" has 2 left of its 5, "b" 2 left of its new 6 (4 carried over).
@@ -482,7 +501,7 @@ fn a_bad_file_keeps_the_old_rules() {
     let dir = std::env::temp_dir().join(format!("ors-bad-reload-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("sampling.toml");
-    std::fs::write(&path, "[default]\nlimit = 2\n").unwrap();
+    std::fs::write(&path, "[default]\nlimit = 2\npaced = false\n").unwrap();
     let clock = ManualClock::new();
     let s = RuleBasedSampler::with_clock(
         &SamplingConfig::from_path(&path).unwrap(),
@@ -514,7 +533,7 @@ fn reloads_under_concurrent_load_cause_no_burst() {
     let version = |order: bool| {
         let (first, second) = if order { ("a", "b") } else { ("b", "a") };
         format!(
-            "[default]\nlimit = 1\n[[default.rule]]\nname = \"{first}\"\nspan_name = \"{first}\"\nlimit = 5\n[[default.rule]]\nname = \"{second}\"\nspan_name = \"{second}*\"\nlimit = 5\n"
+            "[default]\nlimit = 1\npaced = false\n[[default.rule]]\nname = \"{first}\"\nspan_name = \"{first}\"\nlimit = 5\npaced = false\n[[default.rule]]\nname = \"{second}\"\nspan_name = \"{second}*\"\nlimit = 5\npaced = false\n"
         )
     };
     let configs = [config(&version(true)), config(&version(false))];
@@ -544,7 +563,7 @@ fn reloads_under_concurrent_load_cause_no_burst() {
 
 #[test]
 fn a_rule_named_default_never_shares_the_defaults_limiter_across_reloads() {
-    let text = "[default]\nlimit = 2\n[[default.rule]]\nname = \"default\"\nspan_name = \"x\"\nlimit = 2\n";
+    let text = "[default]\nlimit = 2\npaced = false\n[[default.rule]]\nname = \"default\"\nspan_name = \"x\"\nlimit = 2\npaced = false\n";
     let (s, _clock) = sampler(text, "svc");
     assert_eq!(count_kept(&s, "x", 5), 2);
     s.reload(&config(text)).unwrap();

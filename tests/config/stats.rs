@@ -45,17 +45,20 @@ fn parent(remote: bool, sampled: bool) -> Context {
 const RULES: &str = r#"
 [default]
 limit = 1
+paced = false
 
 [[service]]
 name = "shop"
 remote_parents = "cap"
-cap = { limit = 3 }
+cap = { limit = 3, paced = false }
 limit = 10
+paced = false
 
 [[service.rule]]
 name = "limited"
 span_name = "limited"
 limit = 1
+paced = false
 
 [[service.rule]]
 name = "never"
@@ -66,6 +69,7 @@ probability = 0.0
 name = "hot"
 span_name = "hot"
 limit = 100
+paced = false
 floor = 1
 "#;
 
@@ -139,31 +143,38 @@ fn counters_survive_reloads_by_rule_name_and_reloads_are_counted() {
     let before = r#"
 [default]
 limit = 5
+paced = false
 [[default.rule]]
 name = "a"
 span_name = "a"
 limit = 1
+paced = false
 [[default.rule]]
 name = "b"
 span_name = "b"
 limit = 1
+paced = false
 "#;
     // "a" unchanged, "b" changed, "c" new; the default kept.
     let after = r#"
 [default]
 limit = 5
+paced = false
 [[default.rule]]
 name = "a"
 span_name = "a"
 limit = 1
+paced = false
 [[default.rule]]
 name = "b"
 span_name = "b"
 limit = 2
+paced = false
 [[default.rule]]
 name = "c"
 span_name = "c"
 limit = 1
+paced = false
 "#;
     let s = RuleBasedSampler::with_clock(&config(before), "svc", ManualClock::new()).unwrap();
     let root = Context::new();

@@ -17,8 +17,8 @@ use std::thread;
 use std::time::Duration;
 
 use crate::support::{
-    assert_at_most_per_window, assert_sliding_at_most, assert_sliding_counter_bound, FixedModel,
-    Model, SlidingCounterModel, SlidingLogModel,
+    assert_at_most_per_window, assert_sliding_at_most, assert_sliding_counter_bound, BucketedModel,
+    FixedModel, Model, SlidingCounterModel, SlidingLogModel,
 };
 use otel_rate_sampler::{
     Algorithm, AnyLimiter, Clock, FixedWindow, Limit, LimitError, ManualClock, RateLimiter,
@@ -196,7 +196,9 @@ fn schedule(permits: u32) -> Vec<(u64, u64)> {
 
 fn fixed_window_schedule(permits: u32) {
     let clock = ManualClock::new();
-    let limit = Limit::per_window(permits, Duration::from_nanos(W)).unwrap();
+    let limit = Limit::per_window(permits, Duration::from_nanos(W))
+        .unwrap()
+        .unpaced();
     let limiter = FixedWindow::with_clock(limit, clock.clone());
     let mut model = FixedModel::new(permits, W);
     let (tally, offered_into) =
@@ -222,7 +224,9 @@ fn fixed_window_schedule(permits: u32) {
 
 fn sliding_counter_schedule(permits: u32) {
     let clock = ManualClock::new();
-    let limit = Limit::per_window(permits, Duration::from_nanos(W)).unwrap();
+    let limit = Limit::per_window(permits, Duration::from_nanos(W))
+        .unwrap()
+        .unpaced();
     let limiter = SlidingWindowCounter::with_clock(limit, clock.clone());
     let mut model = SlidingCounterModel::new(permits, W);
     let (tally, _) = run_phases(&limiter, &clock, &mut model, THREADS, &schedule(permits));
@@ -255,7 +259,9 @@ fn sliding_log_schedule(permits: u32) {
 
 fn sliding_log_phases(permits: u32, phases: &[(u64, u64)]) {
     let clock = ManualClock::new();
-    let limit = Limit::per_window(permits, Duration::from_nanos(W)).unwrap();
+    let limit = Limit::per_window(permits, Duration::from_nanos(W))
+        .unwrap()
+        .unpaced();
     let limiter = SlidingLog::with_clock(limit, clock.clone());
     let mut model = SlidingLogModel::new(permits, W);
     let (tally, _) = run_phases(&limiter, &clock, &mut model, THREADS, phases);
@@ -299,7 +305,9 @@ fn sliding_log_with_one_permit() {
 fn any_limiter_dispatches_to_the_same_behaviour() {
     for algorithm in Algorithm::ALL {
         let clock = ManualClock::new();
-        let limit = Limit::per_window(7, Duration::from_nanos(W)).unwrap();
+        let limit = Limit::per_window(7, Duration::from_nanos(W))
+            .unwrap()
+            .unpaced();
         let limiter = AnyLimiter::with_clock(algorithm, limit, clock.clone());
         assert_eq!(limiter.algorithm(), algorithm);
         let schedule = schedule(7);
@@ -321,6 +329,10 @@ fn any_limiter_dispatches_to_the_same_behaviour() {
                 let mut model = SlidingLogModel::new(7, W);
                 run_phases(&limiter, &clock, &mut model, THREADS, &schedule);
             }
+            Algorithm::BucketedWindow => {
+                let mut model = BucketedModel::new(7, W, limit.sub_windows());
+                run_phases(&limiter, &clock, &mut model, THREADS, &schedule);
+            }
             other => panic!("no model for {other}"),
         }
     }
@@ -332,7 +344,9 @@ fn any_limiter_dispatches_to_the_same_behaviour() {
 #[test]
 fn fixed_window_at_the_largest_permit_count_the_word_holds() {
     let clock = ManualClock::new();
-    let limit = Limit::per_window(MAX_PERMITS, Duration::from_nanos(W)).unwrap();
+    let limit = Limit::per_window(MAX_PERMITS, Duration::from_nanos(W))
+        .unwrap()
+        .unpaced();
     let limiter = FixedWindow::with_clock(limit, clock.clone());
     let n = u64::from(MAX_PERMITS);
     let phases = [
@@ -351,7 +365,9 @@ fn fixed_window_at_the_largest_permit_count_the_word_holds() {
 #[test]
 fn sliding_counter_at_the_largest_permit_count_the_word_holds() {
     let clock = ManualClock::new();
-    let limit = Limit::per_window(MAX_PERMITS, Duration::from_nanos(W)).unwrap();
+    let limit = Limit::per_window(MAX_PERMITS, Duration::from_nanos(W))
+        .unwrap()
+        .unpaced();
     let limiter = SlidingWindowCounter::with_clock(limit, clock.clone());
     let n = u64::from(MAX_PERMITS);
     let phases = [
@@ -380,7 +396,9 @@ fn one_permit_more_than_the_word_holds_is_a_typed_error_of_the_limit() {
     assert!(msg.contains("4194304") && msg.contains("4194303"), "{msg}");
     // The largest count is accepted by every algorithm, and admits exactly that many
     // (the log allocates its 64 MiB ring here).
-    let largest = Limit::per_window(MAX_PERMITS, Duration::from_secs(1)).unwrap();
+    let largest = Limit::per_window(MAX_PERMITS, Duration::from_secs(1))
+        .unwrap()
+        .unpaced();
     for algorithm in Algorithm::ALL {
         let limiter = AnyLimiter::with_clock(algorithm, largest, ManualClock::new());
         assert_eq!(limiter.limit().permits(), MAX_PERMITS, "{algorithm}");
@@ -396,7 +414,9 @@ fn sliding_log_admits_every_call_that_fits_under_contention() {
     const N: u64 = 64;
     const PHASES: u64 = 2_000;
     let clock = ManualClock::new();
-    let limit = Limit::per_window(N as u32, Duration::from_nanos(W)).unwrap();
+    let limit = Limit::per_window(N as u32, Duration::from_nanos(W))
+        .unwrap()
+        .unpaced();
     let limiter = SlidingLog::with_clock(limit, clock.clone());
     let phases: Vec<(u64, u64)> = (0..PHASES).map(|p| (p * W, N)).collect();
     let mut model = SlidingLogModel::new(N as u32, W);

@@ -25,7 +25,7 @@ const PERMITS: u32 = 300;
 const WINDOW: Duration = Duration::from_millis(20);
 
 fn limit() -> Limit {
-    Limit::per_window(PERMITS, WINDOW).unwrap()
+    Limit::per_window(PERMITS, WINDOW).unwrap().unpaced()
 }
 
 /// Runs the fixed window on `clock` and checks the cap and the saturation of every

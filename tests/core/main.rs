@@ -9,5 +9,6 @@ mod bad_inputs;
 mod cap_manual_clock;
 mod cap_real_clock;
 mod env;
+mod pacing;
 mod reject_allocates_nothing;
 mod sdk_provider;

@@ -156,11 +156,14 @@ fn the_counter_sees_an_allocation() {
 #[test]
 fn a_refused_root_allocates_nothing_for_every_algorithm() {
     for algorithm in Algorithm::ALL {
-        let sampler =
-            RateLimitingSampler::builder(Limit::per_window(2, Duration::from_secs(1)).unwrap())
-                .algorithm(algorithm)
-                .clock(ManualClock::new())
-                .build();
+        let sampler = RateLimitingSampler::builder(
+            Limit::per_window(2, Duration::from_secs(1))
+                .unwrap()
+                .unpaced(),
+        )
+        .algorithm(algorithm)
+        .clock(ManualClock::new())
+        .build();
         // How the SDK asks about a root: a parent context without a span.
         let root_parent = Context::new();
 

@@ -18,7 +18,7 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::Duration;
 
-use crate::support::{FixedModel, Model, SlidingCounterModel, SlidingLogModel};
+use crate::support::{BucketedModel, FixedModel, Model, SlidingCounterModel, SlidingLogModel};
 use opentelemetry::trace::{Span as _, SpanId, TraceContextExt, Tracer as _, TracerProvider as _};
 use opentelemetry::{Context, KeyValue, Value};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracer, SdkTracerProvider, SpanData};
@@ -35,6 +35,7 @@ fn model(algorithm: Algorithm, limit: Limit) -> Box<dyn Model> {
         Algorithm::FixedWindow => Box::new(FixedModel::new(n, w)),
         Algorithm::SlidingWindow => Box::new(SlidingCounterModel::new(n, w)),
         Algorithm::SlidingLog => Box::new(SlidingLogModel::new(n, w)),
+        Algorithm::BucketedWindow => Box::new(BucketedModel::new(n, w, limit.sub_windows())),
         other => panic!("no model for {other}"),
     }
 }
@@ -224,7 +225,9 @@ fn window_steps(algorithm: Algorithm, limit: Limit, phases: u64) -> Vec<u64> {
 
 #[test]
 fn every_algorithm_exports_exactly_n_whole_traces_per_window() {
-    let limit = Limit::per_window(10, Duration::from_secs(2)).unwrap();
+    let limit = Limit::per_window(10, Duration::from_secs(2))
+        .unwrap()
+        .unpaced();
     for algorithm in Algorithm::ALL {
         let what = format!("{algorithm} at {limit}");
         let times = window_steps(algorithm, limit, 5);

@@ -45,10 +45,11 @@ impl Service {
         clock: &ManualClock,
         receiver: &Receiver,
     ) -> Self {
-        let sampler = RateLimitingSampler::builder(Limit::per_window(limit, WINDOW).unwrap())
-            .remote_parents(remote)
-            .clock(clock.clone())
-            .build();
+        let sampler =
+            RateLimitingSampler::builder(Limit::per_window(limit, WINDOW).unwrap().unpaced())
+                .remote_parents(remote)
+                .clock(clock.clone())
+                .build();
         let provider = crate::receiver::provider(
             name,
             sampler,

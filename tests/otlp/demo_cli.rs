@@ -356,3 +356,54 @@ fn the_summary_counts_the_sampler_decisions() {
         stderr(&output)
     );
 }
+
+/// The kept traces of the whole windows, by tenth of the window (`kept_per_tenth`).
+fn per_tenth(summary: &serde_json::Value) -> Vec<u64> {
+    summary["kept_per_tenth"]
+        .as_array()
+        .unwrap_or_else(|| panic!("kept_per_tenth is an array: {summary}"))
+        .iter()
+        .map(|n| n.as_u64().expect("counts are whole numbers"))
+        .collect()
+}
+
+/// The default sampler spreads what it keeps across the window: 50 per 500 ms offered
+/// as fast as possible, each tenth of the whole windows holds 10 % ± 3 % of the kept
+/// traces; `--unpaced` keeps them all in the first tenth. (A coarse clock tick of a few
+/// ms moves stamps by less than a tenth of 50 ms.)
+#[test]
+fn the_default_run_spreads_kept_traces_and_unpaced_front_loads_them() {
+    let run = [
+        "--duration",
+        "2s",
+        "--window",
+        "500ms",
+        "--limit",
+        "50",
+        "--threads",
+        "2",
+    ];
+    let output = run_demo(&run, &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let paced = summary(&output);
+    assert_eq!(paced["paced"], true, "{paced}");
+    let tenths = per_tenth(&paced);
+    let kept: u64 = tenths.iter().sum();
+    assert!(kept >= 50, "{paced}");
+    for (i, &t) in tenths.iter().enumerate() {
+        let share = t as f64 / kept as f64;
+        assert!((0.07..=0.13).contains(&share), "tenth {i}: {tenths:?}");
+    }
+
+    let mut unpaced_run = run.to_vec();
+    unpaced_run.push("--unpaced");
+    let output = run_demo(&unpaced_run, &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let unpaced = summary(&output);
+    assert_eq!(unpaced["paced"], false, "{unpaced}");
+    let tenths = per_tenth(&unpaced);
+    assert!(
+        tenths[0] >= 50 && tenths[1..].iter().all(|&t| t == 0),
+        "{unpaced}"
+    );
+}

@@ -79,7 +79,7 @@ fn total(points: &[(HashMap<String, String>, u64)], filter: &[(&str, &str)]) -> 
 fn metrics_end_to_end(transport: Transport) {
     let receiver = Receiver::start();
     let clock = ManualClock::new();
-    let sampler = RateLimitingSampler::builder(Limit::per_window(LIMIT, WINDOW).unwrap())
+    let sampler = RateLimitingSampler::builder(Limit::per_window(LIMIT, WINDOW).unwrap().unpaced())
         .clock(clock.clone())
         .build();
 

@@ -23,7 +23,7 @@ const PER_THREAD: usize = 8;
 const SPANS_PER_TRACE: usize = 4;
 
 fn sampler(clock: &ManualClock) -> RateLimitingSampler<otel_rate_sampler::AnyLimiter<ManualClock>> {
-    RateLimitingSampler::builder(Limit::per_window(LIMIT, WINDOW).unwrap())
+    RateLimitingSampler::builder(Limit::per_window(LIMIT, WINDOW).unwrap().unpaced())
         .clock(clock.clone())
         .build()
 }

@@ -1,6 +1,6 @@
 //! Helpers shared by the integration tests: admissions per aligned window, sliding
 //! interval checks over admission stamps, a multi-threaded hammer that records what each
-//! call could have been decided against, and sequential reference models of the three
+//! call could have been decided against, and sequential reference models of the
 //! limiters for phases in which every call reads the same clock time.
 //!
 //! Every check is stated over the stamps `RateLimiter::acquire_stamped` returns: the
@@ -391,5 +391,60 @@ impl Model for SlidingLogModel {
         } else {
             expected
         }
+    }
+}
+
+/// The bucketed window, unpaced: counts per sub-window of `⌈W/B⌉`; admits while the
+/// newest `B` sub-windows hold fewer than `N`. A stale reading counts into the newest
+/// sub-window, stamped at its start.
+#[derive(Debug)]
+pub(crate) struct BucketedModel {
+    permits: u64,
+    buckets: u64,
+    sub: u64,
+    newest: u64,
+    counts: BTreeMap<u64, u64>,
+}
+
+impl BucketedModel {
+    pub(crate) fn new(permits: u32, window: u64, buckets: u32) -> Self {
+        Self {
+            permits: u64::from(permits),
+            buckets: u64::from(buckets),
+            sub: window.div_ceil(u64::from(buckets)),
+            newest: 0,
+            counts: BTreeMap::new(),
+        }
+    }
+
+    /// The sub-window a call at `now` counts in, and its stamp.
+    fn place(&self, now: u64) -> (u64, u64) {
+        let j = now / self.sub;
+        if j >= self.newest {
+            (j, now)
+        } else {
+            (self.newest, self.newest * self.sub)
+        }
+    }
+}
+
+impl Model for BucketedModel {
+    fn admits(&self, now: u64, offered: u64) -> (u64, u64) {
+        let (j, stamp) = self.place(now);
+        let held: u64 = self
+            .counts
+            .range((j + 1).saturating_sub(self.buckets)..=j)
+            .map(|(_, n)| n)
+            .sum();
+        (offered.min(self.permits.saturating_sub(held)), stamp)
+    }
+
+    fn record(&mut self, now: u64, admitted: u64) {
+        if admitted == 0 {
+            return;
+        }
+        let (j, _) = self.place(now);
+        self.newest = j;
+        *self.counts.entry(j).or_insert(0) += admitted;
     }
 }

@@ -1,0 +1,591 @@
+use std::fmt;
+use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
+
+use super::packed::{pack, unpack, window_index};
+use crate::clock::{Clock, MonotonicClock};
+use crate::limit::Limit;
+use crate::sync::{AtomicU64, Ordering};
+
+/// A lock-free sliding window kept as a ring of `B` sub-window counters (seed article
+/// 4): at most `N` admissions in any `B` consecutive sub-windows, in `O(B)` memory
+/// whatever `N`.
+///
+/// The window `W` is cut into `B` sub-windows of `s = ⌈W/B⌉` nanoseconds (`B` is
+/// [`Limit::sub_windows`], 10 by default, lowered so that `s` is at least
+/// [`Limit::MIN_WINDOW`], 1 ms), aligned to the clock's origin. A call in sub-window `j`
+/// is admitted iff the admissions counted in sub-windows `j − B + 1 ..= j` are fewer than
+/// `N` (and, paced, the schedule below allows it).
+///
+/// # Guarantee and accuracy bound
+///
+/// * **Intervals aligned to sub-window edges**: any `B` consecutive sub-windows, an
+///   interval of length `W' = B·s` (`W` rounded up to a multiple of `B` nanoseconds, so
+///   less than `B` ns longer than `W`), hold at most `N` admissions, whatever the number
+///   of threads. So does any interval of length at most `W` that starts on a sub-window
+///   edge.
+/// * **Any interval** `(t − W, t]` lies within `B + 1` consecutive sub-windows, so it
+///   holds at most `N + c` where `c` is the count of the oldest sub-window it only partly
+///   covers: at most `2N` in the worst case (all of that sub-window's admissions at its
+///   very end), about `N + N/B` for evenly spread traffic. The accuracy is one
+///   sub-window: `W/B`.
+/// * **Paced** (the default, see [`Limit`]'s "Pacing"): the ring's sub-windows are also
+///   the steps of the schedule. In each aligned run of `B` sub-windows (sub-windows
+///   `k·B ..< (k+1)·B`), by the end of its `i`-th sub-window at most `⌈N·(i+1)/B⌉` are
+///   counted (with `B` sub-windows even when `N < B`). Unpaced, a burst at any time gets
+///   what the last `B` sub-windows left.
+/// * A call whose `now` is older than the newest sub-window (a thread descheduled after
+///   reading the clock, a clock stepped back) is counted in that newest sub-window,
+///   stamped at its start, which can only refuse more.
+///
+/// Memory: `B + 1` words (the head on its own cache line): 88 bytes plus a cache line
+/// by default, 520 at `B = 64`, whatever `N`. Where the exact
+/// [`SlidingLog`](crate::SlidingLog) would take `16·N` bytes (16 MB for `N = 10^6`), this
+/// is the sliding choice for large `N`.
+///
+/// Cost per decision: `B` relaxed loads and a sum, one remainder (the sub-window's place
+/// in its run), and a compare-exchange to admit; a division only when a new sub-window
+/// starts. A refusal writes nothing.
+///
+/// # Memory ordering
+///
+/// The head word packs the newest sub-window's index and count (the layout of
+/// [`FixedWindow`](crate::FixedWindow)); every admission is a compare-exchange on it from
+/// the exact word its decision read, so the head count is exact. A call that starts a
+/// new sub-window first publishes the count of the sub-window it replaces into the ring
+/// (`fetch_max`, so a late publisher never lowers a count or puts back an older
+/// sub-window), then moves the head with a `Release` compare-exchange; every reader
+/// loads the head with `Acquire`. The head's increments are read-modify-writes, so they
+/// continue the release sequence of each move: a reader that sees head `j` sees the final
+/// count of every earlier head in the ring. Ring slots are then read and written
+/// `Relaxed` (their order comes from the head). A sub-window that never was the head
+/// has no entry with its index: it counted nothing. A ring entry for the current head
+/// (a partial count published by a move that lost its race) is ignored: the head word
+/// has the count.
+pub struct BucketedWindow<C = MonotonicClock> {
+    // Invariant: (sub-window j, count of j ≤ N); j never decreases; every admission
+    // counted in (j − B, j] was decided against the exact sum of those counts.
+    head: CachePadded<AtomicU64>,
+    // Invariant: slot x % B holds (x, final count of x) for every former head x in
+    // (j − B, j), published before the head moved past x.
+    ring: Box<[AtomicU64]>,
+    /// `B`.
+    buckets: u64,
+    /// `s = ⌈W/B⌉` nanoseconds.
+    sub_window: u64,
+    permits: u64,
+    /// The schedule: `allowance[i]` admissions by the end of the `i`-th sub-window of a
+    /// run (`N` throughout when unpaced).
+    allowance: Box<[u64]>,
+    limit: Limit,
+    clock: C,
+}
+
+impl BucketedWindow {
+    /// A bucketed sliding window on the default [`MonotonicClock`].
+    pub fn new(limit: Limit) -> Self {
+        Self::with_clock(limit, MonotonicClock::new())
+    }
+}
+
+impl<C: Clock> BucketedWindow<C> {
+    /// A bucketed sliding window reading `clock`.
+    pub fn with_clock(limit: Limit, clock: C) -> Self {
+        let window = limit.window_nanos();
+        let buckets = buckets(limit);
+        let permits = u64::from(limit.permits());
+        let allowance = (0..buckets)
+            .map(|i| {
+                if limit.is_paced() {
+                    (permits * (i + 1)).div_ceil(buckets)
+                } else {
+                    permits
+                }
+            })
+            .collect();
+        Self {
+            head: CachePadded::new(AtomicU64::new(pack(0, 0))),
+            ring: (0..buckets).map(|_| AtomicU64::new(pack(0, 0))).collect(),
+            buckets,
+            sub_window: window.div_ceil(buckets),
+            permits,
+            allowance,
+            limit,
+            clock,
+        }
+    }
+
+    /// The clock this limiter reads.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// The sub-windows of the ring (`B`, after the 1 ms floor).
+    pub fn sub_windows(&self) -> u32 {
+        // At most 64.
+        self.buckets as u32
+    }
+
+    /// The length of one sub-window (`⌈W/B⌉`).
+    pub fn sub_window(&self) -> Duration {
+        Duration::from_nanos(self.sub_window)
+    }
+
+    /// The counts of the ring's former heads in `(newest − B, newest)` other than
+    /// `head`: the sliding sum, and the part of it from sub-window `run_start` on.
+    #[inline]
+    fn ring_sums(&self, newest: u64, head: u64, run_start: u64) -> (u64, u64) {
+        let oldest = newest.saturating_sub(self.buckets - 1);
+        let (mut sliding, mut run) = (0, 0);
+        for slot in self.ring.iter() {
+            // Relaxed: ordered by the Acquire load of the head, see "Memory ordering".
+            let (x, count) = unpack(slot.load(Ordering::Relaxed));
+            if x >= oldest && x < newest && x != head {
+                sliding += count;
+                if x >= run_start {
+                    run += count;
+                }
+            }
+        }
+        (sliding, run)
+    }
+
+    /// Whether one more admission fits in sub-window `j`, given the counts of the
+    /// sub-windows before it (`others`, the sliding sum, and `in_run`, those of its run)
+    /// and its own count `own`.
+    #[inline]
+    fn fits(&self, j: u64, own: u64, others: (u64, u64)) -> bool {
+        let place = j % self.buckets;
+        own + others.0 < self.permits && own + others.1 < self.allowance[place as usize]
+    }
+
+    /// The admissions counted in the `B` sub-windows ending with the one that holds
+    /// `now` (for a `now` older than the head, those ending with the head).
+    pub(crate) fn count_at(&self, now: u64) -> u64 {
+        // Acquire: as in `acquire_at`.
+        let (j, c) = unpack(self.head.load(Ordering::Acquire));
+        let newest = window_index(now, self.sub_window).max(j);
+        let head = if j + self.buckets > newest { c } else { 0 };
+        head + self.ring_sums(newest, j, newest).0
+    }
+
+    /// Counts admissions in the sub-window of `now` until the last `B` sub-windows hold
+    /// `count` (at most the permits), unless they already do: where a replacement
+    /// limiter starts after a reload.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
+    pub(crate) fn preload_at(&self, now: u64, count: u64) {
+        let count = count.min(self.permits);
+        // Acquire / AcqRel: as in `acquire_at`.
+        let mut current = self.head.load(Ordering::Acquire);
+        loop {
+            let (j, c) = unpack(current);
+            let newest = window_index(now, self.sub_window).max(j);
+            let (mut others, _) = self.ring_sums(newest, j, newest);
+            if newest > j && j + self.buckets > newest {
+                others += c;
+            }
+            let need = count.saturating_sub(others);
+            let next = if newest == j {
+                if c >= need {
+                    return;
+                }
+                pack(j, need)
+            } else {
+                self.publish(j, c);
+                pack(newest, need)
+            };
+            match self.head.compare_exchange_weak(
+                current,
+                next,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return,
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// Publishes `count` as the (final, if the head then moves) count of sub-window `j`.
+    #[inline]
+    fn publish(&self, j: u64, count: u64) {
+        // Relaxed: ordered before the Release move of the head that follows it.
+        self.ring[(j % self.buckets) as usize].fetch_max(pack(j, count), Ordering::Relaxed);
+    }
+
+    /// The decision for a call made at `now`: `Some(stamp)` or `None`.
+    #[inline]
+    pub(crate) fn acquire_at(&self, now: u64) -> Option<u64> {
+        // Acquire: pairs with the Release moves of the head, so the ring holds the final
+        // count of every former head (see "Memory ordering" on the type).
+        let mut current = self.head.load(Ordering::Acquire);
+        loop {
+            let (j, c) = unpack(current);
+            let start = j.saturating_mul(self.sub_window);
+            // Bounds first (a multiplication); only a new sub-window pays the division.
+            let (next, stamp) = if now >= start.saturating_add(self.sub_window)
+                && window_index(now, self.sub_window) > j
+            {
+                let nj = window_index(now, self.sub_window);
+                let run_start = nj - nj % self.buckets;
+                let (mut sliding, mut run) = self.ring_sums(nj, j, run_start);
+                if j + self.buckets > nj {
+                    sliding += c;
+                }
+                if j >= run_start {
+                    run += c;
+                }
+                if !self.fits(nj, 0, (sliding, run)) {
+                    return None;
+                }
+                self.publish(j, c);
+                (pack(nj, 1), now)
+            } else {
+                if c >= self.permits {
+                    return None;
+                }
+                let run_start = j - j % self.buckets;
+                if !self.fits(j, c, self.ring_sums(j, j, run_start)) {
+                    return None;
+                }
+                // This sub-window, or for a stale `now` the head, stamped at its start.
+                (current + 1, now.max(start))
+            };
+            // Release on success: publishes the ring entry written above (for a move)
+            // and continues the release sequence (for an increment). Acquire on
+            // failure: the word read is the next decision's head.
+            match self.head.compare_exchange_weak(
+                current,
+                next,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some(stamp),
+                Err(actual) => current = actual,
+            }
+        }
+    }
+}
+
+/// `B` for `limit`: its sub-windows, but at least 1 ms each, so the packed index lasts
+/// 139 years as for the other limiters (`W ≥ 1 ms`: at least one).
+fn buckets(limit: Limit) -> u64 {
+    let most = limit.window_nanos() / Limit::MIN_WINDOW.as_nanos() as u64;
+    u64::from(limit.sub_windows()).min(most).max(1)
+}
+
+/// The heap a bucketed window for `limit` takes besides the struct: its ring and its
+/// schedule, a word each per sub-window.
+#[cfg_attr(not(feature = "config"), allow(dead_code))] // used by the config summary
+pub(crate) fn heap_bytes(limit: Limit) -> usize {
+    2 * std::mem::size_of::<u64>() * buckets(limit) as usize
+}
+
+super::clocked_rate_limiter!(BucketedWindow);
+
+impl<C: fmt::Debug> fmt::Debug for BucketedWindow<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Relaxed: a snapshot for display, nothing is read through it.
+        let (j, c) = unpack(self.head.load(Ordering::Relaxed));
+        f.debug_struct("BucketedWindow")
+            .field("limit", &self.limit)
+            .field("sub_windows", &self.buckets)
+            .field("sub_window_index", &j)
+            .field("count", &c)
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::collections::VecDeque;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::limiter::RateLimiter;
+    use crate::ManualClock;
+
+    const W: u64 = 1_000_000_000;
+
+    fn limiter(permits: u32, paced: bool) -> (BucketedWindow<ManualClock>, ManualClock) {
+        let clock = ManualClock::new();
+        let limit = Limit::per_window(permits, Duration::from_nanos(W)).unwrap();
+        let limit = if paced { limit } else { limit.unpaced() };
+        (BucketedWindow::with_clock(limit, clock.clone()), clock)
+    }
+
+    #[test]
+    fn slides_by_sub_windows() {
+        let (l, clock) = limiter(10, false);
+        clock.set(950_000_000); // sub-window 9
+        assert_eq!((0..20).filter(|_| l.try_acquire()).count(), 10);
+        // Sub-windows 10..=18 still see sub-window 9.
+        clock.set(1_899_999_999);
+        assert!(!l.try_acquire());
+        // Sub-window 19: sub-window 9 has left the ring's reach.
+        clock.set(1_900_000_000);
+        assert_eq!((0..20).filter(|_| l.try_acquire()).count(), 10);
+        assert_eq!(l.count_at(1_900_000_000), 10);
+        assert_eq!(l.count_at(2_850_000_000), 10);
+        assert_eq!(l.count_at(2_900_000_000), 0);
+    }
+
+    #[test]
+    fn any_interval_of_w_can_hold_up_to_2n_in_the_worst_case() {
+        // All N at the very end of sub-window 9, all N again at the start of sub-window
+        // 19: W apart to the nanosecond plus one, so (t − W, t] holds both only if it
+        // covers sub-window 9's last nanosecond and 19's first. The documented bound:
+        // N + the partly covered oldest sub-window's count.
+        let (l, clock) = limiter(4, false);
+        clock.set(999_999_999);
+        let mut stamps: Vec<u64> = (0..9).filter_map(|_| l.acquire_stamped()).collect();
+        clock.set(1_900_000_000);
+        stamps.extend((0..9).filter_map(|_| l.acquire_stamped()));
+        // (0.9 s, 1.9 s] holds all 8: 2N, the bound, while any 10 consecutive
+        // sub-windows hold 4.
+        let inside = stamps
+            .iter()
+            .filter(|&&s| s > 900_000_000 && s <= 1_900_000_000)
+            .count();
+        assert_eq!((stamps.len(), inside), (8, 8));
+        assert_eq!(l.count_at(1_900_000_000), 4);
+    }
+
+    #[test]
+    fn memory_is_b_words_whatever_n() {
+        let clock = ManualClock::new();
+        let big = Limit::per_window(Limit::MAX_PERMITS, Duration::from_secs(1)).unwrap();
+        let l = BucketedWindow::with_clock(big, clock.clone());
+        assert_eq!((l.ring.len(), l.allowance.len()), (10, 10));
+        let fine = big.with_sub_windows(64).unwrap();
+        assert_eq!(
+            BucketedWindow::with_clock(fine, clock.clone()).ring.len(),
+            64
+        );
+        // Sub-windows of at least 1 ms: a 5 ms window has at most 5.
+        let short = Limit::per_window(100, Duration::from_millis(5)).unwrap();
+        let l = BucketedWindow::with_clock(short.with_sub_windows(64).unwrap(), clock);
+        assert_eq!(
+            (l.sub_windows(), l.sub_window()),
+            (5, Duration::from_millis(1))
+        );
+    }
+
+    #[test]
+    fn a_window_b_does_not_divide_rounds_its_sub_windows_up() {
+        let clock = ManualClock::new();
+        let limit = Limit::per_window(3, Duration::from_nanos(1_000_000_007)).unwrap();
+        let l = BucketedWindow::with_clock(limit.unpaced(), clock);
+        assert_eq!(l.sub_window(), Duration::from_nanos(100_000_001));
+    }
+
+    #[test]
+    fn paced_runs_release_their_share_per_sub_window() {
+        let (l, clock) = limiter(100, true);
+        assert_eq!((0..1000).filter(|_| l.try_acquire()).count(), 10);
+        clock.set(550_000_000);
+        assert_eq!((0..1000).filter(|_| l.try_acquire()).count(), 50);
+        clock.set(999_999_999);
+        assert_eq!((0..1000).filter(|_| l.try_acquire()).count(), 40);
+        // A stale reading counts into the head, stamped at its start.
+        clock.set(0);
+        assert!(!l.try_acquire());
+    }
+
+    #[test]
+    fn rejections_do_not_write() {
+        let (l, clock) = limiter(100, true);
+        clock.set(3 * W);
+        assert_eq!((0..20).filter(|_| l.try_acquire()).count(), 10);
+        let head = l.head.load(Ordering::Relaxed);
+        let ring: Vec<u64> = l.ring.iter().map(|a| a.load(Ordering::Relaxed)).collect();
+        assert!((0..1000).all(|_| !l.try_acquire()));
+        assert_eq!(l.head.load(Ordering::Relaxed), head);
+        let after: Vec<u64> = l.ring.iter().map(|a| a.load(Ordering::Relaxed)).collect();
+        assert_eq!(ring, after);
+    }
+
+    #[test]
+    fn preload_counts_into_the_sub_window_of_now() {
+        let (l, clock) = limiter(5, false);
+        clock.set(250_000_000);
+        assert!(l.try_acquire());
+        clock.set(450_000_000);
+        l.preload_at(450_000_000, 3);
+        assert_eq!(l.count_at(450_000_000), 3);
+        assert_eq!((0..9).filter(|_| l.try_acquire()).count(), 2);
+        // A smaller count changes nothing.
+        l.preload_at(450_000_000, 1);
+        assert_eq!(l.count_at(450_000_000), 5);
+    }
+
+    /// The reference: every admission's sub-window in a queue, and the same rules
+    /// (stale readings count into the newest sub-window; the schedule per run).
+    struct Reference {
+        permits: u64,
+        buckets: u64,
+        sub: u64,
+        paced: bool,
+        newest: u64,
+        admitted: VecDeque<u64>,
+    }
+
+    impl Reference {
+        fn admit(&mut self, now: u64) -> bool {
+            // The newest sub-window is the newest admission's (a refusal moves nothing).
+            let j = (now / self.sub).max(self.newest);
+            while self
+                .admitted
+                .front()
+                .is_some_and(|&x| x + self.buckets <= j)
+            {
+                self.admitted.pop_front();
+            }
+            let run_start = j - j % self.buckets;
+            let in_run = self.admitted.iter().filter(|&&x| x >= run_start).count() as u64;
+            let place = j % self.buckets;
+            let allowance = if self.paced {
+                (self.permits * (place + 1)).div_ceil(self.buckets)
+            } else {
+                self.permits
+            };
+            let ok = (self.admitted.len() as u64) < self.permits && in_run < allowance;
+            if ok {
+                self.newest = j;
+                self.admitted.push_back(j);
+            }
+            ok
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn matches_the_reference_model(
+            permits in 1u32..30,
+            paced in any::<bool>(),
+            sub_windows in 1u32..=12,
+            steps in proptest::collection::vec((0u64..400, any::<bool>(), 1usize..6), 1..200),
+        ) {
+            let clock = ManualClock::new();
+            let limit = Limit::per_window(permits, Duration::from_nanos(W))
+                .unwrap()
+                .with_sub_windows(sub_windows)
+                .unwrap();
+            let limit = if paced { limit } else { limit.unpaced() };
+            let l = BucketedWindow::with_clock(limit, clock.clone());
+            let mut reference = Reference {
+                permits: u64::from(permits),
+                buckets: u64::from(sub_windows),
+                sub: W.div_ceil(u64::from(sub_windows)),
+                paced,
+                newest: 0,
+                admitted: VecDeque::new(),
+            };
+            let mut now = 0u64;
+            let mut stamps = Vec::new();
+            for (delta_ms, backwards, calls) in steps {
+                now = if backwards { now.saturating_sub(delta_ms * 1_000_000) } else { now + delta_ms * 1_000_000 };
+                clock.set(now);
+                for _ in 0..calls {
+                    let got = l.acquire_stamped();
+                    prop_assert_eq!(got.is_some(), reference.admit(now), "at {}", now);
+                    stamps.extend(got);
+                }
+            }
+            // The stated bounds, over the stamps: any B consecutive sub-windows hold at
+            // most N; any (t − W, t] at most N + the partly covered sub-window's count.
+            let sub = reference.sub;
+            let b = reference.buckets;
+            let n = u64::from(permits);
+            for &t in &stamps {
+                let j = t / sub;
+                let aligned = stamps.iter().filter(|&&s| s / sub + b > j && s / sub <= j).count() as u64;
+                prop_assert!(aligned <= n);
+                let inside = stamps.iter().filter(|&&s| s + W > t && s <= t).count() as u64;
+                let partial = j.checked_sub(b).map_or(0, |old| {
+                    stamps.iter().filter(|&&s| s / sub == old).count() as u64
+                });
+                prop_assert!(inside <= n + partial, "{} in (t − W, t]", inside);
+            }
+        }
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use loom::sync::Arc;
+
+    use super::*;
+    use crate::limiter::loom_support::{model, stamps_of};
+    use crate::ManualClock;
+
+    const W: u64 = 1_000_000_000;
+
+    fn limiter(permits: u32, sub_windows: u32, paced: bool) -> Arc<BucketedWindow<ManualClock>> {
+        let limit = Limit::per_window(permits, Duration::from_nanos(W))
+            .unwrap()
+            .with_sub_windows(sub_windows)
+            .unwrap();
+        let limit = if paced { limit } else { limit.unpaced() };
+        Arc::new(BucketedWindow::with_clock(limit, ManualClock::new()))
+    }
+
+    /// At most `n` stamps in any `b` consecutive sub-windows of `sub` ns.
+    fn check_ring(stamps: &[u64], sub: u64, b: u64, n: usize) {
+        for &t in stamps {
+            let j = t / sub;
+            let inside = stamps
+                .iter()
+                .filter(|&&s| s / sub + b > j && s / sub <= j)
+                .count();
+            assert!(
+                inside <= n,
+                "{inside} > {n} in sub-windows ..={j}: {stamps:?}"
+            );
+        }
+    }
+
+    /// N = 1 over two sub-windows: two workers, each calling in sub-window 0, 1 (the
+    /// same window: refused) and 2 (sub-window 0 has left). A move of the head races an
+    /// increment: the count the mover publishes must be the final one.
+    #[test]
+    fn two_workers_exhaustive() {
+        model(2, || {
+            let l = limiter(1, 2, false);
+            let stamps = stamps_of(&l, 2, |i| vec![i, W / 2 + i, W + i], |l, t| l.acquire_at(t));
+            check_ring(&stamps, W / 2, 2, 1);
+            assert_eq!(stamps.len(), 2, "{stamps:?}");
+        });
+    }
+
+    /// N = 2 over two sub-windows: three workers calling across three sub-windows, with
+    /// a stale call.
+    #[test]
+    fn three_workers_bounded_preemption() {
+        model(3, || {
+            let l = limiter(2, 2, false);
+            let stamps = stamps_of(
+                &l,
+                3,
+                |i| vec![W / 2 + i, i, W + W / 2 + i],
+                |l, t| l.acquire_at(t),
+            );
+            check_ring(&stamps, W / 2, 2, 2);
+        });
+    }
+
+    /// Paced, N = 2 over two sub-windows: at most one in a run's first sub-window.
+    #[test]
+    fn paced_two_workers_exhaustive() {
+        model(2, || {
+            let l = limiter(2, 2, true);
+            let stamps = stamps_of(&l, 2, |_| vec![W / 4, 3 * W / 4], |l, t| l.acquire_at(t));
+            check_ring(&stamps, W / 2, 2, 2);
+            assert!(stamps.iter().filter(|&&s| s < W / 2).count() <= 1);
+            assert_eq!(stamps.len(), 2, "{stamps:?}");
+        });
+    }
+}
