@@ -407,3 +407,59 @@ fn the_default_run_spreads_kept_traces_and_unpaced_front_loads_them() {
         "{unpaced}"
     );
 }
+
+/// The "done when", seen by a collector: through `tracing` and OTLP, every
+/// tenth of each whole 1 s window of 100 holds a handful of the kept roots, not all of
+/// them (the demo's windows are aligned on Unix time, as the spans' start times are).
+#[test]
+fn a_real_collector_sees_kept_traces_spread_across_each_window() {
+    let receiver = Receiver::start();
+    let url = receiver.grpc_endpoint();
+    let args = [
+        "--duration",
+        "3s",
+        "--window",
+        "1s",
+        "--limit",
+        "100",
+        "--threads",
+        "2",
+        "--via",
+        "tracing",
+        "--otlp",
+        &url,
+    ];
+    let output = demo_run::run_demo(&args, &[], Duration::from_secs(30));
+    assert!(output.status.success(), "{}", stderr(&output));
+    let summary = summary(&output);
+    assert_eq!(summary["exported"], summary["sampled"], "{summary}");
+    let mut per_window: std::collections::BTreeMap<u64, [u64; 10]> = Default::default();
+    for span in receiver
+        .spans()
+        .iter()
+        .filter(|s| s.parent_span_id.is_none())
+    {
+        let (window, offset) = (
+            span.start_unix_nanos / 1_000_000_000,
+            span.start_unix_nanos % 1_000_000_000,
+        );
+        per_window.entry(window).or_default()[(offset / 100_000_000) as usize] += 1;
+    }
+    // The first and last windows are cut by the run's start and end.
+    let whole: Vec<_> = per_window
+        .iter()
+        .skip(1)
+        .take(per_window.len().saturating_sub(2))
+        .collect();
+    assert!(!whole.is_empty(), "{per_window:?}");
+    for (window, tenths) in whole {
+        let kept: u64 = tenths.iter().sum();
+        assert!((98..=100).contains(&kept), "window {window}: {tenths:?}");
+        // 10 expected per tenth; a span's start time and its limiter's clock reading
+        // differ by microseconds, which moves a few across a tenth's edge.
+        assert!(
+            tenths.iter().all(|&t| (5..=15).contains(&t)),
+            "window {window}: {tenths:?}"
+        );
+    }
+}

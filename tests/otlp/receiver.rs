@@ -67,6 +67,8 @@ pub struct ReceivedSpan {
     pub attributes: Vec<KeyValue>,
     /// The W3C `tracestate` header value (`ot=th:…` for consistent probability).
     pub trace_state: String,
+    /// When the span started, nanoseconds since the Unix epoch.
+    pub start_unix_nanos: u64,
 }
 
 impl ReceivedSpan {
@@ -132,6 +134,7 @@ impl Sink {
                         name: span.name,
                         attributes: span.attributes,
                         trace_state: span.trace_state,
+                        start_unix_nanos: span.start_time_unix_nano,
                     });
                 }
             }
