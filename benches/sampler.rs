@@ -206,9 +206,10 @@ fn ours<C: Clock>(per_hour: u32, clock: C) -> Boxed {
     Box::new(RateLimitingSampler::builder(limit).clock(clock).build())
 }
 
-/// An adaptive sampler capped at `per_hour` per hour, in its first window (`p = 1`).
+/// An adaptive sampler capped at `per_hour` per hour (unpaced, as the rate-limiting
+/// rows: a chunk spends the hour's permits at once), in its first window (`p = 1`).
 fn adaptive<C: Clock + Clone>(per_hour: u32, clock: C) -> Boxed {
-    let limit = Limit::per_window(per_hour, HOUR).unwrap();
+    let limit = Limit::per_window(per_hour, HOUR).unwrap().unpaced();
     Box::new(AdaptiveSampler::builder(limit).clock(clock).build())
 }
 
