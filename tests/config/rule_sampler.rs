@@ -283,7 +283,8 @@ fn probability_rules_honour_rv_and_a_capped_remote_parent_threshold() {
     assert_eq!(with_parent("").decision, SamplingDecision::Drop);
 }
 
-fn parent(remote: bool, sampled: bool) -> Context {
+/// A parent context: a span of trace 7, remote or local, sampled or not.
+pub(crate) fn parent(remote: bool, sampled: bool) -> Context {
     let flags = if sampled {
         TraceFlags::SAMPLED
     } else {

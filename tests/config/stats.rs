@@ -4,11 +4,13 @@
 
 use std::time::Duration;
 
-use opentelemetry::trace::{SpanContext, SpanId, SpanKind, TraceContextExt, TraceFlags, TraceId};
+use opentelemetry::trace::{SpanKind, TraceId};
 use opentelemetry::Context;
 use opentelemetry_sdk::trace::{SamplingDecision, ShouldSample};
 use otel_rate_sampler::stats::{DropReason as R, ParentOrigin as O};
 use otel_rate_sampler::{ManualClock, RuleBasedSampler, SamplingConfig};
+
+use crate::rule_sampler::parent;
 
 fn config(text: &str) -> SamplingConfig {
     SamplingConfig::from_toml_str(text, "stats.toml").unwrap()
@@ -24,22 +26,6 @@ fn decide(s: &impl ShouldSample, parent: &Context, name: &str, trace: u128) -> S
         &[],
     )
     .decision
-}
-
-fn parent(remote: bool, sampled: bool) -> Context {
-    let flags = if sampled {
-        TraceFlags::SAMPLED
-    } else {
-        TraceFlags::default()
-    };
-    let sc = SpanContext::new(
-        TraceId::from(7u128),
-        SpanId::from(9u64),
-        flags,
-        remote,
-        Default::default(),
-    );
-    Context::new().with_remote_span_context(sc)
 }
 
 const RULES: &str = r#"
