@@ -2,7 +2,7 @@
 //! so that a small file cannot make a sampler allocate gigabytes.
 
 use super::error::ConfigErrorKind;
-use super::model::{LimitSpec, Policy, SamplingConfig, ServiceConfig};
+use super::model::{LimitSpec, Policy, Rule, SamplingConfig};
 use super::summary::limiter_bytes;
 use super::validate::Invalid;
 use crate::limit::Limit;
@@ -37,60 +37,81 @@ impl SamplingConfig {
     /// The first of the file default and the listed services (in file order) whose
     /// sampler's limiters would take more than the memory budget. Linear in the file.
     pub(crate) fn over_budget(&self) -> Option<OverBudget> {
-        let mut blocks = std::iter::once((None, self.default.clone())).chain(
-            self.services
+        let default = &self.default;
+        let default_rules = || {
+            default
+                .rules
                 .iter()
                 .enumerate()
-                .map(|(i, s)| (Some(i), self.listed(s))),
-        );
-        blocks.find_map(|(service, s)| self.over(service, &s))
+                .map(|(j, r)| (Culprit::Rule(j), r))
+        };
+        if let Some(over) = self.over(None, default.policy, default.cap, default_rules) {
+            return Some(over);
+        }
+        self.services.iter().enumerate().find_map(|(i, s)| {
+            let rules = || {
+                let own = s
+                    .rules
+                    .iter()
+                    .enumerate()
+                    .map(|(j, r)| (Culprit::Rule(j), r));
+                let inherited = self
+                    .inherited_rules(s)
+                    .map(|(k, r)| (Culprit::Inherited(k), r));
+                own.chain(inherited)
+            };
+            self.over(Some(i), s.policy.or(default.policy), s.cap, rules)
+        })
     }
 
-    fn over(&self, service: Option<usize>, s: &ServiceConfig) -> Option<OverBudget> {
-        let own = service.map_or(s.rules.len(), |i| self.services[i].rules.len());
-        let mut limiters: Vec<(Culprit, LimitSpec)> = Vec::new();
-        for (j, rule) in s.rules.iter().enumerate() {
-            let culprit = if j < own {
-                Culprit::Rule(j)
-            } else {
-                let k = self.default.rules.iter().position(|d| d.name == rule.name);
-                Culprit::Inherited(k.unwrap_or_default())
-            };
-            if let Policy::Limit(spec) = rule.policy {
-                limiters.push((culprit, spec));
-            }
-            if let (Some(cap), 1..) = (s.cap, rule.floor) {
-                if let Ok(limit) = Limit::per_window(rule.floor, cap.limit.window()) {
-                    limiters.push((
+    /// The budget check of one sampler: its own `policy` and `cap` (as it applies them)
+    /// and its `rules` (own and inherited), counted first without allocating; only a
+    /// sampler over the budget is looked at again for its largest limiter.
+    fn over<'a, I: Iterator<Item = (Culprit, &'a Rule)>>(
+        &self,
+        service: Option<usize>,
+        policy: Option<Policy>,
+        cap: Option<LimitSpec>,
+        rules: impl Fn() -> I,
+    ) -> Option<OverBudget> {
+        let limiters = || {
+            let floors: u64 = rules().map(|(_, r)| u64::from(r.floor)).sum();
+            let per_rule = rules().flat_map(move |(culprit, rule)| {
+                let own = match rule.policy {
+                    Policy::Limit(spec) => Some((culprit, spec)),
+                    _ => None,
+                };
+                let floor = cap.filter(|_| rule.floor > 0).and_then(|cap| {
+                    let limit = Limit::per_window(rule.floor, cap.limit.window()).ok()?;
+                    Some((
                         Culprit::Cap,
                         LimitSpec::local(limit, Algorithm::FixedWindow),
-                    ));
-                }
-            }
-        }
-        if let Some(Policy::Limit(spec)) = s.policy {
-            limiters.push((Culprit::Policy, spec));
-        }
-        // The cap's shared pool: the cap less the floors (as the sampler builds it).
-        if let Some(cap) = s.cap {
-            let floors: u64 = s.rules.iter().map(|r| u64::from(r.floor)).sum();
-            let pool = u64::from(cap.limit.permits()).saturating_sub(floors);
-            let pool = u32::try_from(pool).ok().filter(|&p| p > 0);
-            if let Some(limit) = pool.and_then(|p| Limit::per_window(p, cap.limit.window()).ok()) {
-                limiters.push((Culprit::Cap, LimitSpec { limit, ..cap }));
-            }
-        }
-        let sized: Vec<(Culprit, LimitSpec, usize)> = limiters
-            .into_iter()
-            .map(|(c, spec)| (c, spec, limiter_bytes(spec)))
-            .collect();
-        let total = sized
-            .iter()
-            .fold(0usize, |sum, (_, _, b)| sum.saturating_add(*b));
+                    ))
+                });
+                own.into_iter().chain(floor)
+            });
+            let policy = match policy {
+                Some(Policy::Limit(spec)) => Some((Culprit::Policy, spec)),
+                _ => None,
+            };
+            // The cap's shared pool: the cap less the floors (as the sampler builds it).
+            let pool = cap.and_then(|cap| {
+                let pool = u64::from(cap.limit.permits()).saturating_sub(floors);
+                let pool = u32::try_from(pool).ok().filter(|&p| p > 0)?;
+                let limit = Limit::per_window(pool, cap.limit.window()).ok()?;
+                Some((Culprit::Cap, LimitSpec { limit, ..cap }))
+            });
+            per_rule
+                .chain(policy)
+                .chain(pool)
+                .map(|(c, spec)| (c, spec, limiter_bytes(spec)))
+        };
+        let total = limiters().fold(0usize, |sum, (_, _, b)| sum.saturating_add(b));
         if total <= self.memory_budget {
             return None;
         }
         // The first of the largest (`max_by_key` keeps the last of equals).
+        let sized: Vec<_> = limiters().collect();
         let (largest, largest_spec, largest_bytes) =
             sized.into_iter().rev().max_by_key(|(_, _, b)| *b)?;
         Some(OverBudget {

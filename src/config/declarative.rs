@@ -356,7 +356,7 @@ impl Build<'_> {
                 let ratio = match r.as_ref().and_then(|r| r.ratio.as_ref()) {
                     Some(ratio) => self.ctx.check(
                         ratio,
-                        &format!("{path}.trace_id_ratio_based.ratio"),
+                        format!("{path}.trace_id_ratio_based.ratio"),
                         |p| validate::probability(*p),
                     )?,
                     None => 1.0,

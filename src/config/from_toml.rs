@@ -2,7 +2,8 @@
 //! See `examples/sampling.toml` for a complete commented file.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
 use std::ops::Range;
 
 use serde::Deserialize;
@@ -81,7 +82,7 @@ macro_rules! limit_table {
             algorithm: Option<Spanned<String>>,
             paced: Option<Spanned<bool>>,
             probability: Option<Spanned<f64>>,
-            adaptive: Option<Spanned<RawAdaptive>>,
+            adaptive: Option<Spanned<Box<RawAdaptive>>>,
             scope: Option<Spanned<String>>,
             $($(#[$attr])* $field: $ty,)*
         }
@@ -107,7 +108,8 @@ limit_table! {
     /// `[default]` and each `[[service]]`.
     struct RawBlock {
         name: Option<Spanned<String>>,
-        cap: Option<Spanned<RawCap>>,
+        // Boxed, as `adaptive` above: rare, and large beside the rest of a block.
+        cap: Option<Spanned<Box<RawCap>>>,
         remote_parents: Option<Spanned<String>>,
         inherit_default_rules: Option<Spanned<bool>>,
         #[serde(default)]
@@ -196,8 +198,46 @@ struct RawPolicy<'a> {
     /// `paced = false` opts a limit out of pacing (see `Limit::unpaced`).
     paced: &'a Option<Spanned<bool>>,
     probability: Option<&'a Spanned<f64>>,
-    adaptive: Option<&'a Spanned<RawAdaptive>>,
+    adaptive: Option<&'a Spanned<Box<RawAdaptive>>>,
     scope: &'a Option<Spanned<String>>,
+}
+
+/// How service `i` opts out of `[default]`'s rules, written out when an error says so.
+#[derive(Clone, Copy)]
+struct OptOut(usize);
+
+impl fmt::Display for OptOut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "service[{}].inherit_default_rules = false", self.0)
+    }
+}
+
+/// The key path of a table or value (e.g. `service[3].rule[0].rate`), written out only
+/// when an error names it: a large file has millions of keys and few errors.
+#[derive(Clone, Copy)]
+enum Path<'a> {
+    /// `default`.
+    Default,
+    /// `service[i]`.
+    Service(usize),
+    /// `<parent>.rule[i]`.
+    Rule(&'a Path<'a>, usize),
+    /// `<parent>.<key>`.
+    Key(&'a Path<'a>, &'static str),
+    /// `<parent>.attributes."<name>"`.
+    Attribute(&'a Path<'a>, &'a str),
+}
+
+impl fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Path::Default => f.write_str("default"),
+            Path::Service(i) => write!(f, "service[{i}]"),
+            Path::Rule(parent, i) => write!(f, "{parent}.rule[{i}]"),
+            Path::Key(parent, key) => write!(f, "{parent}.{key}"),
+            Path::Attribute(parent, name) => write!(f, "{parent}.attributes.{name:?}"),
+        }
+    }
 }
 
 pub(super) struct Ctx<'a> {
@@ -217,14 +257,16 @@ impl Ctx<'_> {
             .pos(span.start)
     }
 
-    fn err(&self, invalid: Invalid, span: Range<usize>, key: &str) -> ConfigError {
-        invalid.at(self.file, self.pos(span), key)
+    fn err(&self, invalid: Invalid, span: Range<usize>, key: impl fmt::Display) -> ConfigError {
+        invalid.at(self.file, self.pos(span), &key.to_string())
     }
 
+    /// `f`'s verdict on `value`; on an error, the error at `value`'s position under
+    /// `key` (written out only then: loading a large file checks millions of values).
     pub(super) fn check<T, U>(
         &self,
         value: &Spanned<T>,
-        key: &str,
+        key: impl fmt::Display,
         f: impl FnOnce(&T) -> Result<U, Invalid>,
     ) -> Result<U, ConfigError> {
         f(value.get_ref()).map_err(|e| self.err(e, value.span(), key))
@@ -234,15 +276,15 @@ impl Ctx<'_> {
         &self,
         kind: ConfigErrorKind,
         span: Range<usize>,
-        key: &str,
+        key: impl fmt::Display,
         message: String,
     ) -> ConfigError {
-        Invalid::new(kind, message).at(self.file, self.pos(span), key)
+        Invalid::new(kind, message).at(self.file, self.pos(span), &key.to_string())
     }
 
     /// The policy a block sets, if any; `None` when it sets none of the keys.
-    fn policy(&self, raw: &RawPolicy<'_>, path: &str) -> Result<Option<Policy>, ConfigError> {
-        let key = |k: &str| format!("{path}.{k}");
+    fn policy(&self, raw: &RawPolicy<'_>, path: Path<'_>) -> Result<Option<Policy>, ConfigError> {
+        let key = |k: &'static str| Path::Key(&path, k);
         if let Some(adaptive) = raw.adaptive {
             return self.adaptive(raw, adaptive, path).map(Some);
         }
@@ -251,7 +293,7 @@ impl Ctx<'_> {
             (Some(_), Some(p)) => Err(self.new_error(
                 ConfigErrorKind::ConflictingKeys,
                 p.span(),
-                &key("probability"),
+                key("probability"),
                 "a block sets a limit (`rate` or `limit`) or a `probability`, not both".into(),
             )),
             (Some(spec), None) => Ok(Some(Policy::Limit(spec))),
@@ -260,7 +302,7 @@ impl Ctx<'_> {
                     return Err(self.new_error(
                         ConfigErrorKind::ConflictingKeys,
                         sc.span(),
-                        &key("scope"),
+                        key("scope"),
                         "`scope` applies to a limit; a `probability` is decided on the trace id, the same in every replica".into(),
                     ));
                 }
@@ -268,7 +310,7 @@ impl Ctx<'_> {
                     return Err(self.new_error(
                         ConfigErrorKind::ConflictingKeys,
                         a.span(),
-                        &key("algorithm"),
+                        key("algorithm"),
                         "`algorithm` applies to a limit; a `probability` has none".into(),
                     ));
                 }
@@ -276,11 +318,11 @@ impl Ctx<'_> {
                     return Err(self.new_error(
                         ConfigErrorKind::ConflictingKeys,
                         pc.span(),
-                        &key("paced"),
+                        key("paced"),
                         "`paced` applies to a limit; a `probability` keeps traces whenever they come".into(),
                     ));
                 }
-                let p = self.check(p, &key("probability"), |p| validate::probability(*p))?;
+                let p = self.check(p, key("probability"), |p| validate::probability(*p))?;
                 Ok(Some(Policy::Probability(p)))
             }
             (None, None) => Ok(None),
@@ -291,10 +333,10 @@ impl Ctx<'_> {
     fn adaptive(
         &self,
         raw: &RawPolicy<'_>,
-        adaptive: &Spanned<RawAdaptive>,
-        path: &str,
+        adaptive: &Spanned<Box<RawAdaptive>>,
+        path: Path<'_>,
     ) -> Result<Policy, ConfigError> {
-        let key = |k: &str| format!("{path}.{k}");
+        let key = |k: &'static str| Path::Key(&path, k);
         let others = [
             ("rate", raw.rate.as_ref().map(Spanned::span)),
             ("limit", raw.limit.as_ref().map(Spanned::span)),
@@ -308,13 +350,13 @@ impl Ctx<'_> {
             return Err(self.new_error(
                 ConfigErrorKind::ConflictingKeys,
                 span,
-                &key(name),
+                key(name),
                 format!("`adaptive` is a whole policy (a consistent probability under its own cap of a fixed window, local to each process); it takes no `{name}` beside it: write `adaptive = <traces per second>` or `adaptive = {{ limit = .., window = .. }}`"),
             ));
         }
         let adaptive_key = key("adaptive");
-        let limit = match adaptive.get_ref() {
-            RawAdaptive::Rate(r) => self.check(adaptive, &adaptive_key, |_| validate::rate(*r))?,
+        let limit = match &**adaptive.get_ref() {
+            RawAdaptive::Rate(r) => self.check(adaptive, adaptive_key, |_| validate::rate(*r))?,
             RawAdaptive::Table(t) => {
                 // The limit keys of a block, read as a block's, under `<path>.adaptive`.
                 let (no_text, no_probability, no_flag) = (None, None, None);
@@ -328,13 +370,13 @@ impl Ctx<'_> {
                     adaptive: None,
                     scope: &no_text,
                 };
-                match self.limit(&inner, &adaptive_key)? {
+                match self.limit(&inner, adaptive_key)? {
                     Some(spec) => spec.limit,
                     None => {
                         return Err(self.new_error(
                             ConfigErrorKind::MissingKey,
                             adaptive.span(),
-                            &adaptive_key,
+                            adaptive_key,
                             "`adaptive` needs its cap: a `rate`, or a `limit` (with `window`)"
                                 .into(),
                         ))
@@ -346,14 +388,14 @@ impl Ctx<'_> {
     }
 
     /// The limit a block sets (`rate`, or `limit` with an optional `window`).
-    fn limit(&self, raw: &RawPolicy<'_>, path: &str) -> Result<Option<LimitSpec>, ConfigError> {
-        let key = |k: &str| format!("{path}.{k}");
+    fn limit(&self, raw: &RawPolicy<'_>, path: Path<'_>) -> Result<Option<LimitSpec>, ConfigError> {
+        let key = |k: &'static str| Path::Key(&path, k);
         let limit = match (raw.rate, raw.limit) {
             (Some(_), Some(l)) => {
                 return Err(self.new_error(
                     ConfigErrorKind::ConflictingKeys,
                     l.span(),
-                    &key("limit"),
+                    key("limit"),
                     "set `rate` (per second, fractional) or `limit` (per `window`), not both"
                         .into(),
                 ))
@@ -363,25 +405,25 @@ impl Ctx<'_> {
                     return Err(self.new_error(
                         ConfigErrorKind::ConflictingKeys,
                         w.span(),
-                        &key("window"),
+                        key("window"),
                         "`window` goes with `limit`; a `rate` is per second".into(),
                     ));
                 }
-                self.check(r, &key("rate"), |r| validate::rate(*r))?
+                self.check(r, key("rate"), |r| validate::rate(*r))?
             }
             (None, Some(l)) => {
                 let window = match raw.window {
-                    Some(w) => self.check(w, &key("window"), |w| validate::limit_window(w))?,
+                    Some(w) => self.check(w, key("window"), |w| validate::limit_window(w))?,
                     None => std::time::Duration::from_secs(1),
                 };
-                self.check(l, &key("limit"), |l| validate::per_window(*l, window))?
+                self.check(l, key("limit"), |l| validate::per_window(*l, window))?
             }
             (None, None) => {
                 if let Some(w) = raw.window {
                     return Err(self.new_error(
                         ConfigErrorKind::MissingKey,
                         w.span(),
-                        &key("window"),
+                        key("window"),
                         "`window` needs a `limit` beside it".into(),
                     ));
                 }
@@ -390,7 +432,7 @@ impl Ctx<'_> {
                         return Err(self.new_error(
                             ConfigErrorKind::MissingKey,
                             a.span(),
-                            &key("algorithm"),
+                            key("algorithm"),
                             "`algorithm` needs a `rate` or a `limit` beside it".into(),
                         ));
                     }
@@ -398,7 +440,7 @@ impl Ctx<'_> {
                         return Err(self.new_error(
                             ConfigErrorKind::MissingKey,
                             sc.span(),
-                            &key("scope"),
+                            key("scope"),
                             "`scope` needs a `rate` or a `limit` beside it".into(),
                         ));
                     }
@@ -406,7 +448,7 @@ impl Ctx<'_> {
                         return Err(self.new_error(
                             ConfigErrorKind::MissingKey,
                             pc.span(),
-                            &key("paced"),
+                            key("paced"),
                             "`paced` needs a `rate` or a `limit` beside it".into(),
                         ));
                     }
@@ -415,11 +457,11 @@ impl Ctx<'_> {
             }
         };
         let algorithm = match raw.algorithm {
-            Some(a) => self.check(a, &key("algorithm"), |a| validate::algorithm(a))?,
+            Some(a) => self.check(a, key("algorithm"), |a| validate::algorithm(a))?,
             None => Algorithm::default(),
         };
         let scope = match raw.scope {
-            Some(sc) => self.check(sc, &key("scope"), |sc| validate::scope(sc))?,
+            Some(sc) => self.check(sc, key("scope"), |sc| validate::scope(sc))?,
             None => Scope::Local,
         };
         if scope == Scope::Fleet {
@@ -431,7 +473,7 @@ impl Ctx<'_> {
                 return Err(self.new_error(
                     ConfigErrorKind::ConflictingKeys,
                     a.span(),
-                    &key("algorithm"),
+                    key("algorithm"),
                     format!("a fleet-scoped limit is a fixed window of Redis time; algorithm {algorithm} is local only: remove it or set \"fixed\""),
                 ));
             }
@@ -439,14 +481,14 @@ impl Ctx<'_> {
                 return Err(self.new_error(
                     ConfigErrorKind::ConflictingKeys,
                     pc.span(),
-                    &key("paced"),
+                    key("paced"),
                     "a fleet-scoped limit is a fixed window of Redis time and is not paced: remove `paced` or set it to false".into(),
                 ));
             }
             if let Some(sc) = raw.scope {
                 self.first_fleet
                     .borrow_mut()
-                    .get_or_insert_with(|| (sc.span(), key("scope")));
+                    .get_or_insert_with(|| (sc.span(), key("scope").to_string()));
             }
         }
         let at = raw
@@ -473,31 +515,31 @@ impl Ctx<'_> {
     fn block(
         &self,
         raw: &Spanned<RawBlock>,
-        path: &str,
+        path: Path<'_>,
         is_default: bool,
     ) -> Result<ServiceConfig, ConfigError> {
         let span = raw.span();
         let raw = raw.get_ref();
-        let key = |k: &str| format!("{path}.{k}");
+        let key = |k: &'static str| Path::Key(&path, k);
         let name = match (&raw.name, is_default) {
             (Some(n), true) => {
                 return Err(self.new_error(
                     ConfigErrorKind::UnknownKey,
                     n.span(),
-                    &key("name"),
+                    key("name"),
                     "[default] applies to every service not listed and takes no `name`; list a service with [[service]]".into(),
                 ))
             }
             (None, true) => String::new(),
             (Some(n), false) => {
-                self.check(n, &key("name"), |n| validate::name("service name", n))?;
+                self.check(n, key("name"), |n| validate::name("service name", n))?;
                 n.get_ref().clone()
             }
             (None, false) => {
                 return Err(self.new_error(
                     ConfigErrorKind::MissingKey,
                     span,
-                    &key("name"),
+                    key("name"),
                     "a [[service]] needs a `name`: the service.name it applies to".into(),
                 ))
             }
@@ -511,7 +553,7 @@ impl Ctx<'_> {
             (Some(i), true) => return Err(self.new_error(
                 ConfigErrorKind::UnknownKey,
                 i.span(),
-                &key("inherit_default_rules"),
+                key("inherit_default_rules"),
                 "`inherit_default_rules` is set on a [[service]], to opt out of [default]'s rules"
                     .into(),
             )),
@@ -526,7 +568,7 @@ impl Ctx<'_> {
                     return Err(self.new_error(
                         ConfigErrorKind::UnknownKey,
                         a.span(),
-                        &format!("{cap_path}.adaptive"),
+                        format!("{cap_path}.adaptive"),
                         "a cap is a limit and takes no `adaptive`; use `rate`, or `limit` with `window`".into(),
                     ));
                 }
@@ -534,16 +576,16 @@ impl Ctx<'_> {
                     return Err(self.new_error(
                         ConfigErrorKind::UnknownKey,
                         p.span(),
-                        &format!("{cap_path}.probability"),
+                        format!("{cap_path}.probability"),
                         "a cap is a limit and takes no `probability`; use `rate`, or `limit` with `window`".into(),
                     ));
                 }
-                let spec = self.limit(&cr.policy_keys(), &cap_path)?;
+                let spec = self.limit(&cr.policy_keys(), cap_path)?;
                 Some(spec.ok_or_else(|| {
                     self.new_error(
                         ConfigErrorKind::MissingKey,
                         c.span(),
-                        &cap_path,
+                        cap_path,
                         "a cap needs a `rate` or a `limit` (with `window`)".into(),
                     )
                 })?)
@@ -551,7 +593,7 @@ impl Ctx<'_> {
             None => None,
         };
         let remote_parents = match &raw.remote_parents {
-            Some(r) => self.check(r, &key("remote_parents"), |r| validate::remote_parents(r))?,
+            Some(r) => self.check(r, key("remote_parents"), |r| validate::remote_parents(r))?,
             None => RemoteParents::default(),
         };
         let mut rules: Vec<Rule> = Vec::with_capacity(raw.rule.len());
@@ -563,13 +605,13 @@ impl Ctx<'_> {
         // The first rule with no condition: no rule may follow it.
         let mut catch_all: Option<usize> = None;
         for (i, r) in raw.rule.iter().enumerate() {
-            let rule_path = format!("{path}.rule[{i}]");
-            let rule = self.rule(r, &rule_path, i, unnamed, remote_parents)?;
+            let rule_path = Path::Rule(&path, i);
+            let rule = self.rule(r, rule_path, i, unnamed, remote_parents)?;
             if let Some(all) = catch_all {
                 return Err(self.new_error(
                     ConfigErrorKind::UnreachableRule,
                     raw.rule[all].span(),
-                    &format!("{path}.rule[{all}]"),
+                    format!("{path}.rule[{all}]"),
                     format!(
                         "rule {:?} has no condition (no `span_name`, `kind`, `parent` or `attributes`) and matches every span, so rule {:?} after it never decides; give it a condition, move it last, or make it the block's own policy",
                         rules[all].name, rule.name
@@ -581,7 +623,7 @@ impl Ctx<'_> {
                 return Err(self.new_error(
                     ConfigErrorKind::DuplicateRule,
                     span,
-                    &format!("{rule_path}.name"),
+                    format!("{rule_path}.name"),
                     format!(
                         "rule name {:?} is used twice in this service; rule names must be unique",
                         rule.name
@@ -594,7 +636,7 @@ impl Ctx<'_> {
                     return Err(self.new_error(
                         ConfigErrorKind::MissingKey,
                         floor,
-                        &format!("{rule_path}.floor"),
+                        format!("{rule_path}.floor"),
                         format!("a `floor` reserves permits in the service cap; add `{path}.cap`"),
                     ));
                 };
@@ -603,7 +645,7 @@ impl Ctx<'_> {
                     return Err(self.new_error(
                         ConfigErrorKind::InvalidLimit,
                         floor,
-                        &format!("{rule_path}.floor"),
+                        format!("{rule_path}.floor"),
                         format!(
                             "the rules' floors add up to {floors}, more than the cap's {} permits per window; floors must fit in the cap",
                             cap.limit.permits()
@@ -617,7 +659,7 @@ impl Ctx<'_> {
             rules.push(rule);
         }
         if let (false, Some(all), Some((span, k))) = (is_default, catch_all, policy_key(raw)) {
-            return Err(self.unreachable_policy(span, &key(k), &rules[all].name, ""));
+            return Err(self.unreachable_policy(span, &key(k).to_string(), &rules[all].name, ""));
         }
         self.fleet_keys(raw, path, policy.as_ref(), cap.as_ref(), &rules)?;
         Ok(ServiceConfig {
@@ -634,7 +676,7 @@ impl Ctx<'_> {
     fn fleet_keys(
         &self,
         raw: &RawBlock,
-        path: &str,
+        path: Path<'_>,
         policy: Option<&Policy>,
         cap: Option<&LimitSpec>,
         rules: &[Rule],
@@ -686,38 +728,38 @@ impl Ctx<'_> {
     fn rule(
         &self,
         raw: &Spanned<RawRule>,
-        path: &str,
+        path: Path<'_>,
         index: usize,
         unnamed: &str,
         remote_parents: RemoteParents,
     ) -> Result<Rule, ConfigError> {
         let span = raw.span();
         let raw = raw.get_ref();
-        let key = |k: &str| format!("{path}.{k}");
+        let key = |k: &'static str| Path::Key(&path, k);
         let name = match &raw.name {
             Some(n) => {
-                self.check(n, &key("name"), |n| validate::name("rule name", n))?;
+                self.check(n, key("name"), |n| validate::name("rule name", n))?;
                 n.get_ref().clone()
             }
             None => format!("{unnamed}-{}", index + 1),
         };
         let span_name = match &raw.span_name {
-            Some(g) => Some(self.check(g, &key("span_name"), |g| validate::glob(g))?),
+            Some(g) => Some(self.check(g, key("span_name"), |g| validate::glob(g))?),
             None => None,
         };
         let kind = match &raw.kind {
-            Some(k) => Some(self.check(k, &key("kind"), |k| validate::span_kind(k))?),
+            Some(k) => Some(self.check(k, key("kind"), |k| validate::span_kind(k))?),
             None => None,
         };
         let parent = match &raw.parent {
             Some(p) => {
-                let origin = self.check(p, &key("parent"), |p| validate::parent(p))?;
+                let origin = self.check(p, key("parent"), |p| validate::parent(p))?;
                 if origin == crate::sampler::Origin::Remote && remote_parents != RemoteParents::Cap
                 {
                     return Err(self.new_error(
                         ConfigErrorKind::ConflictingKeys,
                         p.span(),
-                        &key("parent"),
+                        key("parent"),
                         "parent = \"remote\" never matches while remote parents are followed; set remote_parents = \"cap\" on the service".into(),
                     ));
                 }
@@ -727,11 +769,11 @@ impl Ctx<'_> {
         };
         let mut attributes = Vec::with_capacity(raw.attributes.len());
         for (k, v) in &raw.attributes {
-            let attr_key = format!("{}.{:?}", key("attributes"), k.get_ref());
-            self.check(k, &attr_key, |k| validate::name("attribute key", k))?;
+            let attr_key = Path::Attribute(&path, k.get_ref());
+            self.check(k, attr_key, |k| validate::name("attribute key", k))?;
             attributes.push((
                 k.get_ref().clone(),
-                self.check(v, &attr_key, |v| validate::glob(v))?,
+                self.check(v, attr_key, |v| validate::glob(v))?,
             ));
         }
         let policy = self.policy(&raw.policy_keys(), path)?.ok_or_else(|| {
@@ -744,7 +786,7 @@ impl Ctx<'_> {
             )
         })?;
         let floor = match &raw.floor {
-            Some(f) => self.check(f, &key("floor"), |f| {
+            Some(f) => self.check(f, key("floor"), |f| {
                 u32::try_from(*f).map_err(|_| {
                     Invalid::new(
                         ConfigErrorKind::InvalidLimit,
@@ -833,20 +875,20 @@ impl<'a> Ctx<'a> {
     ) -> Result<SamplingConfig, ConfigError> {
         let (ctx, file) = (self, self.file);
         let default = match &raw.default {
-            Some(d) => ctx.block(d, "default", true)?,
+            Some(d) => ctx.block(d, Path::Default, true)?,
             None => ServiceConfig::builtin_default(),
         };
         let mut services: Vec<ServiceConfig> = Vec::with_capacity(raw.service.len());
-        let mut names: HashSet<String> = HashSet::with_capacity(raw.service.len());
+        let mut index: HashMap<String, usize> = HashMap::with_capacity(raw.service.len());
         for (i, s) in raw.service.iter().enumerate() {
-            let path = format!("service[{i}]");
-            let service = ctx.block(s, &path, false)?;
-            if !names.insert(service.name.clone()) {
+            let path = Path::Service(i);
+            let service = ctx.block(s, path, false)?;
+            if index.insert(service.name.clone(), i).is_some() {
                 let span = s.get_ref().name.as_ref().map_or(s.span(), |n| n.span());
                 return Err(ctx.new_error(
                     ConfigErrorKind::DuplicateService,
                     span,
-                    &format!("{path}.name"),
+                    format!("{path}.name"),
                     format!(
                         "service {:?} is listed twice; list each service once",
                         service.name
@@ -872,7 +914,7 @@ impl<'a> Ctx<'a> {
                 ));
             }
         }
-        let mut config = SamplingConfig::new(file, default, services, fleet);
+        let mut config = SamplingConfig::indexed(file, default, services, index, fleet);
         if let Some(limits) = &raw.limits {
             if let Some(b) = &limits.get_ref().memory_budget {
                 config.memory_budget = ctx.check(b, "limits.memory_budget", |b| match b {
@@ -940,30 +982,26 @@ impl Ctx<'_> {
             return Ok(());
         }
         for (i, own) in config.services.iter().enumerate() {
-            if !own.inherit_default_rules {
-                continue;
-            }
-            let s = config.listed(own);
-            let Some(first) = s.rules.get(own.rules.len()) else {
-                continue; // every default rule is replaced by one of its own
+            let inherited = || config.inherited_rules(own).map(|(_, r)| r);
+            let Some(first) = inherited().next() else {
+                continue; // it opts out, or replaces every default rule by one of its own
             };
-            let opt_out = format!("service[{i}].inherit_default_rules = false");
+            let opt_out = OptOut(i);
             if let Some(last) = own.rules.last().filter(|r| r.matches_everything()) {
                 let j = own.rules.len() - 1;
                 return Err(self.new_error(
                     ConfigErrorKind::UnreachableRule,
                     raw.service[i].get_ref().rule[j].span(),
-                    &format!("service[{i}].rule[{j}]"),
+                    format!("service[{i}].rule[{j}]"),
                     format!(
                         "rule {:?} has no condition and matches every span, so the rules service {:?} inherits from [default] (first {:?}) never decide; give it a condition, make it the service's own policy, or set {opt_out}",
                         last.name, own.name, first.name
                     ),
                 ));
             }
-            let inherited = &s.rules[own.rules.len()..];
             let block = raw.service[i].get_ref();
             if let (Some(last), Some((span, k))) = (
-                inherited.last().filter(|r| r.matches_everything()),
+                inherited().last().filter(|r| r.matches_everything()),
                 policy_key(block),
             ) {
                 return Err(self.unreachable_policy(
@@ -973,18 +1011,23 @@ impl Ctx<'_> {
                     &format!(", or set {opt_out} (the rule is inherited from [default])"),
                 ));
             }
-            self.inherited_fleet_keys(i, own, inherited, &raw.service[i], &opt_out)?;
-            let Some(floored) = inherited.iter().find(|r| r.floor > 0) else {
+            self.inherited_fleet_keys(i, own, inherited, &raw.service[i], opt_out)?;
+            let Some(floored) = inherited().find(|r| r.floor > 0) else {
                 continue;
             };
-            let floors: u64 = s.rules.iter().map(|r| u64::from(r.floor)).sum();
+            let floors: u64 = own
+                .rules
+                .iter()
+                .chain(inherited())
+                .map(|r| u64::from(r.floor))
+                .sum();
             let block = &raw.service[i];
             match own.cap {
                 None => {
                     return Err(self.new_error(
                         ConfigErrorKind::MissingKey,
                         block.span(),
-                        &format!("service[{i}].cap"),
+                        format!("service[{i}].cap"),
                         format!(
                             "service {:?} inherits rule {:?} from [default], whose `floor` reserves permits in the service cap, and the service has no cap; add `service[{i}].cap`, or set {opt_out}",
                             own.name, floored.name
@@ -996,7 +1039,7 @@ impl Ctx<'_> {
                     return Err(self.new_error(
                         ConfigErrorKind::InvalidLimit,
                         span,
-                        &format!("service[{i}].cap"),
+                        format!("service[{i}].cap"),
                         format!(
                             "the floors of service {:?}'s rules, with those it inherits from [default], add up to {floors}, more than the cap's {} permits per window; raise the cap, lower the floors, or set {opt_out}",
                             own.name,
@@ -1030,26 +1073,23 @@ impl Ctx<'_> {
 
     /// Checks that the fleet-scoped rules service `i` inherits get valid Redis keys of
     /// its name, distinct from its own fleet-scoped default and cap.
-    fn inherited_fleet_keys(
+    fn inherited_fleet_keys<'r, I: Iterator<Item = &'r Rule>>(
         &self,
         i: usize,
         own: &ServiceConfig,
-        inherited: &[Rule],
+        inherited: impl Fn() -> I,
         raw: &Spanned<RawBlock>,
-        opt_out: &str,
+        opt_out: OptOut,
     ) -> Result<(), ConfigError> {
         let fleet = |p: &Policy| matches!(p, Policy::Limit(s) if s.scope == Scope::Fleet);
         let cap_fleet = own.cap.is_some_and(|c| c.scope == Scope::Fleet);
-        if !inherited
-            .iter()
-            .any(|r| fleet(&r.policy) || cap_fleet && r.floor > 0)
-        {
+        if !inherited().any(|r| fleet(&r.policy) || cap_fleet && r.floor > 0) {
             return Ok(());
         }
         if let Some(n) = &raw.get_ref().name {
             self.fleet_name(n, &format!("service[{i}].name"))?;
         }
-        let clash = inherited.iter().find(|r| {
+        let clash = inherited().find(|r| {
             fleet(&r.policy)
                 && (r.name == "cap" && cap_fleet
                     || r.name == "default" && own.policy.as_ref().is_some_and(fleet))
@@ -1058,7 +1098,7 @@ impl Ctx<'_> {
             return Err(self.new_error(
                 ConfigErrorKind::DuplicateRule,
                 raw.span(),
-                &format!("service[{i}]"),
+                format!("service[{i}]"),
                 format!(
                     "service {:?} inherits the fleet-scoped rule {:?} from [default], whose Redis key would be that of the service's own fleet-scoped {}; rename the rule, or set {opt_out}",
                     own.name, rule.name, rule.name

@@ -297,6 +297,19 @@ impl SamplingConfig {
             .enumerate()
             .map(|(i, s)| (s.name.clone(), i))
             .collect();
+        Self::indexed(source, default, services, index, fleet)
+    }
+
+    /// [`new`](Self::new) with the loader's `index` of `services` by name (built while
+    /// checking that names are distinct, so that a large file hashes each name once).
+    pub(crate) fn indexed(
+        source: &str,
+        default: ServiceConfig,
+        services: Vec<ServiceConfig>,
+        index: HashMap<String, usize>,
+        fleet: FleetSettings,
+    ) -> Self {
+        debug_assert_eq!(index.len(), services.len());
         Self {
             source: source.to_owned(),
             default,
@@ -431,19 +444,10 @@ impl SamplingConfig {
     pub(crate) fn listed(&self, s: &ServiceConfig) -> ServiceConfig {
         let mut rules = Vec::with_capacity(s.rules.len() + self.default.rules.len());
         rules.extend(s.rules.iter().cloned());
-        if s.inherit_default_rules && !self.default.rules.is_empty() {
-            let own: HashSet<&str> = s.rules.iter().map(|r| r.name.as_str()).collect();
-            rules.extend(
-                self.default
-                    .rules
-                    .iter()
-                    .filter(|d| !own.contains(d.name.as_str()))
-                    .map(|d| Rule {
-                        inherited: true,
-                        ..d.clone()
-                    }),
-            );
-        }
+        rules.extend(self.inherited_rules(s).map(|(_, d)| Rule {
+            inherited: true,
+            ..d.clone()
+        }));
         ServiceConfig {
             name: s.name.clone(),
             policy: s.policy.or(self.default.policy),
@@ -452,6 +456,31 @@ impl SamplingConfig {
             rules,
             inherit_default_rules: s.inherit_default_rules,
         }
+    }
+
+    /// The file default's rules listed service `s` inherits, in order, each with its
+    /// position among the default's: none if it opts out, else those whose names none
+    /// of its own rules take. Linear in the rules (a set of its own names when it has
+    /// many), and allocates nothing for a service with few rules of its own.
+    pub(crate) fn inherited_rules<'a>(
+        &'a self,
+        s: &'a ServiceConfig,
+    ) -> impl Iterator<Item = (usize, &'a Rule)> + 'a {
+        const SCAN: usize = 16;
+        let defaults = if s.inherit_default_rules {
+            self.default.rules.as_slice()
+        } else {
+            &[]
+        };
+        let own: Option<HashSet<&str>> = (s.rules.len() > SCAN && !defaults.is_empty())
+            .then(|| s.rules.iter().map(|r| r.name.as_str()).collect());
+        defaults
+            .iter()
+            .enumerate()
+            .filter(move |(_, d)| match &own {
+                Some(own) => !own.contains(d.name.as_str()),
+                None => !s.rules.iter().any(|r| r.name == d.name),
+            })
     }
 
     /// The effective rules for `service`, in evaluation order, for people to read (what

@@ -44,10 +44,20 @@ pub(crate) fn reading<R>(format: Format, parse: impl FnOnce() -> R) -> R {
 
 /// A value and the byte range of the text it was read from. Compared, ordered and
 /// hashed by value alone, like `toml::Spanned`.
+///
+/// The range is kept as two `u32` (offsets past 4 GiB, in a file no loader reads whole,
+/// saturate): a file of 200 000 services holds millions of these, and their size is
+/// most of what the parse writes.
 #[derive(Clone, Debug)]
 pub(crate) struct Spanned<T> {
-    span: Range<usize>,
+    start: u32,
+    end: u32,
     value: T,
+}
+
+/// `n` as a `u32`, saturated.
+fn offset(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 impl<T> Spanned<T> {
@@ -60,14 +70,15 @@ impl<T> Spanned<T> {
     #[cfg_attr(not(feature = "yaml"), allow(dead_code))] // only YAML's key paths use it
     pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> Spanned<U> {
         Spanned {
-            span: self.span,
+            start: self.start,
+            end: self.end,
             value: f(self.value),
         }
     }
 
     /// The byte range it was read from.
     pub(crate) fn span(&self) -> Range<usize> {
-        self.span.clone()
+        self.start as usize..self.end as usize
     }
 }
 
@@ -78,7 +89,8 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Spanned<T> {
                 let s = toml::Spanned::<T>::deserialize(deserializer)?;
                 let span = s.span();
                 Ok(Self {
-                    span,
+                    start: offset(span.start),
+                    end: offset(span.end),
                     value: s.into_inner(),
                 })
             }
@@ -90,8 +102,8 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Spanned<T> {
                 let start = at.byte_offset().unwrap_or(0);
                 let end = start + at.byte_len().unwrap_or(0);
                 Ok(Self {
-                    span: usize::try_from(start).unwrap_or(usize::MAX)
-                        ..usize::try_from(end).unwrap_or(usize::MAX),
+                    start: u32::try_from(start).unwrap_or(u32::MAX),
+                    end: u32::try_from(end).unwrap_or(u32::MAX),
                     value: s.value,
                 })
             }
