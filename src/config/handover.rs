@@ -13,19 +13,24 @@
 //!   count plus that excess, and that is what the next replacement carries.
 //! * **Decisions run during the swap.** The carry-over is read when the new rules are
 //!   built; decisions still holding the old rules go on admitting through the old
-//!   limiters until they return. After publishing the new rules, the reload waits until
-//!   no decision holds the old ones (a grace period: decisions take microseconds, the
-//!   wait is bounded by [`GRACE`]) and then [`settle`](Handover::settle)s each handover:
-//!   the old limiter's admissions since the snapshot are taken from the new limiter's
-//!   window (one permit each), and what does not fit is added to its excess.
+//!   limiters until they return. So a replacement starts *closed*: it refuses every
+//!   span until its handover is settled. After publishing the new rules, the reload
+//!   waits until no decision holds the old ones (a grace period: decisions take
+//!   microseconds, the wait is bounded by [`GRACE`]), then [`settle`](Handover::settle)s
+//!   each handover: the old limiter's admissions since the snapshot are taken from the
+//!   new limiter's window (one permit each), what does not fit is added to its excess,
+//!   and only then is the new limiter opened.
 //!
-//! What remains: admissions the new limiter makes between the publication and the
-//! settlement (microseconds) are not held back by the old limiter's late admissions, so
-//! in the window of a reload a changed limit keeps at most `max(old N, new N)` plus the
-//! fewer of (the old rules' admissions after the snapshot) and (the new limiter's
-//! admissions before the settlement). A reload that straddles a window boundary hands
-//! over only the new window's count.
+//! What this guarantees: in the window of a reload, a changed local limit admits at
+//! most `max(old N, new N)` in all (the old limiter's admissions, before and after the
+//! snapshot, and the new one's), whatever the decisions running during the swap do.
+//! The spans a changed rule decides between the publication and the settlement
+//! (microseconds, at most [`GRACE`]) are refused: a reload can cost a few traces, never
+//! the cap. Two cases are not covered: a decision holding the old rules for longer
+//! than [`GRACE`] (descheduled that long) has its admission, if any, not carried; and a
+//! reload that straddles a window boundary hands over only the new window's count.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -34,13 +39,16 @@ use crate::limiter::{Algorithm, AnyLimiter, RateLimiter};
 
 /// The longest a reload waits for the decisions holding the old rules to return before
 /// it settles the handovers anyway (a decision descheduled for longer is not waited
-/// for; its admission, if any, is the one not carried).
-pub(crate) const GRACE: Duration = Duration::from_millis(100);
+/// for; its admission, if any, is the one not carried). Changed rules refuse while the
+/// reload waits; decisions take microseconds, so the wait is that long, not this.
+pub(crate) const GRACE: Duration = Duration::from_millis(500);
 
-/// A local limiter and the excess carried into its current window.
+/// A local limiter, the excess carried into its current window, and whether it is
+/// open (a replacement is closed until its handover is settled).
 pub(crate) struct LocalRule<C> {
     pub(crate) limiter: Arc<AnyLimiter<C>>,
     excess: Arc<Mutex<Excess>>,
+    open: Arc<AtomicBool>,
 }
 
 /// Admissions counted against a limit in the window ending at `until` (clock
@@ -56,6 +64,7 @@ impl<C> Clone for LocalRule<C> {
         Self {
             limiter: Arc::clone(&self.limiter),
             excess: Arc::clone(&self.excess),
+            open: Arc::clone(&self.open),
         }
     }
 }
@@ -66,14 +75,18 @@ impl<C: Clock> LocalRule<C> {
         Self {
             limiter: Arc::new(limiter),
             excess: Arc::default(),
+            open: Arc::new(AtomicBool::new(true)),
         }
     }
 
-    /// `limiter` as the replacement of `old`: preloaded with what `old` has used in its
-    /// window (the excess beyond its permits kept aside), and the [`Handover`] that
-    /// settles the admissions `old` makes from now on, once no decision holds it.
+    /// `limiter` as the replacement of `old`, closed: preloaded with what `old` has used
+    /// in its window (the excess beyond its permits kept aside), and the [`Handover`]
+    /// that settles the admissions `old` makes from now on, once no decision holds it,
+    /// and opens the replacement.
     pub(crate) fn replacing(limiter: AnyLimiter<C>, old: &LocalRule<C>) -> (Self, Handover<C>) {
         let new = Self::new(limiter);
+        // Relaxed: not published yet (the new rules go out through the ArcSwap).
+        new.open.store(false, Ordering::Relaxed);
         let used = old.used();
         let held = used.min(u64::from(new.limiter.limit().permits()));
         new.limiter.preload(held);
@@ -84,6 +97,26 @@ impl<C: Clock> LocalRule<C> {
             used,
         };
         (new, handover)
+    }
+
+    /// A permit, if the limit is open and its limiter has one. The refusal of a closed
+    /// limit reads one flag and writes nothing.
+    #[inline]
+    pub(crate) fn try_acquire(&self) -> bool {
+        // Acquire: pairs with the Release of `settle`, so a decision that sees the limit
+        // open sees the late admissions settled into it (its limiter's own atomics order
+        // the permits themselves).
+        self.open.load(Ordering::Acquire) && self.limiter.try_acquire()
+    }
+
+    /// [`try_acquire`](Self::try_acquire) with the admission's clock reading.
+    #[inline]
+    pub(crate) fn acquire_stamped(&self) -> Option<u64> {
+        if self.open.load(Ordering::Acquire) {
+            self.limiter.acquire_stamped()
+        } else {
+            None
+        }
     }
 
     /// What this limit has used in its current window: its limiter's count plus the
@@ -177,6 +210,9 @@ impl<C: Clock> Handover<C> {
     /// a permit of its window each while it has some, the rest into its excess.
     pub(crate) fn settle(&self) {
         self.new.absorb(self.old.used().saturating_sub(self.used));
+        // Release: the settled count and excess happen before any decision on the new
+        // limit (see `LocalRule::try_acquire`).
+        self.new.open.store(true, Ordering::Release);
     }
 }
 
@@ -241,6 +277,38 @@ mod tests {
         h.settle();
         assert_eq!((0..10).filter(|_| new.limiter.try_acquire()).count(), 3);
         assert_eq!(new.used(), 10);
+    }
+
+    #[test]
+    fn a_replacement_refuses_until_its_handover_is_settled_so_the_two_never_exceed_the_limit() {
+        for algorithm in Algorithm::ALL {
+            let clock = ManualClock::new();
+            clock.set(10);
+            let old = LocalRule::new(rule(algorithm, 10, &clock));
+            assert_eq!((0..4).filter(|_| old.try_acquire()).count(), 4);
+            let (new, h) = LocalRule::replacing(rule(algorithm, 10, &clock), &old);
+            // During the swap: decisions on the new rules are refused while those still
+            // holding the old ones admit. Before, the new limiter gave out 6 more here,
+            // and 13 were kept in a window of 10.
+            assert_eq!(
+                (0..10).filter(|_| new.try_acquire()).count(),
+                0,
+                "{algorithm}"
+            );
+            assert_eq!(new.acquire_stamped(), None, "{algorithm}");
+            assert_eq!(
+                (0..3).filter(|_| old.try_acquire()).count(),
+                3,
+                "{algorithm}"
+            );
+            h.settle();
+            assert_eq!(
+                (0..10).filter(|_| new.try_acquire()).count(),
+                3,
+                "{algorithm}"
+            );
+            assert_eq!(new.used(), 10, "{algorithm}");
+        }
     }
 
     #[test]

@@ -135,7 +135,7 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     /// # Reloads never re-open used permits
     ///
     /// Whatever the sequence of reloads, a local limit's window admits at most the
-    /// largest limit in force for it during that window (up to the swap race below).
+    /// largest limit in force for it during that window (but see the two cases below).
     /// Limits are matched by identity: a rule by name (unnamed rules are named by
     /// position, `rule-3`), a floor by its rule, the cap's shared pool and the default
     /// as themselves.
@@ -146,13 +146,16 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     ///   current window, *including* admissions beyond the new limit: lowering 1000/h
     ///   (1000 used) to 500 and restoring 1000 within the hour admits nothing more
     ///   that hour.
-    /// * Decisions running during the swap: the new rules are published, the reload
-    ///   waits (at most 100 ms; decisions take microseconds) until no decision holds the
-    ///   old rules, then moves what the old limiters admitted since the carry-over into
-    ///   the new ones. What remains is a race of microseconds: in the window of the
-    ///   reload a changed limit keeps at most `max(old N, new N)` plus the fewer of the
-    ///   admissions made on the old rules after the carry-over and those made on the
-    ///   new limiter before the settlement.
+    /// * Decisions running during the swap: a changed limit's new limiter starts
+    ///   closed (it refuses), the new rules are published, the reload waits until no
+    ///   decision holds the old rules (decisions take microseconds; the wait is bounded
+    ///   by half a second), moves what the old limiters admitted since the carry-over
+    ///   into the new ones, and opens them. So the old and the new limiter together
+    ///   admit at most `max(old N, new N)` in the window of the reload; the price is
+    ///   that a changed rule refuses for the microseconds of the swap. Not covered: a
+    ///   decision descheduled on the old rules for longer than that half second (its
+    ///   admission is not carried), and a reload that straddles a window boundary
+    ///   (only the new window's count is carried).
     /// * A rule removed (or made a probability) and brought back within a window finds
     ///   its limiter: limits whose identity left the rules are kept aside until their
     ///   window holds nothing.

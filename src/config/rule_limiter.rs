@@ -241,7 +241,7 @@ impl<C: Clock> RateLimiter for RuleLimiter<C> {
     #[inline]
     fn try_acquire(&self) -> bool {
         match self {
-            RuleLimiter::Local(l) => l.limiter.try_acquire(),
+            RuleLimiter::Local(l) => l.try_acquire(),
             #[cfg(feature = "redis")]
             RuleLimiter::Fleet(f) => f.limiter.try_acquire(),
         }
@@ -250,7 +250,7 @@ impl<C: Clock> RateLimiter for RuleLimiter<C> {
     #[inline]
     fn acquire_stamped(&self) -> Option<u64> {
         match self {
-            RuleLimiter::Local(l) => l.limiter.acquire_stamped(),
+            RuleLimiter::Local(l) => l.acquire_stamped(),
             #[cfg(feature = "redis")]
             RuleLimiter::Fleet(f) => f.limiter.acquire_stamped(),
         }
