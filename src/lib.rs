@@ -60,7 +60,9 @@ pub use config::env;
 #[cfg(feature = "yaml")]
 pub use config::DeclarativeSampler;
 #[cfg(feature = "config")]
-pub use config::{lint, summary, ConfigError, ConfigErrorKind, RuleBasedSampler, SamplingConfig};
+pub use config::{
+    lint, summary, ConfigError, ConfigErrorKind, ReloadHandle, RuleBasedSampler, SamplingConfig,
+};
 #[cfg(feature = "reload")]
 pub use config::{ConfigWatcher, WatchOptions};
 #[cfg(feature = "jaeger-remote")]

@@ -60,6 +60,9 @@ pub enum ConfigErrorKind {
     /// A limit's window is shorter than the resolution of the clock the sampler reads,
     /// which would silently enforce a different rate.
     WindowBelowClockResolution,
+    /// A [`ReloadHandle`](crate::config::ReloadHandle) was used after its sampler (and
+    /// every clone of it) was dropped: there are no rules left to replace.
+    SamplerGone,
 }
 
 /// A sampling configuration that could not be loaded: the file, the line and column,

@@ -35,6 +35,6 @@ pub use error::{ConfigError, ConfigErrorKind};
 #[cfg(feature = "jaeger-remote")]
 pub use jaeger_remote::{JaegerRemote, JaegerRemotePoller, RemoteUpdate};
 pub use model::SamplingConfig;
-pub use rule_based::RuleBasedSampler;
+pub use rule_based::{ReloadHandle, RuleBasedSampler};
 #[cfg(feature = "reload")]
 pub use watch::{ConfigWatcher, WatchOptions};

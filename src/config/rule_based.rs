@@ -1,6 +1,6 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use arc_swap::ArcSwap;
 use opentelemetry::trace::{Link, SpanKind, TraceId};
@@ -215,6 +215,35 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A handle that reloads this sampler's rules without being the sampler (as
+    /// `tracing-subscriber`'s `reload::Handle` does for a layer): give the sampler to
+    /// the tracer provider and keep the handle where configuration changes arrive.
+    /// It does not keep the sampler alive.
+    ///
+    /// ```
+    /// use opentelemetry_sdk::trace::SdkTracerProvider;
+    /// use otel_rate_sampler::{ConfigErrorKind, RuleBasedSampler, SamplingConfig};
+    ///
+    /// let v1 = SamplingConfig::from_toml_str("[default]\nrate = 10.0\n", "v1.toml")?;
+    /// let sampler = RuleBasedSampler::new(&v1, "checkout")?;
+    /// let handle = sampler.reload_handle();
+    /// let provider = SdkTracerProvider::builder().with_sampler(sampler).build();
+    ///
+    /// let v2 = SamplingConfig::from_toml_str("[default]\nrate = 5.0\n", "v2.toml")?;
+    /// handle.reload(&v2)?;
+    /// assert_eq!(handle.stats().unwrap().generation, 1);
+    ///
+    /// drop(provider); // and with it the sampler
+    /// let err = handle.reload(&v2).unwrap_err();
+    /// assert_eq!(err.kind(), ConfigErrorKind::SamplerGone);
+    /// # Ok::<(), otel_rate_sampler::ConfigError>(())
+    /// ```
+    pub fn reload_handle(&self) -> ReloadHandle<C> {
+        ReloadHandle {
+            inner: Arc::downgrade(&self.inner),
+        }
+    }
+
     /// Loads `path` ([`SamplingConfig::from_path`]) and [`reload`](Self::reload)s it.
     /// A sampler built by [`from_env`](Self::from_env) with
     /// [`OTEL_RATE_SAMPLER_REDIS`](crate::env::OTEL_RATE_SAMPLER_REDIS) set keeps that
@@ -356,6 +385,83 @@ impl<C: Clock> ShouldSample for RuleBasedSampler<C> {
             Some(&rules.unmatched),
             |origin, state| rules.decide(origin, trace_id, name, span_kind, attributes, state),
         )
+    }
+}
+
+/// Reloads a [`RuleBasedSampler`]'s rules from elsewhere than the sampler
+/// ([`RuleBasedSampler::reload_handle`]). Cheap to clone; it does not keep the sampler
+/// alive: once the sampler and its clones are dropped (with the tracer provider that
+/// holds it), its methods return a [`SamplerGone`](ConfigErrorKind::SamplerGone) error
+/// or `None`.
+pub struct ReloadHandle<C = MonotonicClock> {
+    inner: Weak<Inner<C>>,
+}
+
+impl<C: Clock + Clone> ReloadHandle<C> {
+    /// The sampler, while it lives.
+    fn sampler(&self) -> Option<RuleBasedSampler<C>> {
+        self.inner.upgrade().map(|inner| RuleBasedSampler { inner })
+    }
+
+    fn gone(&self, source: &str) -> ConfigError {
+        ConfigError::new(
+            ConfigErrorKind::SamplerGone,
+            source,
+            Pos::default(),
+            String::new(),
+            "the sampler this handle reloads has been dropped (with its tracer provider); nothing was reloaded".to_owned(),
+        )
+    }
+
+    /// [`RuleBasedSampler::reload`] on the sampler.
+    ///
+    /// # Errors
+    ///
+    /// As [`RuleBasedSampler::reload`], or [`SamplerGone`](ConfigErrorKind::SamplerGone).
+    pub fn reload(&self, config: &SamplingConfig) -> Result<(), ConfigError> {
+        match self.sampler() {
+            Some(sampler) => sampler.reload(config),
+            None => Err(self.gone(&config.source)),
+        }
+    }
+
+    /// [`RuleBasedSampler::reload_from_path`] on the sampler.
+    ///
+    /// # Errors
+    ///
+    /// As [`RuleBasedSampler::reload_from_path`], or
+    /// [`SamplerGone`](ConfigErrorKind::SamplerGone) (the file is then not read).
+    pub fn reload_from_path(&self, path: impl AsRef<std::path::Path>) -> Result<(), ConfigError> {
+        match self.sampler() {
+            Some(sampler) => sampler.reload_from_path(path),
+            None => Err(self.gone(&path.as_ref().display().to_string())),
+        }
+    }
+
+    /// [`RuleBasedSampler::stats`] of the sampler, `None` once it is gone.
+    pub fn stats(&self) -> Option<RuleBasedStats> {
+        self.sampler().map(|s| s.stats())
+    }
+
+    /// Whether the sampler still lives.
+    pub fn is_alive(&self) -> bool {
+        self.inner.strong_count() > 0
+    }
+}
+
+impl<C> Clone for ReloadHandle<C> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Weak::clone(&self.inner),
+        }
+    }
+}
+
+impl<C> fmt::Debug for ReloadHandle<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReloadHandle")
+            .field("alive", &(self.inner.strong_count() > 0))
+            .finish()
     }
 }
 

@@ -571,3 +571,56 @@ fn a_rule_named_default_never_shares_the_defaults_limiter_across_reloads() {
     assert_eq!(count_kept(&s, "x", 5), 0);
     assert_eq!(count_kept(&s, "y", 5), 2);
 }
+
+#[test]
+fn a_reload_handle_changes_the_rules_of_a_sampler_owned_by_the_provider() {
+    use opentelemetry::trace::{Span as _, Tracer, TracerProvider};
+    use opentelemetry_sdk::trace::SdkTracerProvider;
+    use otel_rate_sampler::ConfigErrorKind;
+
+    let clock = ManualClock::new();
+    let unpaced = |n: u32| {
+        config(&format!(
+            "[default]\nlimit = {n}\nwindow = \"1h\"\npaced = false\n"
+        ))
+    };
+    let s = RuleBasedSampler::with_clock(&unpaced(2), "svc", clock.clone()).unwrap();
+    let handle = s.reload_handle();
+    let provider = SdkTracerProvider::builder().with_sampler(s).build();
+    let tracer = provider.tracer("test");
+    let sampled = |n: usize| {
+        (0..n)
+            .filter(|_| {
+                let span = tracer.start("op");
+                span.span_context().is_sampled()
+            })
+            .count()
+    };
+    assert_eq!(sampled(10), 2);
+    // From another thread, as a config watcher or an admin endpoint would.
+    let remote = handle.clone();
+    std::thread::spawn(move || remote.reload(&unpaced(5)).unwrap())
+        .join()
+        .unwrap();
+    // The 2 used this hour stay used: 3 more.
+    assert_eq!(sampled(10), 3);
+    let stats = handle.stats().unwrap();
+    assert_eq!((stats.generation, stats.reloads.succeeded), (1, 1));
+    assert!(handle.is_alive());
+    // A bad file keeps the rules in force and says why.
+    let bad = std::env::temp_dir().join(format!("handle-{}.toml", std::process::id()));
+    std::fs::write(&bad, "[default]\nrate = -1.0\n").unwrap();
+    let err = handle.reload_from_path(&bad).unwrap_err();
+    assert_eq!(err.kind(), ConfigErrorKind::InvalidLimit, "{err}");
+    // The handle does not keep the sampler alive.
+    drop(tracer);
+    drop(provider);
+    assert!(!handle.is_alive());
+    assert_eq!(handle.stats().map(|s| s.generation), None);
+    let err = handle.reload(&unpaced(9)).unwrap_err();
+    assert_eq!(err.kind(), ConfigErrorKind::SamplerGone, "{err}");
+    assert!(err.to_string().contains("has been dropped"), "{err}");
+    let err = handle.reload_from_path(&bad).unwrap_err();
+    assert_eq!(err.kind(), ConfigErrorKind::SamplerGone, "{err}");
+    std::fs::remove_file(bad).unwrap();
+}
