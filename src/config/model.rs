@@ -413,30 +413,38 @@ impl SamplingConfig {
     /// The key of the window of `of` in `service`'s settings (`service[1].rule[0].window`,
     /// `default.rule[2].window` for an inherited rule, `service[1].cap.window`).
     pub(crate) fn window_key(&self, service: &str, of: &LimitOf) -> String {
+        self.limit_key(service, of, "window")
+    }
+
+    /// The key of `field` of `of`'s limit in `service`'s settings, or of the limit's
+    /// table itself when `field` is empty (a rule's or the cap's).
+    pub(crate) fn limit_key(&self, service: &str, of: &LimitOf, field: &str) -> String {
         let listed = self.index.get(service).map(|&i| (i, &self.services[i]));
         let in_default = |name: &str| {
             self.default
                 .rules
                 .iter()
                 .position(|r| r.name == name)
-                .map(|k| format!("default.rule[{k}].window"))
+                .map(|k| format!("default.rule[{k}]"))
         };
-        let key = match (listed, of) {
+        let table = match (listed, of) {
             (Some((i, s)), LimitOf::Rule(name)) => s
                 .rules
                 .iter()
                 .position(|r| &r.name == name)
-                .map(|j| format!("service[{i}].rule[{j}].window"))
+                .map(|j| format!("service[{i}].rule[{j}]"))
                 .or_else(|| in_default(name)),
             (None, LimitOf::Rule(name)) => in_default(name),
-            (Some((i, s)), LimitOf::Default) if s.policy.is_some() => {
-                Some(format!("service[{i}].window"))
-            }
-            (_, LimitOf::Default) => Some("default.window".to_owned()),
-            (Some((i, _)), LimitOf::Cap) => Some(format!("service[{i}].cap.window")),
-            (None, LimitOf::Cap) => Some("default.cap.window".to_owned()),
+            (Some((i, s)), LimitOf::Default) if s.policy.is_some() => Some(format!("service[{i}]")),
+            (_, LimitOf::Default) => Some("default".to_owned()),
+            (Some((i, _)), LimitOf::Cap) => Some(format!("service[{i}].cap")),
+            (None, LimitOf::Cap) => Some("default.cap".to_owned()),
         };
-        key.unwrap_or_default()
+        match (table, field) {
+            (Some(table), "") => table,
+            (Some(table), field) => format!("{table}.{field}"),
+            (None, _) => String::new(),
+        }
     }
 
     /// A listed service as its sampler applies it: its own rules, then the default's it

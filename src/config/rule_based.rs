@@ -9,6 +9,8 @@ use opentelemetry_sdk::trace::{SamplingResult, ShouldSample};
 
 use super::error::{ConfigError, ConfigErrorKind, Pos};
 use super::handover::{wait_for_readers, Handover};
+#[cfg(all(test, not(loom)))]
+use super::model::LimitSpec;
 use super::model::SamplingConfig;
 use super::rule_limiter::BuildError;
 use super::rule_set::RuleSet;
@@ -348,13 +350,23 @@ fn compile<C: Clock + Clone>(
 ) -> Result<(RuleSet<C>, Vec<Handover<C>>), ConfigError> {
     RuleSet::compile(&config.service(service), &config.fleet, clock, previous).map_err(|e| {
         let (kind, at, key) = match &e {
-            BuildError::Limit(_) => (ConfigErrorKind::InvalidLimit, Pos::default(), String::new()),
+            BuildError::Limit { of, field, at, .. } => (
+                ConfigErrorKind::InvalidLimit,
+                *at,
+                config.limit_key(service, of, field),
+            ),
             BuildError::WindowBelowResolution { of, spec, .. } => (
                 ConfigErrorKind::WindowBelowClockResolution,
                 spec.at,
                 config.window_key(service, of),
             ),
-            BuildError::Fleet { .. } => (ConfigErrorKind::Fleet, Pos::default(), String::new()),
+            BuildError::Fleet { of, at, .. } => (
+                ConfigErrorKind::Fleet,
+                *at,
+                of.as_ref()
+                    .map(|of| config.limit_key(service, of, "scope"))
+                    .unwrap_or_default(),
+            ),
         };
         ConfigError::new(
             kind,
@@ -480,5 +492,55 @@ impl<C: Clock> fmt::Debug for RuleBasedSampler<C> {
             .field("service", &self.inner.service)
             .field("rules", &rules.names().collect::<Vec<_>>())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    // The loaders refuse these configurations, so only a configuration changed after
+    // loading reaches the errors found when the limiters are built: they still name
+    // the file, the position and the key.
+    #[test]
+    fn errors_found_when_building_limiters_give_a_position_and_a_key() {
+        let text = "[[service]]\nname = \"a\"\ncap = { limit = 10, window = \"1s\" }\n[[service.rule]]\nname = \"hot\"\nspan_name = \"x\"\nprobability = 1.0\nfloor = 4\n";
+        let mut config = SamplingConfig::from_toml_str(text, "s.toml").unwrap();
+        // Floors over the cap leave its shared pool no permit: the cap's key, at its
+        // limit's position (the window's).
+        config.services[0].rules[0].floor = 11;
+        let err = RuleBasedSampler::new(&config, "a").unwrap_err();
+        assert_eq!(err.kind(), ConfigErrorKind::InvalidLimit, "{err}");
+        assert!(
+            err.to_string().starts_with("s.toml:3:30: service[0].cap: "),
+            "{err}"
+        );
+        // A floor beyond any limiter's permits: the floor's key.
+        config.services[0].rules[0].floor = crate::Limit::MAX_PERMITS + 1;
+        config.services[0].cap = config.services[0].cap.map(|c| LimitSpec {
+            limit: c.limit.with_permits(crate::Limit::MAX_PERMITS).unwrap(),
+            ..c
+        });
+        let err = RuleBasedSampler::new(&config, "a").unwrap_err();
+        assert_eq!(
+            (err.kind(), err.line(), err.key()),
+            (ConfigErrorKind::InvalidLimit, 3, "service[0].rule[0].floor"),
+            "{err}"
+        );
+    }
+
+    #[cfg(feature = "redis")]
+    #[test]
+    fn a_fleet_limiter_refused_at_build_names_its_rule() {
+        let text = "[fleet]\nredis = \"redis://127.0.0.1:1\"\n[[service]]\nname = \"a\"\n[[service.rule]]\nname = \"shared\"\nspan_name = \"x\"\nrate = 5.0\nscope = \"fleet\"\n";
+        let mut config = SamplingConfig::from_toml_str(text, "s.toml").unwrap();
+        config.fleet.urls.clear();
+        let err = RuleBasedSampler::new(&config, "a").unwrap_err();
+        assert_eq!(err.kind(), ConfigErrorKind::Fleet, "{err}");
+        assert_eq!(
+            (err.line(), err.key()),
+            (8, "service[0].rule[0].scope"),
+            "{err}"
+        );
     }
 }

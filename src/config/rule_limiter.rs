@@ -6,6 +6,7 @@ use std::cell::RefCell;
 use std::error::Error;
 use std::fmt;
 
+use super::error::Pos;
 use super::handover::{Handover, LocalRule};
 use super::model::{FleetSettings, LimitSpec, Scope};
 use crate::clock::Clock;
@@ -66,8 +67,14 @@ impl<C> Clone for RuleLimiter<C> {
 /// Why a limiter could not be built.
 #[derive(Debug)]
 pub(crate) enum BuildError {
-    /// A local limit out of range.
-    Limit(LimitError),
+    /// A local limit out of range: a floor's (`field` "floor") or the cap's shared pool
+    /// (`field` empty), `at` the cap's position in the file.
+    Limit {
+        of: LimitOf,
+        field: &'static str,
+        at: Pos,
+        error: LimitError,
+    },
     /// A local limit's window is shorter than the clock's resolution: the limiter would
     /// see time move in steps longer than its window, and enforce another rate.
     WindowBelowResolution {
@@ -75,17 +82,40 @@ pub(crate) enum BuildError {
         spec: LimitSpec,
         resolution: std::time::Duration,
     },
-    /// A fleet limiter refused its options (`key`: the rule's fleet key).
+    /// A fleet limiter refused its options (`key`: the rule's fleet key; `of`: whose
+    /// limit, filled in by the rule set; `at`: the limit's position in the file).
     Fleet {
+        of: Option<LimitOf>,
+        at: Pos,
         key: String,
         source: Box<dyn Error + Send + Sync>,
     },
 }
 
+impl BuildError {
+    /// The error, saying whose limit it is (`of`) if it does not yet.
+    pub(crate) fn of(self, of: impl FnOnce() -> LimitOf) -> Self {
+        match self {
+            BuildError::Fleet {
+                of: None,
+                at,
+                key,
+                source,
+            } => BuildError::Fleet {
+                of: Some(of()),
+                at,
+                key,
+                source,
+            },
+            other => other,
+        }
+    }
+}
+
 impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            BuildError::Limit(e) => e.fmt(f),
+            BuildError::Limit { of, error, .. } => write!(f, "{of}: {error}"),
             BuildError::WindowBelowResolution {
                 of,
                 spec,
@@ -96,7 +126,7 @@ impl fmt::Display for BuildError {
                 spec.limit.window(),
                 spec.limit
             ),
-            BuildError::Fleet { key, source } => {
+            BuildError::Fleet { key, source, .. } => {
                 write!(f, "the fleet limiter for key {key:?}: {source}")
             }
         }
@@ -106,16 +136,10 @@ impl fmt::Display for BuildError {
 impl Error for BuildError {
     fn source(&self) -> Option<&(dyn Error + 'static)> {
         match self {
-            BuildError::Limit(e) => Some(e),
+            BuildError::Limit { error, .. } => Some(error),
             BuildError::WindowBelowResolution { .. } => None,
             BuildError::Fleet { source, .. } => Some(source.as_ref()),
         }
-    }
-}
-
-impl From<LimitError> for BuildError {
-    fn from(e: LimitError) -> Self {
-        BuildError::Limit(e)
     }
 }
 
@@ -159,12 +183,14 @@ impl<C: Clock + Clone> RuleLimiter<C> {
                 Ok(RuleLimiter::Local(new))
             }
             #[cfg(feature = "redis")]
-            Scope::Fleet => FleetRule::build(spec.limit, key(), fleet, clock, old),
+            Scope::Fleet => FleetRule::build(spec, key(), fleet, clock, old),
             #[cfg(not(feature = "redis"))]
             Scope::Fleet => {
                 // The loaders refuse `scope = "fleet"` without the feature.
                 let _ = (fleet, old, handovers);
                 Err(BuildError::Fleet {
+                    of: None,
+                    at: spec.at,
                     key: key(),
                     source: "a fleet-scoped limit needs the `redis` feature".into(),
                 })
@@ -176,12 +202,13 @@ impl<C: Clock + Clone> RuleLimiter<C> {
 #[cfg(feature = "redis")]
 impl<C: Clock + Clone> FleetRule<C> {
     fn build(
-        limit: Limit,
+        spec: LimitSpec,
         key: String,
         settings: &FleetSettings,
         clock: &C,
         old: Option<&RuleLimiter<C>>,
     ) -> Result<RuleLimiter<C>, BuildError> {
+        let limit = spec.limit;
         let old = match old {
             Some(RuleLimiter::Fleet(f)) if f.limiter.key() == key => Some(f),
             _ => None,
@@ -207,6 +234,8 @@ impl<C: Clock + Clone> FleetRule<C> {
             builder = builder.instance_id(old.limiter.instance_id());
         }
         let limiter = builder.build().map_err(|e| BuildError::Fleet {
+            of: None,
+            at: spec.at,
             key,
             source: Box::new(e),
         })?;

@@ -171,15 +171,27 @@ impl<C: Clock + Clone> RuleSet<C> {
                             _ => None,
                         });
                         let key = || fleet_key(&service.name, name);
-                        Action::Limit(build(spec, &key, old_limiter)?)
+                        Action::Limit(
+                            build(spec, &key, old_limiter)
+                                .map_err(|e| e.of(|| LimitOf::Rule(name.to_owned())))?,
+                        )
                     }
                 };
                 let floor_permits = rule.map_or(0, |r| r.floor);
                 // A floor is a fixed window in the cap's window, with the cap's scope.
                 let floor = match (cap, floor_permits) {
                     (Some(cap), permits @ 1..) => {
+                        let limit =
+                            cap.limit
+                                .with_permits(permits)
+                                .map_err(|error| BuildError::Limit {
+                                    of: LimitOf::Rule(name.to_owned()),
+                                    field: "floor",
+                                    at: cap.at,
+                                    error,
+                                })?;
                         let spec = LimitSpec {
-                            limit: cap.limit.with_permits(permits)?,
+                            limit,
                             algorithm: Algorithm::FixedWindow,
                             ..cap
                         };
@@ -192,7 +204,10 @@ impl<C: Clock + Clone> RuleSet<C> {
                             .find(|c| !c.is_default && c.name == name)
                             .and_then(|c| c.floor.as_ref())
                             .or_else(|| old.and_then(|o| o.floor.as_ref()));
-                        Some(build(spec, &key, old_floor)?)
+                        Some(
+                            build(spec, &key, old_floor)
+                                .map_err(|e| e.of(|| LimitOf::Rule(name.to_owned())))?,
+                        )
                     }
                     _ => None,
                 };
@@ -224,18 +239,27 @@ impl<C: Clock + Clone> RuleSet<C> {
             .transpose()?;
         let shared = match service.cap {
             Some(cap) => {
+                let cap_error = |error| BuildError::Limit {
+                    of: LimitOf::Cap,
+                    field: "",
+                    at: cap.at,
+                    error,
+                };
                 let floors: u32 = service.rules.iter().map(|r| r.floor).sum();
                 match cap.limit.permits().checked_sub(floors) {
                     Some(0) => None,
                     Some(permits) => {
                         let spec = LimitSpec {
-                            limit: cap.limit.with_permits(permits)?,
+                            limit: cap.limit.with_permits(permits).map_err(cap_error)?,
                             ..cap
                         };
                         let key = || fleet_cap_key(&service.name);
-                        Some(build(spec, &key, previous.and_then(|p| p.shared.as_ref()))?)
+                        Some(
+                            build(spec, &key, previous.and_then(|p| p.shared.as_ref()))
+                                .map_err(|e| e.of(|| LimitOf::Cap))?,
+                        )
                     }
-                    None => return Err(LimitError::ZeroPermits.into()),
+                    None => return Err(cap_error(LimitError::ZeroPermits)),
                 }
             }
             None => None,
