@@ -453,10 +453,15 @@ fn a_real_collector_sees_kept_traces_spread_across_each_window() {
         .collect();
     assert!(!whole.is_empty(), "{per_window:?}");
     for (window, tenths) in whole {
+        // A span's start time (the wall clock, read when `tracing` opens the span) and
+        // its limiter's clock reading (the monotonic clock, mapped to Unix time, read
+        // when the sampler decides) differ by microseconds: a root admitted in the first
+        // instant of a window can carry a start time at the end of the previous one. So
+        // windows counted by start time may hold one or two more or fewer than the
+        // limiter's windows (whose exact cap the core tests count); one CI run saw 101.
         let kept: u64 = tenths.iter().sum();
-        assert!((98..=100).contains(&kept), "window {window}: {tenths:?}");
-        // 10 expected per tenth; a span's start time and its limiter's clock reading
-        // differ by microseconds, which moves a few across a tenth's edge.
+        assert!((97..=102).contains(&kept), "window {window}: {tenths:?}");
+        // 10 expected per tenth, for the same reason give or take a few at its edges.
         assert!(
             tenths.iter().all(|&t| (5..=15).contains(&t)),
             "window {window}: {tenths:?}"
