@@ -300,8 +300,9 @@ impl EffectiveRules {
         }
     }
 
-    /// Every limit the file sets for this service, named: each limit rule's (by rule
-    /// name), the default's (`default`) and the cap's (`cap`). Floors and the shared
+    /// Every limit the file sets for this service, named: each limit rule's, adaptive
+    /// rule's cap or lower bound (by rule name), the default's (`default`) and the
+    /// cap's (`cap`). Floors and the shared
     /// pool are derived from the cap and are not listed.
     pub fn limits(&self) -> impl Iterator<Item = (&str, Limit)> + '_ {
         self.rules
