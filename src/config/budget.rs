@@ -77,10 +77,8 @@ impl SamplingConfig {
         let limiters = || {
             let floors: u64 = rules().map(|(_, r)| u64::from(r.floor)).sum();
             let per_rule = rules().flat_map(move |(culprit, rule)| {
-                let own = match rule.policy {
-                    Policy::Limit(spec) => Some((culprit, spec)),
-                    _ => None,
-                };
+                // A limit's limiter, or a lower bound's.
+                let own = rule.policy.limiter().map(|spec| (culprit, spec));
                 let floor = cap.filter(|_| rule.floor > 0).and_then(|cap| {
                     let limit = Limit::per_window(rule.floor, cap.limit.window()).ok()?;
                     Some((
@@ -90,10 +88,9 @@ impl SamplingConfig {
                 });
                 own.into_iter().chain(floor)
             });
-            let policy = match policy {
-                Some(Policy::Limit(spec)) => Some((Culprit::Policy, spec)),
-                _ => None,
-            };
+            let policy = policy
+                .and_then(|p| p.limiter())
+                .map(|spec| (Culprit::Policy, spec));
             // The cap's shared pool: the cap less the floors (as the sampler builds it).
             let pool = cap.and_then(|cap| {
                 let pool = u64::from(cap.limit.permits()).saturating_sub(floors);

@@ -8,6 +8,11 @@
 //! TOML), a listed service's operations come first, then the default strategy's
 //! operations it does not name itself; a service strategy may opt out with
 //! `"inherit_default_rules": false` (an extension, which Jaeger itself ignores).
+//!
+//! The file format has no lower bound (a strategy is a `type` and a `param`; the
+//! `defaultLowerBoundTracesPerSecond` of Jaeger's remote sampling answers is not one of
+//! its keys), so a file's probabilities have none; write `at_least` in a TOML or YAML
+//! rule file for one.
 
 use std::collections::HashSet;
 

@@ -65,7 +65,8 @@ enum RawUrls {
 }
 
 /// A `deny_unknown_fields` table that can set a limit. The keys of a policy (`rate`,
-/// `limit`, `window`, `algorithm`, `scope`, `probability`, `adaptive`) are written here once, with
+/// `limit`, `window`, `algorithm`, `scope`, `probability`, `at_least`, `adaptive`) are
+/// written here once, with
 /// `policy_keys` to read them; the table's own keys follow. (`#[serde(flatten)]` would
 /// share them too, but cannot be combined with `deny_unknown_fields`.)
 macro_rules! limit_table {
@@ -82,6 +83,7 @@ macro_rules! limit_table {
             algorithm: Option<Spanned<String>>,
             paced: Option<Spanned<bool>>,
             probability: Option<Spanned<f64>>,
+            at_least: Option<Spanned<f64>>,
             adaptive: Option<Spanned<Box<RawAdaptive>>>,
             scope: Option<Spanned<String>>,
             $($(#[$attr])* $field: $ty,)*
@@ -96,6 +98,7 @@ macro_rules! limit_table {
                     algorithm: &self.algorithm,
                     paced: &self.paced,
                     probability: self.probability.as_ref(),
+                    at_least: self.at_least.as_ref(),
                     adaptive: self.adaptive.as_ref(),
                     scope: &self.scope,
                 }
@@ -198,6 +201,8 @@ struct RawPolicy<'a> {
     /// `paced = false` opts a limit out of pacing (see `Limit::unpaced`).
     paced: &'a Option<Spanned<bool>>,
     probability: Option<&'a Spanned<f64>>,
+    /// A lower bound in traces per second beside a `probability`.
+    at_least: Option<&'a Spanned<f64>>,
     adaptive: Option<&'a Spanned<Box<RawAdaptive>>>,
     scope: &'a Option<Spanned<String>>,
 }
@@ -289,6 +294,24 @@ impl Ctx<'_> {
             return self.adaptive(raw, adaptive, path).map(Some);
         }
         let limit = self.limit(raw, path)?;
+        if let Some(l) = raw.at_least {
+            if limit.is_some() {
+                return Err(self.new_error(
+                    ConfigErrorKind::ConflictingKeys,
+                    l.span(),
+                    key("at_least"),
+                    "`at_least` is the lower bound of a `probability`; a limit (`rate` or `limit`) has none: remove one of the two".into(),
+                ));
+            }
+            if raw.probability.is_none() {
+                return Err(self.new_error(
+                    ConfigErrorKind::MissingKey,
+                    l.span(),
+                    key("at_least"),
+                    "`at_least` needs a `probability` beside it: keep with that probability, but at least this many traces per second".into(),
+                ));
+            }
+        }
         match (limit, raw.probability) {
             (Some(_), Some(p)) => Err(self.new_error(
                 ConfigErrorKind::ConflictingKeys,
@@ -323,7 +346,17 @@ impl Ctx<'_> {
                     ));
                 }
                 let p = self.check(p, key("probability"), |p| validate::probability(*p))?;
-                Ok(Some(Policy::Probability(p)))
+                let Some(l) = raw.at_least else {
+                    return Ok(Some(Policy::Probability(p)));
+                };
+                let limit = self.check(l, key("at_least"), |l| validate::rate(*l))?;
+                Ok(Some(Policy::AtLeast {
+                    probability: p,
+                    lower_bound: LimitSpec {
+                        at: self.pos(l.span()),
+                        ..LimitSpec::local(limit, Algorithm::FixedWindow)
+                    },
+                }))
             }
             (None, None) => Ok(None),
         }
@@ -342,6 +375,7 @@ impl Ctx<'_> {
             ("limit", raw.limit.as_ref().map(Spanned::span)),
             ("window", raw.window.as_ref().map(Spanned::span)),
             ("probability", raw.probability.map(Spanned::span)),
+            ("at_least", raw.at_least.map(Spanned::span)),
             ("algorithm", raw.algorithm.as_ref().map(Spanned::span)),
             ("paced", raw.paced.as_ref().map(Spanned::span)),
             ("scope", raw.scope.as_ref().map(Spanned::span)),
@@ -367,6 +401,7 @@ impl Ctx<'_> {
                     algorithm: &no_text,
                     paced: &no_flag,
                     probability: no_probability,
+                    at_least: None,
                     adaptive: None,
                     scope: &no_text,
                 };
@@ -570,6 +605,14 @@ impl Ctx<'_> {
                         a.span(),
                         format!("{cap_path}.adaptive"),
                         "a cap is a limit and takes no `adaptive`; use `rate`, or `limit` with `window`".into(),
+                    ));
+                }
+                if let Some(l) = &cr.at_least {
+                    return Err(self.new_error(
+                        ConfigErrorKind::UnknownKey,
+                        l.span(),
+                        format!("{cap_path}.at_least"),
+                        "a cap is a limit and takes no `at_least`; use `rate`, or `limit` with `window`".into(),
                     ));
                 }
                 if let Some(p) = &cr.probability {
@@ -781,7 +824,7 @@ impl Ctx<'_> {
                 ConfigErrorKind::MissingKey,
                 span.clone(),
                 path,
-                "a rule needs a `rate`, a `limit` (with `window`), a `probability` or `adaptive`"
+                "a rule needs a `rate`, a `limit` (with `window`), a `probability` (with an optional `at_least`) or `adaptive`"
                     .into(),
             )
         })?;

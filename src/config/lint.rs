@@ -5,7 +5,7 @@ use std::fmt;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use super::model::{LimitSpec, Rule, SamplingConfig, ServiceConfig};
+use super::model::{LimitSpec, Policy, Rule, SamplingConfig, ServiceConfig};
 use super::pattern::Pattern;
 use super::summary::{EffectiveRules, RulePolicy};
 use crate::clock::{Clock, MonotonicClock};
@@ -64,15 +64,20 @@ pub enum LintKind {
     /// range, so no per-replica limit expresses it. Fleet-scoped limits are never
     /// divided: they already hold for the whole fleet.
     CannotSplit,
+    /// Warning: a lower bound (`at_least`) asks for more traces than the service cap
+    /// lets through (compared as rates), so the cap, not the lower bound, decides how
+    /// many of that rule's traces are kept when its probability keeps few.
+    LowerBoundOverCap,
 }
 
 impl LintKind {
     /// The severity of this kind of lint.
     pub fn severity(self) -> Severity {
         match self {
-            LintKind::FloorOverLimit | LintKind::SharedPoolBelowDefault | LintKind::LargeMemory => {
-                Severity::Warning
-            }
+            LintKind::FloorOverLimit
+            | LintKind::SharedPoolBelowDefault
+            | LintKind::LargeMemory
+            | LintKind::LowerBoundOverCap => Severity::Warning,
             LintKind::Unreachable
             | LintKind::Shadowed
             | LintKind::FloorsOverCap
@@ -208,6 +213,7 @@ fn lint_service(
         }
     }
     floors(s, &effective, out);
+    lower_bounds(s, out);
     let bytes: usize = effective.limiters().iter().map(|l| l.bytes()).sum();
     if bytes > LARGE_MEMORY_BYTES {
         out.push(Lint::new(
@@ -339,6 +345,33 @@ fn floors(s: &ServiceConfig, effective: &EffectiveRules, out: &mut Vec<Lint>) {
                     rule.floor,
                     f64::from(rule.floor) * 1e9 / cap.limit.window_nanos() as f64,
                     limit.per_second_rate()
+                ),
+            ));
+        }
+    }
+}
+
+/// Lower bounds (`at_least`) over the service cap.
+fn lower_bounds(s: &ServiceConfig, out: &mut Vec<Lint>) {
+    let Some(cap) = s.cap else { return };
+    let own = s.rules.iter().map(|r| (r.name.as_str(), r.policy));
+    for (name, policy) in own.chain(s.policy.map(|p| ("default", p))) {
+        let Policy::AtLeast { lower_bound, .. } = policy else {
+            continue;
+        };
+        let bound = lower_bound.limit;
+        // bound / its window > cap / cap window, in whole numbers.
+        let asked = u128::from(bound.permits()) * u128::from(cap.limit.window_nanos());
+        let allowed = u128::from(cap.limit.permits()) * u128::from(bound.window_nanos());
+        if asked > allowed {
+            out.push(Lint::new(
+                LintKind::LowerBoundOverCap,
+                &s.name,
+                Some(name),
+                format!(
+                    "lower bound (at_least) {}/s is more than the service cap lets through, {}/s: the cap keeps fewer than the lower bound asks; lower `at_least` or raise the cap",
+                    bound.per_second_rate(),
+                    cap.limit.per_second_rate()
                 ),
             ));
         }
@@ -615,6 +648,35 @@ floor = 1
             "{}",
             lints[0]
         );
+    }
+
+    #[test]
+    fn a_lower_bound_over_the_cap_is_a_warning() {
+        let text = r#"
+[default]
+probability = 0.1
+at_least = 20.0
+cap = { rate = 10.0 }
+[[default.rule]]
+name = "within"
+span_name = "a"
+probability = 0.0
+at_least = 10.0
+[[default.rule]]
+name = "over"
+span_name = "b"
+probability = 0.0
+at_least = 11.0
+"#;
+        let lints = lints_of(text);
+        assert_eq!(
+            lints,
+            [
+                (LintKind::LowerBoundOverCap, Some("over".to_owned())),
+                (LintKind::LowerBoundOverCap, Some("default".to_owned())),
+            ]
+        );
+        assert_eq!(LintKind::LowerBoundOverCap.severity(), Severity::Warning);
     }
 
     #[test]

@@ -53,7 +53,8 @@ use crate::sampler::{Origin, RemoteParents};
 ///   rate, with an algorithm), a **probability**, or an **adaptive** probability under a
 ///   cap (`adaptive = 100.0`, or `adaptive = { limit = 100, window = "1s" }`: the
 ///   [`AdaptiveSampler`](crate::AdaptiveSampler)'s algorithm, per rule, local to each
-///   process).
+///   process), or a probability with a lower bound (`probability = 0.01` with
+///   `at_least = 2.0`: Jaeger's guaranteed-throughput sampler, see below).
 ///
 /// # Evaluation order
 ///
@@ -94,6 +95,22 @@ use crate::sampler::{Origin, RemoteParents};
 /// (a rate limit has no known probability). Under a service cap, a probability rule's
 /// spans keep their `th`: in a window where the cap refused some of them, the weighted
 /// count of that rule's spans falls short of the offered count by what the cap refused.
+///
+/// # Probability with a lower bound (`at_least`)
+///
+/// `probability = p` with `at_least = L` (traces per second, a local limit of its own)
+/// is Jaeger's `GuaranteedThroughputProbabilisticSampler`: a trace the probability keeps
+/// is kept (with its `th`) and also spends a permit of the lower bound's limiter when
+/// one is left; a trace the probability refuses is kept if that limiter admits it. So
+/// in each window of the lower bound (`L` per second, paced like any limit) the rule
+/// keeps at least the fewer of `L` and the traces offered, and at most the
+/// probability's keeps plus `L`: the probability's keeps spend the bound's permits, so
+/// the bound adds fewer the more the probability keeps (how many exactly depends on the
+/// order of arrivals, as in Jaeger). A trace kept by the lower bound alone is kept like
+/// a rate-limited one: no `th` (its probability is unknown), `sampler.type =
+/// lowerbound` and `sampler.param = L`. The lower bound's limiter is kept across
+/// reloads by the rule's name, as a limit rule's is. Under a cap, the cap may still
+/// refuse either kind of keep.
 ///
 /// # Scope
 ///
@@ -251,6 +268,27 @@ pub(crate) enum Policy {
     /// A consistent probability adapted each window to keep about, and at most, this
     /// limit (local to each process).
     Adaptive(Limit),
+    /// A consistent probability, but at least `lower_bound` traces (Jaeger's
+    /// guaranteed-throughput sampler): a trace the probability keeps also spends a
+    /// permit of the lower bound's limiter when one is left; a trace it refuses is kept
+    /// if that limiter admits it. The lower bound is a local limit.
+    AtLeast {
+        probability: f64,
+        lower_bound: LimitSpec,
+    },
+}
+
+impl Policy {
+    /// The limit this policy's own limiter enforces (a limit's, or a lower bound's), if
+    /// it has one; an adaptive policy's cap is not one of these (it is shared with the
+    /// adaptive estimate, not handed over).
+    pub(crate) fn limiter(&self) -> Option<LimitSpec> {
+        match *self {
+            Policy::Limit(spec) => Some(spec),
+            Policy::AtLeast { lower_bound, .. } => Some(lower_bound),
+            Policy::Probability(_) | Policy::Adaptive(_) => None,
+        }
+    }
 }
 
 /// A matching rule.
@@ -630,6 +668,14 @@ impl fmt::Display for DisplayPolicy<'_> {
                 f,
                 "keep about {limit} ({}/s) by an adaptive probability, capped",
                 limit.per_second_rate()
+            ),
+            Policy::AtLeast {
+                probability,
+                lower_bound,
+            } => write!(
+                f,
+                "keep with probability {probability}, and at least {}",
+                DisplaySpec(lower_bound)
             ),
         }
     }

@@ -20,7 +20,7 @@ use super::rule_limiter::{BuildError, LimitOf, RuleLimiter};
 use crate::clock::Clock;
 use crate::limit::LimitError;
 use crate::limiter::{Algorithm, FixedWindow, RateLimiter};
-use crate::sampler::attributes::{self, ADAPTIVE, PROBABILISTIC, RATELIMITING};
+use crate::sampler::attributes::{self, ADAPTIVE, LOWERBOUND, PROBABILISTIC, RATELIMITING};
 use crate::sampler::{
     decide_consistent, drop_span, erase_threshold, Adaptive, Origin, RemoteParents, Threshold,
     Verdict,
@@ -70,6 +70,15 @@ enum Action<C> {
     /// An adaptive probability under its own cap; shared with the previous rule set's
     /// rule of the same name and limit across a reload.
     Adaptive(Arc<Adaptive<C>>),
+    /// A probability (writing `th`), and a lower bound's limiter that the probability's
+    /// keeps also spend and that may keep what it refuses.
+    AtLeast {
+        threshold: Threshold,
+        lower_bound: RuleLimiter<C>,
+        /// What a span kept by the lower bound alone records (the rule's `attributes`
+        /// are those of a probability keep).
+        bound_attributes: Vec<KeyValue>,
+    },
 }
 
 impl<C> Clone for Compiled<C> {
@@ -82,6 +91,15 @@ impl<C> Clone for Compiled<C> {
                 Action::Limit(l) => Action::Limit(l.clone()),
                 Action::Probability(p) => Action::Probability(*p),
                 Action::Adaptive(a) => Action::Adaptive(Arc::clone(a)),
+                Action::AtLeast {
+                    threshold,
+                    lower_bound,
+                    bound_attributes,
+                } => Action::AtLeast {
+                    threshold: *threshold,
+                    lower_bound: lower_bound.clone(),
+                    bound_attributes: bound_attributes.clone(),
+                },
             },
             floor: self.floor.clone(),
             attributes: self.attributes.clone(),
@@ -90,10 +108,21 @@ impl<C> Clone for Compiled<C> {
     }
 }
 
+impl<C> Action<C> {
+    /// Its own limiter, handed over by rule identity on a reload: a limit's, or a lower
+    /// bound's (an adaptive policy's cap goes with its estimate instead).
+    fn limiter(&self) -> Option<&RuleLimiter<C>> {
+        match self {
+            Action::Limit(l) | Action::AtLeast { lower_bound: l, .. } => Some(l),
+            Action::Probability(_) | Action::Adaptive(_) => None,
+        }
+    }
+}
+
 impl<C: Clock> Compiled<C> {
-    /// Whether it has a limit (not a probability).
+    /// Whether it has a limiter of its own (a limit or a lower bound).
     fn limits(&self) -> bool {
-        matches!(self.action, Action::Limit(_))
+        self.action.limiter().is_some()
     }
 
     /// Whether `other` is the same rule (by name, or both the default).
@@ -106,11 +135,11 @@ impl<C: Clock> Compiled<C> {
         let used = |l: &RuleLimiter<C>| l.local().is_some_and(|l| l.used() > 0);
         // An adaptive rule's cap is shared with its successor of the same limit, so it
         // is never kept aside.
-        let action = match &self.action {
-            Action::Limit(l) => Some(l),
-            Action::Probability(_) | Action::Adaptive(_) => None,
-        };
-        action.into_iter().chain(self.floor.as_ref()).any(used)
+        self.action
+            .limiter()
+            .into_iter()
+            .chain(self.floor.as_ref())
+            .any(used)
     }
 }
 
@@ -147,87 +176,105 @@ impl<C: Clock + Clone> RuleSet<C> {
         let build = |spec: LimitSpec, key: &dyn Fn() -> String, old: Option<&RuleLimiter<C>>| {
             RuleLimiter::build(spec, key, fleet, clock, old, &handovers)
         };
-        let compile =
-            |rule: Option<&Rule>, name: &str, policy: Policy| -> Result<Compiled<C>, BuildError> {
-                let old = find(rule, name);
-                let action = match policy {
-                    Policy::Probability(p) => Action::Probability(Threshold::from_probability(p)),
-                    Policy::Adaptive(limit) => match old.map(|o| (&o.action, o.policy)) {
-                        // The same limit: keep the estimate and the cap's window.
-                        Some((Action::Adaptive(a), Policy::Adaptive(l))) if l == limit => {
-                            Action::Adaptive(Arc::clone(a))
-                        }
-                        // The rule's counters carry over by name: start the offered
-                        // count from their total.
-                        _ => Action::Adaptive(Arc::new(Adaptive::new(
-                            FixedWindow::with_clock(limit, clock.clone()),
-                            clock.clone(),
-                            old.map_or(0, |o| o.counters.snapshot().total()),
-                        ))),
-                    },
-                    Policy::Limit(spec) => {
-                        let old_limiter = old.and_then(|o| match (&o.action, o.policy) {
-                            (Action::Limit(l), Policy::Limit(_)) => Some(l),
-                            _ => None,
-                        });
-                        let key = || fleet_key(&service.name, name);
-                        Action::Limit(
-                            build(spec, &key, old_limiter)
-                                .map_err(|e| e.of(|| LimitOf::Rule(name.to_owned())))?,
-                        )
+        let compile = |rule: Option<&Rule>,
+                       name: &str,
+                       policy: Policy|
+         -> Result<Compiled<C>, BuildError> {
+            let old = find(rule, name);
+            let action = match policy {
+                Policy::Probability(p) => Action::Probability(Threshold::from_probability(p)),
+                Policy::Adaptive(limit) => match old.map(|o| (&o.action, o.policy)) {
+                    // The same limit: keep the estimate and the cap's window.
+                    Some((Action::Adaptive(a), Policy::Adaptive(l))) if l == limit => {
+                        Action::Adaptive(Arc::clone(a))
                     }
-                };
-                let floor_permits = rule.map_or(0, |r| r.floor);
-                // A floor is a fixed window in the cap's window, with the cap's scope.
-                let floor = match (cap, floor_permits) {
-                    (Some(cap), permits @ 1..) => {
-                        let limit =
-                            cap.limit
-                                .with_permits(permits)
-                                .map_err(|error| BuildError::Limit {
-                                    of: LimitOf::Rule(name.to_owned()),
-                                    field: "floor",
-                                    at: cap.at,
-                                    error,
-                                })?;
-                        let spec = LimitSpec {
-                            limit,
-                            algorithm: Algorithm::FixedWindow,
-                            ..cap
-                        };
-                        let key = || fleet_floor_key(&service.name, name);
-                        // The floor of the rule in force first (a probability rule
-                        // can have one), else the predecessor's.
-                        let old_floor = previous
-                            .into_iter()
-                            .flat_map(|p| p.rules.iter())
-                            .find(|c| !c.is_default && c.name == name)
-                            .and_then(|c| c.floor.as_ref())
-                            .or_else(|| old.and_then(|o| o.floor.as_ref()));
-                        Some(
-                            build(spec, &key, old_floor)
-                                .map_err(|e| e.of(|| LimitOf::Rule(name.to_owned())))?,
-                        )
+                    // The rule's counters carry over by name: start the offered
+                    // count from their total.
+                    _ => Action::Adaptive(Arc::new(Adaptive::new(
+                        FixedWindow::with_clock(limit, clock.clone()),
+                        clock.clone(),
+                        old.map_or(0, |o| o.counters.snapshot().total()),
+                    ))),
+                },
+                // A limit and a lower bound take over the predecessor's limiter
+                // (either kind): what it used in this window stays spent.
+                Policy::Limit(spec) => {
+                    let key = || fleet_key(&service.name, name);
+                    Action::Limit(
+                        build(spec, &key, old.and_then(|o| o.action.limiter()))
+                            .map_err(|e| e.of(|| LimitOf::Rule(name.to_owned())))?,
+                    )
+                }
+                Policy::AtLeast {
+                    probability,
+                    lower_bound,
+                } => {
+                    let key = || fleet_key(&service.name, name);
+                    Action::AtLeast {
+                        threshold: Threshold::from_probability(probability),
+                        lower_bound: build(lower_bound, &key, old.and_then(|o| o.action.limiter()))
+                            .map_err(|e| e.of(|| LimitOf::Rule(name.to_owned())))?,
+                        bound_attributes: attributes::kept_by_rule(
+                            LOWERBOUND,
+                            lower_bound.limit.per_second_rate(),
+                            name,
+                        ),
                     }
-                    _ => None,
-                };
-                let (kind, param) = match policy {
-                    Policy::Limit(spec) => (RATELIMITING, spec.limit.per_second_rate()),
-                    Policy::Probability(p) => (PROBABILISTIC, p),
-                    Policy::Adaptive(limit) => (ADAPTIVE, limit.per_second_rate()),
-                };
-                Ok(Compiled {
-                    name: name.to_owned(),
-                    is_default: rule.is_none(),
-                    policy,
-                    action,
-                    floor,
-                    attributes: attributes::kept_by_rule(kind, param, name),
-                    // By name, also when the rule changed: its metric series stay
-                    // monotonic.
-                    counters: old.map_or_else(Default::default, |o| Arc::clone(&o.counters)),
-                })
+                }
             };
+            let floor_permits = rule.map_or(0, |r| r.floor);
+            // A floor is a fixed window in the cap's window, with the cap's scope.
+            let floor = match (cap, floor_permits) {
+                (Some(cap), permits @ 1..) => {
+                    let limit =
+                        cap.limit
+                            .with_permits(permits)
+                            .map_err(|error| BuildError::Limit {
+                                of: LimitOf::Rule(name.to_owned()),
+                                field: "floor",
+                                at: cap.at,
+                                error,
+                            })?;
+                    let spec = LimitSpec {
+                        limit,
+                        algorithm: Algorithm::FixedWindow,
+                        ..cap
+                    };
+                    let key = || fleet_floor_key(&service.name, name);
+                    // The floor of the rule in force first (a probability rule
+                    // can have one), else the predecessor's.
+                    let old_floor = previous
+                        .into_iter()
+                        .flat_map(|p| p.rules.iter())
+                        .find(|c| !c.is_default && c.name == name)
+                        .and_then(|c| c.floor.as_ref())
+                        .or_else(|| old.and_then(|o| o.floor.as_ref()));
+                    Some(
+                        build(spec, &key, old_floor)
+                            .map_err(|e| e.of(|| LimitOf::Rule(name.to_owned())))?,
+                    )
+                }
+                _ => None,
+            };
+            let (kind, param) = match policy {
+                Policy::Limit(spec) => (RATELIMITING, spec.limit.per_second_rate()),
+                Policy::Probability(p) | Policy::AtLeast { probability: p, .. } => {
+                    (PROBABILISTIC, p)
+                }
+                Policy::Adaptive(limit) => (ADAPTIVE, limit.per_second_rate()),
+            };
+            Ok(Compiled {
+                name: name.to_owned(),
+                is_default: rule.is_none(),
+                policy,
+                action,
+                floor,
+                attributes: attributes::kept_by_rule(kind, param, name),
+                // By name, also when the rule changed: its metric series stay
+                // monotonic.
+                counters: old.map_or_else(Default::default, |o| Arc::clone(&o.counters)),
+            })
+        };
         let rules = service
             .rules
             .iter()
@@ -319,22 +366,18 @@ impl<C: Clock + Clone> RuleSet<C> {
 /// any limiter is built): such a limiter sees whole windows go by between two readings
 /// and enforces another rate (1 per 1 ms on a 4 ms clock kept 251 per second).
 fn below_resolution(service: &ServiceConfig, resolution: Duration) -> Result<(), BuildError> {
-    let rules = service.rules.iter().filter_map(|r| match r.policy {
-        Policy::Limit(spec) => Some((LimitOf::Rule(r.name.clone()), spec)),
-        Policy::Adaptive(limit) => Some((
-            LimitOf::Rule(r.name.clone()),
-            LimitSpec::local(limit, Algorithm::FixedWindow),
-        )),
-        Policy::Probability(_) => None,
-    });
-    let default = match service.policy {
-        Some(Policy::Limit(spec)) => Some((LimitOf::Default, spec)),
-        Some(Policy::Adaptive(limit)) => Some((
-            LimitOf::Default,
-            LimitSpec::local(limit, Algorithm::FixedWindow),
-        )),
-        _ => None,
+    let spec = |policy: Policy| match policy {
+        Policy::Adaptive(limit) => Some(LimitSpec::local(limit, Algorithm::FixedWindow)),
+        other => other.limiter(),
     };
+    let rules = service
+        .rules
+        .iter()
+        .filter_map(|r| Some((LimitOf::Rule(r.name.clone()), spec(r.policy)?)));
+    let default = service
+        .policy
+        .and_then(spec)
+        .map(|spec| (LimitOf::Default, spec));
     let cap = service.cap.map(|spec| (LimitOf::Cap, spec));
     match rules
         .chain(default)
@@ -375,19 +418,39 @@ impl<C: Clock> RuleSet<C> {
         };
         // A limit's keep has no known probability: `th` goes. A probability's keep
         // carries its threshold (raised to a capped remote parent's, never lowered).
+        let second_stage = origin == Origin::Remote;
+        let mut attributes = &chosen.attributes;
         let kept = match &chosen.action {
             Action::Limit(l) => l.try_acquire().then_some(None),
             Action::Probability(threshold) => {
-                let second_stage = origin == Origin::Remote;
                 match decide_consistent(*threshold, trace_id, parent_state, second_stage) {
                     Verdict::Keep(kept) => Some(Some(kept)),
                     Verdict::Drop => None,
                 }
             }
+            Action::AtLeast {
+                threshold,
+                lower_bound,
+                bound_attributes,
+            } => match decide_consistent(*threshold, trace_id, parent_state, second_stage) {
+                // Kept by probability: it also spends a permit of the lower bound if one
+                // is left, so the bound adds traces only while the probability keeps
+                // fewer than it.
+                Verdict::Keep(kept) => {
+                    let _ = lower_bound.try_acquire();
+                    Some(Some(kept))
+                }
+                // Refused by probability: kept like a rate-limited trace if the bound
+                // admits it (no `th`: it was not sampled at the rule's probability).
+                Verdict::Drop if lower_bound.try_acquire() => {
+                    attributes = bound_attributes;
+                    Some(None)
+                }
+                Verdict::Drop => None,
+            },
             Action::Adaptive(adaptive) => {
                 // Every decision of this rule was offered to it.
                 let threshold = adaptive.threshold(|| chosen.counters.snapshot().total());
-                let second_stage = origin == Origin::Remote;
                 match decide_consistent(threshold, trace_id, parent_state, second_stage) {
                     Verdict::Keep(kept) if adaptive.admit() => Some(Some(kept)),
                     Verdict::Keep(_) => {
@@ -404,7 +467,11 @@ impl<C: Clock> RuleSet<C> {
         let Some(consistent) = kept else {
             let refusal = match chosen.action {
                 Action::Limit(_) => DropReason::RateLimit,
-                Action::Probability(_) | Action::Adaptive(_) => DropReason::Probability,
+                // A lower bound only adds to what the probability keeps: the refusal
+                // is the probability's.
+                Action::Probability(_) | Action::Adaptive(_) | Action::AtLeast { .. } => {
+                    DropReason::Probability
+                }
             };
             chosen.counters.record(Event::dropped(refusal, origin));
             return drop_span(parent_state);
@@ -422,7 +489,7 @@ impl<C: Clock> RuleSet<C> {
         chosen.counters.record(Event::kept(origin));
         SamplingResult {
             decision: SamplingDecision::RecordAndSample,
-            attributes: chosen.attributes.clone(),
+            attributes: attributes.clone(),
             trace_state: match consistent {
                 Some(kept) => kept.trace_state(parent_state),
                 None => erase_threshold(parent_state),
@@ -447,7 +514,7 @@ impl<C: Clock> RuleSet<C> {
                 name: c.name.clone(),
                 decisions: c.counters.snapshot(),
                 window: match &c.action {
-                    Action::Limit(l) => fill(l),
+                    Action::Limit(l) | Action::AtLeast { lower_bound: l, .. } => fill(l),
                     Action::Adaptive(a) => a.window_fill(),
                     Action::Probability(_) => None,
                 },
@@ -484,10 +551,8 @@ impl<C: Clock> RuleSet<C> {
             .iter()
             .chain(self.default.as_ref())
             .find(|c| c.name == rule)
-            .and_then(|c| match &c.action {
-                Action::Limit(l) => l.fleet(),
-                Action::Probability(_) | Action::Adaptive(_) => None,
-            })
+            .and_then(|c| c.action.limiter())
+            .and_then(RuleLimiter::fleet)
     }
 
     /// The rule names, for `Debug`.
@@ -512,6 +577,169 @@ mod tests {
     use crate::config::model::SamplingConfig;
     use crate::stats::ParentOrigin;
     use crate::ManualClock;
+
+    /// A rule set of `toml`'s default for a service it does not list, on `clock`.
+    fn compiled(toml: &str, clock: &ManualClock) -> RuleSet<ManualClock> {
+        let config = SamplingConfig::from_toml_str(toml, "t.toml").unwrap();
+        RuleSet::compile(&config.service("svc"), &config.fleet, clock, None)
+            .unwrap()
+            .0
+    }
+
+    /// The trace ids of a small deterministic generator (splitmix64), so the counts
+    /// of a probability are the same on every run.
+    fn trace_ids(seed: u64) -> impl Iterator<Item = TraceId> {
+        let mut x = seed;
+        std::iter::repeat_with(move || {
+            x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            TraceId::from(u128::from(z ^ (z >> 31)) | 1 << 64)
+        })
+    }
+
+    /// How a kept span was kept: `Some(true)` by the probability (with `th`),
+    /// `Some(false)` by the lower bound (no `th`, `sampler.type = lowerbound`).
+    fn kept_by_probability(result: &SamplingResult) -> Option<bool> {
+        if result.decision != SamplingDecision::RecordAndSample {
+            return None;
+        }
+        let sampler_type = result
+            .attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == attributes::SAMPLER_TYPE)
+            .map(|kv| kv.value.as_str().into_owned());
+        let th = result
+            .trace_state
+            .get("ot")
+            .is_some_and(|ot| ot.contains("th:"));
+        match sampler_type.as_deref() {
+            Some(PROBABILISTIC) => {
+                assert!(th, "a probability keep without th");
+                Some(true)
+            }
+            Some(LOWERBOUND) => {
+                assert!(!th, "a lower-bound keep claims a probability");
+                Some(false)
+            }
+            other => panic!("kept as {other:?}"),
+        }
+    }
+
+    fn root(rules: &RuleSet<ManualClock>, id: TraceId) -> SamplingResult {
+        rules.decide(
+            Origin::Root,
+            id,
+            "op",
+            &SpanKind::Server,
+            &[],
+            &TraceState::NONE,
+        )
+    }
+
+    #[test]
+    fn probability_zero_at_least_two_keeps_exactly_two_per_second() {
+        let clock = ManualClock::new();
+        let rules = compiled("[default]\nprobability = 0.0\nat_least = 2.0\n", &clock);
+        let mut ids = trace_ids(1);
+        // 10 seconds of 1000 roots per second, one per millisecond.
+        let mut per_second = [0u32; 10];
+        for ms in 0..10_000u64 {
+            clock.set(ms * 1_000_000);
+            if let Some(by_probability) = kept_by_probability(&root(&rules, ids.next().unwrap())) {
+                assert!(!by_probability);
+                per_second[(ms / 1000) as usize] += 1;
+            }
+        }
+        assert_eq!(per_second, [2; 10]);
+        let (stats, _, _) = rules.stats();
+        assert_eq!(stats[0].decisions.total(), 10_000);
+        assert_eq!(
+            stats[0].decisions.dropped_for(DropReason::Probability),
+            9_980
+        );
+    }
+
+    #[test]
+    fn probability_one_keeps_every_trace_and_spends_the_lower_bound() {
+        let clock = ManualClock::new();
+        let rules = compiled("[default]\nprobability = 1.0\nat_least = 5.0\n", &clock);
+        let mut ids = trace_ids(2);
+        // 20 roots in the second, one per 50 ms: all kept by the probability, and the
+        // first ones spend the bound's 5 permits as its pacing releases them.
+        for i in 0..20u64 {
+            clock.set(i * 50_000_000);
+            assert_eq!(
+                kept_by_probability(&root(&rules, ids.next().unwrap())),
+                Some(true)
+            );
+        }
+        let (stats, _, _) = rules.stats();
+        assert_eq!(stats[0].decisions.kept(), 20);
+        let window = stats[0].window.expect("the lower bound's window");
+        assert_eq!((window.used, window.permits), (5, 5));
+    }
+
+    #[test]
+    fn probability_one_half_and_a_bound_over_the_traffic_keeps_every_trace() {
+        let clock = ManualClock::new();
+        let rules = compiled("[default]\nprobability = 0.5\nat_least = 100.0\n", &clock);
+        let mut ids = trace_ids(3);
+        // 20 roots per second for 10 seconds, evenly spaced (2 per tenth of a second,
+        // within the paced bound's 10 per tenth): the bound keeps what the probability
+        // refuses.
+        let (mut by_probability, mut by_bound) = (0u32, 0u32);
+        for i in 0..200u64 {
+            clock.set(i * 50_000_000);
+            match kept_by_probability(&root(&rules, ids.next().unwrap())) {
+                Some(true) => by_probability += 1,
+                Some(false) => by_bound += 1,
+                None => panic!("root {i} refused"),
+            }
+        }
+        assert_eq!(by_probability + by_bound, 200);
+        // Binomial(200, 0.5): mean 100, sigma 7.07; 5 sigma either side.
+        assert!((65..=135).contains(&by_probability), "{by_probability}");
+        eprintln!("kept by probability {by_probability}, by the lower bound {by_bound}");
+    }
+
+    #[test]
+    fn the_lower_bounds_limiter_is_kept_across_reloads_by_rule_name() {
+        let clock = ManualClock::new();
+        let text = |bound: &str| {
+            format!("[default]\nrate = 1.0\n[[default.rule]]\nname = \"op\"\nspan_name = \"op\"\nprobability = 0.0\nat_least = {bound}\n")
+        };
+        let config = |bound: &str| SamplingConfig::from_toml_str(&text(bound), "t.toml").unwrap();
+        let compile = |bound: &str, previous: Option<&RuleSet<ManualClock>>| {
+            let c = config(bound);
+            let (set, handovers) =
+                RuleSet::compile(&c.service("svc"), &c.fleet, &clock, previous).unwrap();
+            for h in &handovers {
+                h.settle();
+            }
+            set
+        };
+        let mut ids = trace_ids(4);
+        let mut kept = |rules: &RuleSet<ManualClock>| {
+            (0..10)
+                .filter(|_| kept_by_probability(&root(rules, ids.next().unwrap())).is_some())
+                .count()
+        };
+        // In the window's last tenth, where the paced bound has released every permit.
+        clock.set(950_000_000);
+        let first = compile("3.0", None);
+        assert_eq!(kept(&first), 3);
+        // The same bound: the same limiter, nothing re-opened.
+        let same = compile("3.0", Some(&first));
+        assert_eq!(kept(&same), 0);
+        // A higher bound: what was used in this window stays spent.
+        let higher = compile("5.0", Some(&same));
+        assert_eq!(kept(&higher), 2);
+        // The next window is a fresh one.
+        clock.set(1_950_000_000);
+        assert_eq!(kept(&higher), 5);
+    }
 
     #[test]
     fn spans_no_rule_matches_are_counted_as_no_rule_without_a_default() {

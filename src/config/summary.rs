@@ -32,6 +32,17 @@ pub enum RulePolicy {
         /// The permits per window.
         limit: Limit,
     },
+    /// Keep a trace with `probability`, decided on its trace id, and at least
+    /// `lower_bound` traces (`at_least`, Jaeger's guaranteed-throughput sampler): the
+    /// probability's keeps spend the lower bound's permits, and the lower bound (a
+    /// fixed window, local to each process) keeps traces the probability refuses while
+    /// it has permits left.
+    AtLeast {
+        /// The probability.
+        probability: f64,
+        /// The lower bound: permits per window.
+        lower_bound: Limit,
+    },
 }
 
 impl From<Policy> for RulePolicy {
@@ -43,16 +54,27 @@ impl From<Policy> for RulePolicy {
             },
             Policy::Probability(p) => RulePolicy::Probability(p),
             Policy::Adaptive(limit) => RulePolicy::Adaptive { limit },
+            Policy::AtLeast {
+                probability,
+                lower_bound,
+            } => RulePolicy::AtLeast {
+                probability,
+                lower_bound: lower_bound.limit,
+            },
         }
     }
 }
 
 impl RulePolicy {
-    /// The limiter this policy builds: a limit's, or an adaptive policy's cap.
+    /// The limiter this policy builds: a limit's, an adaptive policy's cap, or a lower
+    /// bound's.
     fn limiter(self) -> Option<LimitSpec> {
         match self {
             RulePolicy::Limit { limit, algorithm } => Some(LimitSpec::local(limit, algorithm)),
-            RulePolicy::Adaptive { limit } => Some(LimitSpec::local(limit, Algorithm::FixedWindow)),
+            RulePolicy::Adaptive { limit }
+            | RulePolicy::AtLeast {
+                lower_bound: limit, ..
+            } => Some(LimitSpec::local(limit, Algorithm::FixedWindow)),
             RulePolicy::Probability(_) => None,
         }
     }
@@ -278,8 +300,9 @@ impl EffectiveRules {
         }
     }
 
-    /// Every limit the file sets for this service, named: each limit rule's (by rule
-    /// name), the default's (`default`) and the cap's (`cap`). Floors and the shared
+    /// Every limit the file sets for this service, named: each limit rule's, adaptive
+    /// rule's cap or lower bound (by rule name), the default's (`default`) and the
+    /// cap's (`cap`). Floors and the shared
     /// pool are derived from the cap and are not listed.
     pub fn limits(&self) -> impl Iterator<Item = (&str, Limit)> + '_ {
         self.rules
@@ -287,9 +310,11 @@ impl EffectiveRules {
             .map(|r| (r.name(), r.policy()))
             .chain(self.default.map(|p| ("default", p)))
             .filter_map(|(name, policy)| match policy {
-                RulePolicy::Limit { limit, .. } | RulePolicy::Adaptive { limit } => {
-                    Some((name, limit))
-                }
+                RulePolicy::Limit { limit, .. }
+                | RulePolicy::Adaptive { limit }
+                | RulePolicy::AtLeast {
+                    lower_bound: limit, ..
+                } => Some((name, limit)),
                 RulePolicy::Probability(_) => None,
             })
             .chain(self.cap.map(|(limit, _)| ("cap", limit)))

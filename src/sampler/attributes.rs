@@ -4,8 +4,8 @@
 //!
 //! | attribute | value |
 //! |---|---|
-//! | [`SAMPLER_TYPE`] | [`RATELIMITING`], [`PROBABILISTIC`] or [`ADAPTIVE`] |
-//! | [`SAMPLER_PARAM`] | the limit (or an adaptive sampler's cap) in traces per second, or the probability (`f64`) |
+//! | [`SAMPLER_TYPE`] | [`RATELIMITING`], [`PROBABILISTIC`], [`ADAPTIVE`] or [`LOWERBOUND`] |
+//! | [`SAMPLER_PARAM`] | the limit (or an adaptive sampler's cap, or a lower bound) in traces per second, or the probability (`f64`) |
 //! | [`SAMPLER_RULE`] | the rule that decided (`default` when none matched); rule-based sampler only |
 
 use std::sync::Arc;
@@ -26,6 +26,11 @@ pub const PROBABILISTIC: &str = "probabilistic";
 /// ([`AdaptiveSampler`](crate::AdaptiveSampler)); its probability is in the `th` of the
 /// `ot` trace-state entry.
 pub const ADAPTIVE: &str = "adaptive";
+/// The value of [`SAMPLER_TYPE`] for a root its rule's probability refused and its lower
+/// bound (`at_least`) kept, as Jaeger's guaranteed-throughput sampler names it; the
+/// [`SAMPLER_PARAM`] is the lower bound in traces per second, the parameter of the
+/// decision that kept it (Jaeger's clients differ here: some write the probability).
+pub const LOWERBOUND: &str = "lowerbound";
 
 /// What a root kept under a limit (or probability) of `param` records, built once per
 /// limiter so a kept span only clones it.

@@ -617,3 +617,57 @@ fn simulate_reads_yaml_and_declarative_files() {
     );
     assert_eq!(rows(&out), vec![[100, 5, 0, 5]; 2], "{}", stdout(&out));
 }
+
+#[test]
+fn a_lower_bound_is_checked_and_simulated_under_a_cap() {
+    let file = TempFile::new(
+        "at-least.toml",
+        r#"
+[[service]]
+name = "s"
+probability = 0.0
+at_least = 3.0
+cap = { rate = 2.0 }
+[[service.rule]]
+name = "health"
+span_name = "GET /health"
+probability = 0.0
+at_least = 2.0
+"#,
+    );
+    let out = run(&["check", file.path()]);
+    let text = stdout(&out);
+    assert_eq!(code(&out), 0, "{text}");
+    for want in [
+        "1. rule \"health\": name ~ \"GET /health\" => keep with probability 0, and at least 2 per 1s (2/s, fixed)",
+        "otherwise: keep with probability 0, and at least 3 per 1s (3/s, fixed)",
+        "warning: service \"s\": rule \"default\": lower bound (at_least) 3/s is more than the service cap lets through, 2/s",
+    ] {
+        assert!(text.contains(want), "{want:?} not in\n{text}");
+    }
+    // Probability 0: the lower bound alone keeps, exactly 2 per second.
+    let simulate = |span: &str| {
+        run(&[
+            "simulate",
+            file.path(),
+            "--service",
+            "s",
+            "--span",
+            span,
+            "--rate",
+            "1000",
+            "--duration",
+            "5s",
+        ])
+    };
+    let out = simulate("GET /health");
+    assert!(
+        stdout(&out).contains("and at least 2 per 1s"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(rows(&out), vec![[1000, 2, 0, 2]; 5], "{}", stdout(&out));
+    // The default's bound admits 3 a second, and the cap keeps 2 of them.
+    let out = simulate("GET /other");
+    assert_eq!(rows(&out), vec![[1000, 3, 1, 2]; 5], "{}", stdout(&out));
+}

@@ -554,3 +554,60 @@ fn jaeger_unknown_keys_and_wrong_types_are_named_by_their_full_path() {
     );
     assert!(err.to_string().contains("add `param`"), "{err}");
 }
+
+#[test]
+fn bad_lower_bounds_are_typed_errors_at_the_at_least_key() {
+    let rule = "[[service]]\nname = \"a\"\n[[service.rule]]\nspan_name = \"x\"\n";
+    for (bound, says) in [
+        ("-1.0", "not positive"),
+        ("0", "not positive"),
+        ("nan", "finite"),
+    ] {
+        check(
+            true,
+            &format!("{rule}probability = 0.5\nat_least = {bound}\n"),
+            K::InvalidLimit,
+            8,
+            12,
+            "service[0].rule[0].at_least",
+            says,
+        );
+    }
+    // Only beside a probability: with a limit it conflicts, alone it misses one.
+    check(
+        true,
+        "[[service]]\nname = \"a\"\nrate = 1.0\nat_least = 2.0\n",
+        K::ConflictingKeys,
+        6,
+        12,
+        "service[0].at_least",
+        "lower bound of a `probability`",
+    );
+    check(
+        true,
+        &format!("{rule}at_least = 2.0\n"),
+        K::MissingKey,
+        7,
+        12,
+        "service[0].rule[0].at_least",
+        "needs a `probability` beside it",
+    );
+    check(
+        false,
+        "[default]\nadaptive = 5.0\nat_least = 2.0\n",
+        K::ConflictingKeys,
+        3,
+        12,
+        "default.at_least",
+        "takes no `at_least`",
+    );
+    check(
+        true,
+        "[[service]]\nname = \"a\"\nrate = 2.0\ncap = { rate = 10.0, at_least = 1.0 }\n",
+        K::UnknownKey,
+        6,
+        33,
+        "service[0].cap.at_least",
+        "takes no `at_least`",
+    );
+}

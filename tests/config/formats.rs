@@ -307,3 +307,63 @@ fn a_yaml_rule_file_reloads_like_a_toml_one() {
     assert_eq!(err.line(), 2, "{err}");
     assert_eq!(permits(&sampler), (vec![4], 1, 1));
 }
+
+#[test]
+fn at_least_reads_the_same_in_yaml_and_toml() {
+    use otel_rate_sampler::summary::RulePolicy;
+    let toml = SamplingConfig::from_toml_str(
+        r#"
+[default]
+probability = 0.001
+at_least = 0.5
+[[service]]
+name = "api"
+[[service.rule]]
+name = "health"
+span_name = "GET /health"
+probability = 0.0
+at_least = 2
+"#,
+        "s.toml",
+    )
+    .unwrap();
+    let yaml = SamplingConfig::from_yaml_str(
+        "default:\n  probability: 0.001\n  at_least: 0.5\nservice:\n  - name: api\n    rule:\n      - name: health\n        span_name: GET /health\n        probability: 0.0\n        at_least: 2\n",
+        "s.yaml",
+    )
+    .unwrap();
+    for service in ["api", "other"] {
+        assert_eq!(
+            toml.effective_rules(service),
+            yaml.effective_rules(service),
+            "{service}"
+        );
+        assert_eq!(
+            toml.describe(service).to_string(),
+            yaml.describe(service).to_string()
+        );
+    }
+    let rules = yaml.effective_rules("api");
+    match rules.rules()[0].policy() {
+        RulePolicy::AtLeast {
+            probability,
+            lower_bound,
+        } => {
+            assert_eq!(probability, 0.0);
+            assert_eq!(lower_bound.per_second_rate(), 2.0);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        rules.default(),
+        Some(RulePolicy::AtLeast { probability, .. }) if probability == 0.001
+    ));
+    // A YAML error is placed as a TOML one.
+    let err = SamplingConfig::from_yaml_str("default:\n  rate: 1\n  at_least: 2\n", "s.yaml")
+        .unwrap_err();
+    assert_eq!(
+        (err.kind(), err.line(), err.column(), err.key()),
+        (ConfigErrorKind::ConflictingKeys, 3, 13, "default.at_least"),
+        "{err}"
+    );
+}

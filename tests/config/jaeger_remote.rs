@@ -237,6 +237,19 @@ fn polled(
     }
 }
 
+/// A poller for "checkout" of a server answering `body`, with an hour between polls,
+/// once its first answer is applied.
+fn applied_once(body: &str) -> Polled {
+    let t = polled(
+        Answer::Json(body.into()),
+        "checkout",
+        "/api/sampling",
+        |r| r.interval(Duration::from_secs(3600)),
+    );
+    assert_eq!(next_change(&t.rx), Ok(RemoteUpdate::Applied));
+    t
+}
+
 /// The next outcome that is not `Unchanged`.
 fn next_change(rx: &Receiver<Outcome>) -> Outcome {
     loop {
@@ -472,14 +485,7 @@ fn dropping_the_poller_stops_its_thread() {
 
 #[test]
 fn the_example_answer_gives_per_operation_rules_under_the_upper_bound() {
-    let body = include_str!("../../examples/jaeger-remote/response.json");
-    let t = polled(
-        Answer::Json(body.into()),
-        "checkout",
-        "/api/sampling",
-        |r| r.interval(Duration::from_secs(3600)),
-    );
-    assert_eq!(next_change(&t.rx), Ok(RemoteUpdate::Applied));
+    let t = applied_once(include_str!("../../examples/jaeger-remote/response.json"));
     let names: Vec<String> = t.s.stats().rules.iter().map(|r| r.name.clone()).collect();
     assert_eq!(
         names,
@@ -494,4 +500,48 @@ fn the_example_answer_gives_per_operation_rules_under_the_upper_bound() {
     // Deterministic (the ids are fixed): a quarter of them, give or take.
     let cart = kept(&t.s, "GET /api/cart", 100);
     assert!((15..=35).contains(&cart), "a quarter, by trace id: {cart}");
+}
+
+#[test]
+fn the_lower_bound_keeps_its_traces_per_second_for_an_operation_at_probability_zero() {
+    use otel_rate_sampler::attributes::{LOWERBOUND, SAMPLER_TYPE};
+    let body = r#"{"strategyType": "PROBABILISTIC", "probabilisticSampling": {"samplingRate": 0},
+        "operationSampling": {"defaultSamplingProbability": 0, "defaultLowerBoundTracesPerSecond": 2,
+          "perOperationStrategies": [
+            {"operation": "GET /health", "probabilisticSampling": {"samplingRate": 0}},
+            {"operation": "GET /cart", "probabilisticSampling": {"samplingRate": 0}}]}}"#;
+    let t = applied_once(body);
+    // Each listed operation keeps 2 per second of its own; the operations not listed
+    // share the default's 2.
+    for second in 0..5 {
+        assert_eq!(kept(&t.s, "GET /health", 100), 2, "second {second}");
+        assert_eq!(kept(&t.s, "GET /cart", 100), 2, "second {second}");
+        assert_eq!(
+            kept(&t.s, "GET /a", 100) + kept(&t.s, "GET /b", 100),
+            2,
+            "second {second}"
+        );
+        t.clock.advance(Duration::from_secs(1));
+    }
+    // Kept by the lower bound, not by a probability: no `th`, `sampler.type = lowerbound`.
+    let result = t.s.should_sample(
+        None,
+        TraceId::from(7u128),
+        "GET /health",
+        &SpanKind::Server,
+        &[],
+        &[],
+    );
+    assert_eq!(result.decision, SamplingDecision::RecordAndSample);
+    assert!(result
+        .attributes
+        .iter()
+        .any(|kv| kv.key.as_str() == SAMPLER_TYPE && kv.value.as_str() == LOWERBOUND));
+    assert!(result.trace_state.get("ot").is_none());
+    let health = t.s.stats();
+    let health = health.rule("GET /health").unwrap();
+    assert_eq!(
+        (health.decisions.total(), health.decisions.kept()),
+        (501, 11)
+    );
 }

@@ -107,14 +107,7 @@ limit = 1000
     // Once unwatched: the first decision on a thread sets up the rule set pointer's
     // thread-local slot, as in the test above.
     assert_eq!(decide("GET /fleet").decision, SamplingDecision::Drop);
-    let (kept, events) = heap_events(|| {
-        (0..1_000)
-            .filter(|_| {
-                decide("GET /fleet").decision != SamplingDecision::Drop
-                    || decide("GET /local").decision != SamplingDecision::Drop
-            })
-            .count()
-    });
+    let (kept, events) = refuse_both(["GET /fleet", "GET /local"], decide);
     assert_eq!(kept, 0, "a fleet limit without a lease admitted a root");
     assert_eq!(events, 0, "2000 refused roots caused {events} heap events");
 }
@@ -130,6 +123,21 @@ fn heap_events<R>(f: impl FnOnce() -> R) -> (R, u64) {
     let result = f();
     ARMED.with(|armed| armed.set(false));
     (result, EVENTS.with(Cell::get))
+}
+
+/// Offers a root of each of `names` 1000 times to `decide`, watching the heap: how
+/// many rounds kept either, and the heap events.
+#[cfg(feature = "config")]
+fn refuse_both(names: [&str; 2], decide: impl Fn(&str) -> SamplingResult) -> (usize, u64) {
+    heap_events(|| {
+        (0..1_000)
+            .filter(|_| {
+                names
+                    .iter()
+                    .any(|name| decide(name).decision != SamplingDecision::Drop)
+            })
+            .count()
+    })
 }
 
 fn sample_root(sampler: &impl ShouldSample, parent: Option<&Context>) -> SamplingResult {
@@ -327,15 +335,40 @@ limit = 1
         SamplingDecision::RecordAndSample
     );
     // Both permits spent: every further root is refused, without touching the heap.
-    let (kept, events) = heap_events(|| {
-        (0..1_000)
-            .filter(|_| {
-                decide("GET /orders/1").decision != SamplingDecision::Drop
-                    || decide("POST /x").decision != SamplingDecision::Drop
-            })
-            .count()
-    });
+    let (kept, events) = refuse_both(["GET /orders/1", "POST /x"], decide);
     assert_eq!(kept, 0, "a saturated rule set admitted a root");
+    assert_eq!(events, 0, "2000 refused roots caused {events} heap events");
+}
+
+#[cfg(feature = "config")]
+#[test]
+fn a_refused_root_allocates_nothing_against_a_lower_bound() {
+    use otel_rate_sampler::{RuleBasedSampler, SamplingConfig};
+
+    // A paced bound of 1 per second admits its one permit in the window's first tenth.
+    let text = r#"
+[default]
+probability = 0.5
+at_least = 1.0
+[[default.rule]]
+name = "never"
+span_name = "never"
+probability = 0.0
+at_least = 1.0
+"#;
+    let config = SamplingConfig::from_toml_str(text, "t.toml").unwrap();
+    let s = RuleBasedSampler::with_clock(&config, "svc", ManualClock::new()).unwrap();
+    let root = Context::new();
+    // Random bits 0: every probability below 1 refuses it.
+    let refused_id = TraceId::from(1u128 << 64);
+    let decide =
+        |name: &str| s.should_sample(Some(&root), refused_id, name, &SpanKind::Server, &[], &[]);
+    // The lower bounds keep one each, then refuse: the probability refused, and the
+    // bound has no permit left.
+    assert_eq!(decide("never").decision, SamplingDecision::RecordAndSample);
+    assert_eq!(decide("other").decision, SamplingDecision::RecordAndSample);
+    let (kept, events) = refuse_both(["never", "other"], decide);
+    assert_eq!(kept, 0, "a spent lower bound admitted a root");
     assert_eq!(events, 0, "2000 refused roots caused {events} heap events");
 }
 

@@ -18,10 +18,17 @@
 //!   `floor(offered so far × p)` less what already passed. Those are offered with a
 //!   trace id every probability keeps until the cap refuses one (without a cap, one is
 //!   offered and the rest counted).
+//! * **Probability with a lower bound (`at_least`).** The probability passes its
+//!   expected share, as above; a twin of the lower bound's limiter is asked for each of
+//!   them (the sampler's lower bound spends a permit on each while it has one), then
+//!   for the tick's other arrivals until it refuses. The passed spans that spend a
+//!   permit are offered one by one (the rest as for a probability), then the other
+//!   arrivals the twin admitted, each with a trace id no probability below 1 keeps.
 //!
 //! So the calls per tick are at most the permits admitted plus 3, and the whole run
 //! makes at most `K × (3 × ticks + 2 × admissions)` calls, `admissions` being the
-//! permits of the deciding limit (or the cap) times its windows in the run. A run over
+//! permits of the deciding limit (or the cap, or the lower bound and the cap) times
+//! their windows in the run. A run over
 //! [`MAX_CALLS`] or [`MAX_BYTES`] is refused before it starts.
 
 use std::num::NonZeroU32;
@@ -56,6 +63,9 @@ const MAX_ROWS: u64 = 60;
 /// 235) are all ones, at least any rejection threshold below 2^56.
 const KEEP_ID: TraceId =
     TraceId::from_bytes([0, 0, 0, 0, 0, 0, 0, 1, 0, 255, 255, 255, 255, 255, 255, 255]);
+/// A trace id every probability below 1 refuses: its 56 random bits are all zeros,
+/// below any rejection threshold but that of probability 1 (zero).
+const REFUSE_ID: TraceId = TraceId::from_bytes([0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0]);
 
 /// Offer root spans at a steady rate to one service's real sampler, on a manual clock,
 /// and print the traces kept per second: by the deciding rule, and after the cap.
@@ -117,6 +127,9 @@ enum Decider {
     Limit(String, Limit, Algorithm),
     /// The rule (or `default`) with this probability.
     Probability(String, f64),
+    /// The rule (or `default`) with this probability and this lower bound (a fixed
+    /// window).
+    AtLeast(String, f64, Limit),
 }
 
 pub(crate) fn run(a: &SimulateArgs) -> Result<ExitCode, Failure> {
@@ -195,6 +208,10 @@ fn probe(config: &SamplingConfig, service: &str, span: &Span) -> Result<Decider,
     Ok(match policy {
         Some(RulePolicy::Limit { limit, algorithm }) => Decider::Limit(name, limit, algorithm),
         Some(RulePolicy::Probability(p)) => Decider::Probability(name, p),
+        Some(RulePolicy::AtLeast {
+            probability,
+            lower_bound,
+        }) => Decider::AtLeast(name, probability, lower_bound),
         // Its probability follows the offered count, which the tick-wise model does
         // not make: say so rather than print a wrong table.
         Some(RulePolicy::Adaptive { .. }) => {
@@ -238,6 +255,11 @@ impl Replica {
             Decider::Limit(_, limit, algorithm) => {
                 Some(AnyLimiter::with_clock(*algorithm, *limit, clock.clone()))
             }
+            Decider::AtLeast(_, _, bound) => Some(AnyLimiter::with_clock(
+                Algorithm::FixedWindow,
+                *bound,
+                clock.clone(),
+            )),
             _ => None,
         };
         Ok(Self {
@@ -305,23 +327,62 @@ impl Replica {
                 Ok((admitted, kept))
             }
             Decider::Probability(_, p) => {
-                // From the running total, so that no rounding accumulates.
-                let due = (self.offered as f64 * p).floor() as u64;
-                let passed = due.saturating_sub(self.passed).min(n);
-                self.passed += passed;
-                let kept = if capped {
-                    count(
-                        (0..passed)
-                            .take_while(|_| span.kept(&self.sampler, KEEP_ID))
-                            .count(),
-                    )
-                } else if passed > 0 && span.kept(&self.sampler, KEEP_ID) {
-                    passed
-                } else {
-                    0
-                };
-                Ok((passed, kept))
+                let passed = self.passed_by(*p, n);
+                Ok((passed, self.offer_passed(passed, span, capped)))
             }
+            Decider::AtLeast(_, p, _) => {
+                let passed = self.passed_by(*p, n);
+                let twin = self
+                    .twin
+                    .as_ref()
+                    .ok_or_else(|| internal("no twin limiter"))?;
+                // The probability's keeps spend the lower bound's permits first; the
+                // other arrivals take what is left.
+                let spending = count((0..passed).take_while(|_| twin.try_acquire()).count());
+                let extra = count((passed..n).take_while(|_| twin.try_acquire()).count());
+                let kept_spending = count(
+                    (0..spending)
+                        .filter(|_| span.kept(&self.sampler, KEEP_ID))
+                        .count(),
+                );
+                let kept_passed = self.offer_passed(passed - spending, span, capped);
+                let kept_extra = count(
+                    (0..extra)
+                        .filter(|_| span.kept(&self.sampler, REFUSE_ID))
+                        .count(),
+                );
+                let (admitted, kept) = (passed + extra, kept_spending + kept_passed + kept_extra);
+                if !capped && kept != admitted {
+                    return Err(internal(
+                        "the sampler and the twin of its rule's lower bound disagree",
+                    ));
+                }
+                Ok((admitted, kept))
+            }
+        }
+    }
+
+    /// How many of `n` arrivals a probability `p` passes: from the running total
+    /// `floor(offered × p)`, so that no rounding accumulates.
+    fn passed_by(&mut self, p: f64, n: u64) -> u64 {
+        let due = (self.offered as f64 * p).floor() as u64;
+        let passed = due.saturating_sub(self.passed).min(n);
+        self.passed += passed;
+        passed
+    }
+
+    /// Offers `passed` spans the probability keeps (at one instant, nothing else
+    /// changing): under a cap until it refuses one, else one stands for all. Returns
+    /// how many are kept.
+    fn offer_passed(&self, passed: u64, span: &Span, capped: bool) -> u64 {
+        if capped {
+            (0..passed)
+                .take_while(|_| span.kept(&self.sampler, KEEP_ID))
+                .count() as u64
+        } else if passed > 0 && span.kept(&self.sampler, KEEP_ID) {
+            passed
+        } else {
+            0
         }
     }
 }
@@ -355,21 +416,25 @@ impl Plan {
     fn new(a: &SimulateArgs, decider: &Decider, rules: &EffectiveRules) -> Result<Self, Failure> {
         let cap = rules.cap().map(|(limit, _)| limit);
         let deciding = match decider {
-            Decider::Limit(_, limit, _) => Some(*limit),
+            Decider::Limit(_, limit, _) | Decider::AtLeast(_, _, limit) => Some(*limit),
             _ => None,
         };
         let shortest = deciding.iter().chain(&cap).map(Limit::window_nanos).min();
         let tick_nanos = tick_for(shortest);
         let d = a.duration.as_nanos();
         let ticks = d.div_ceil(u128::from(tick_nanos));
-        // The permits the deciding limiter (or, for a probability, the cap) can admit.
-        let bound = match decider {
-            Decider::Probability(..) => cap,
-            _ => deciding,
+        // The permits the deciding limiter (or, for a probability, the cap; for a lower
+        // bound, both) can admit.
+        let bounds = match decider {
+            Decider::Probability(..) => [cap, None],
+            Decider::AtLeast(..) => [deciding, cap],
+            _ => [deciding, None],
         };
-        let admissions = bound.map_or(0, |l| {
-            u128::from(l.permits()) * (d.div_ceil(u128::from(l.window_nanos())) + 1)
-        });
+        let admissions: u128 = bounds
+            .iter()
+            .flatten()
+            .map(|l| u128::from(l.permits()) * (d.div_ceil(u128::from(l.window_nanos())) + 1))
+            .sum();
         let k = u128::from(a.replicas.get());
         let calls = k * (3 * ticks + 2 * admissions);
         let bytes = memory(rules, a.replicas)?;
@@ -483,6 +548,10 @@ fn print_header(a: &SimulateArgs, decider: &Decider, rules: &EffectiveRules, pla
             println!("decided by: rule {rule:?}, keep with probability {p}");
             println!("estimated: the share a probability passes is its expected value (floor of offered x p, so far); exact from there: the cap decides every one");
         }
+        Decider::AtLeast(rule, p, bound) => {
+            println!("decided by: rule {rule:?}, keep with probability {p}, and at least {bound} (fixed)");
+            println!("estimated: the share the probability passes is its expected value (floor of offered x p, so far); exact from there: the lower bound's limiter and the cap decide every other span");
+        }
     }
     match rules.cap() {
         Some((limit, algorithm)) => println!("cap: {limit} ({algorithm})"),
@@ -500,7 +569,9 @@ fn print_header(a: &SimulateArgs, decider: &Decider, rules: &EffectiveRules, pla
 fn print_rows(plan: &Plan, decider: &Decider, rows: &[Row]) {
     let by = match decider {
         Decider::Drop => "rule".to_owned(),
-        Decider::Limit(rule, ..) | Decider::Probability(rule, _) => format!("by {rule:?}"),
+        Decider::Limit(rule, ..) | Decider::Probability(rule, _) | Decider::AtLeast(rule, ..) => {
+            format!("by {rule:?}")
+        }
     };
     println!(
         "{:>13} {:>16} {:>16} {:>12} {:>14} {:>12}",

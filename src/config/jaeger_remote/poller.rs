@@ -50,7 +50,7 @@ use crate::config::rule_based::RuleBasedSampler;
 /// | `operationSampling.defaultSamplingProbability` | the default policy for the other operations (it replaces the top-level strategy, as in Jaeger's clients) |
 /// | `operationSampling.defaultUpperBoundTracesPerSecond` (> 0) | the service cap |
 /// | `RATE_LIMITING` beside `operationSampling` | the service cap too (the smaller of the two when both are set) |
-/// | `operationSampling.defaultLowerBoundTracesPerSecond` (> 0) | **not applied**: the rule model has no "probability, but at least N per second" policy; applying such a strategy logs a warning |
+/// | `operationSampling.defaultLowerBoundTracesPerSecond` L (> 0) | a lower bound of L traces per second (a fixed window) beside each listed operation's `probabilisticSampling` and beside the default probability (the rule file's `at_least`): as Jaeger's guaranteed-throughput sampler, a trace the probability refuses is kept while the bound has permits left, and the probability's keeps spend them too. Each listed operation gets its own limiter; **unlike Jaeger**, which gives each operation it sees its own, the operations not listed share the default's one (at least L per second for all of them together, not each), so that the sampler's memory is bounded by the response, not by the span names seen. Operations with `rateLimitingSampling` get none |
 ///
 /// The other top-level strategy (say `rateLimitingSampling` beside `PROBABILISTIC`) is
 /// ignored, as in Jaeger's clients. Unknown fields are ignored (a server may be newer
@@ -237,7 +237,7 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     /// configuration to use meanwhile (Jaeger's clients start with a probability of
     /// 0.001). How each field of Jaeger's response becomes rules (per-operation
     /// strategies become rules named after the operation; the upper bound, a cap; the
-    /// lower bound is not applied) is on [`JaegerRemote`].
+    /// lower bound, an `at_least` beside each probability) is on [`JaegerRemote`].
     ///
     /// `on_update` is told the outcome of every poll: `Ok(`[`Applied`](RemoteUpdate::Applied)`)`,
     /// `Ok(`[`Unchanged`](RemoteUpdate::Unchanged)`)`, or a [`ConfigError`] naming the URL
@@ -372,13 +372,6 @@ impl<C: Clock + Clone> Poll<C> {
         }
         self.sampler.reload(&strategy.config)?;
         self.applied = Some(strategy.settings().clone());
-        if let Some(bound) = strategy.lower_bound {
-            log::warn(&format!(
-                "{}: defaultLowerBoundTracesPerSecond = {bound} is not applied (an operation \
-                 gets its probability only, with no minimum rate)",
-                self.client.url()
-            ));
-        }
         Ok(RemoteUpdate::Applied)
     }
 

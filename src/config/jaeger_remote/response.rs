@@ -74,12 +74,9 @@ struct Operation {
     rate_limiting_sampling: Option<RateLimiting>,
 }
 
-/// A strategy response, mapped: the rules for `service` and what the mapping could not
-/// apply.
+/// A strategy response, mapped: the rules for `service`.
 pub(crate) struct Strategy {
     pub(crate) config: SamplingConfig,
-    /// `defaultLowerBoundTracesPerSecond`, when positive (not applied).
-    pub(crate) lower_bound: Option<f64>,
 }
 
 impl Strategy {
@@ -141,7 +138,6 @@ pub(crate) fn parse(text: &str, service: &str, source: &str) -> Result<Strategy,
     } else {
         None
     };
-    let mut lower_bound = None;
     let (policy, rules, cap) = match &raw.operation_sampling {
         Some(ops) => {
             let at = "operationSampling";
@@ -160,10 +156,24 @@ pub(crate) fn parse(text: &str, service: &str, source: &str) -> Result<Strategy,
                     )),
                 }
             };
-            lower_bound = bound(
-                ops.default_lower_bound_traces_per_second,
-                "defaultLowerBoundTracesPerSecond",
-            )?;
+            let lower_key = "defaultLowerBoundTracesPerSecond";
+            let lower_bound = bound(ops.default_lower_bound_traces_per_second, lower_key)?
+                .map(|rate| {
+                    validate::rate(rate)
+                        .map(|limit| LimitSpec::local(limit, Algorithm::FixedWindow))
+                        .map_err(|e| err(e, &format!("{at}.{lower_key}")))
+                })
+                .transpose()?;
+            // A probability gets the lower bound, as in Jaeger's guaranteed-throughput
+            // sampler: each listed operation its own limiter, the default one limiter
+            // for every other operation.
+            let at_least = |policy: Policy| match (policy, lower_bound) {
+                (Policy::Probability(probability), Some(lower_bound)) => Policy::AtLeast {
+                    probability,
+                    lower_bound,
+                },
+                (policy, _) => policy,
+            };
             let upper = bound(
                 ops.default_upper_bound_traces_per_second,
                 "defaultUpperBoundTracesPerSecond",
@@ -180,7 +190,6 @@ pub(crate) fn parse(text: &str, service: &str, source: &str) -> Result<Strategy,
                 (_, Some(Policy::Probability(_))) => {
                     return Ok(Strategy {
                         config: config(source, service, Policy::Probability(0.0), vec![], None),
-                        lower_bound,
                     })
                 }
                 (Some(rate), _) => Some(LimitSpec::local(
@@ -207,8 +216,10 @@ pub(crate) fn parse(text: &str, service: &str, source: &str) -> Result<Strategy,
                     ));
                 }
                 let policy = match (&op.probabilistic_sampling, &op.rate_limiting_sampling) {
-                    (Some(p), None) => probability_policy(p, &format!("{here}.probabilisticSampling"))
-                        .map_err(|(e, k)| err(e, &k))?,
+                    (Some(p), None) => at_least(
+                        probability_policy(p, &format!("{here}.probabilisticSampling"))
+                            .map_err(|(e, k)| err(e, &k))?,
+                    ),
                     (None, Some(r)) => rate_policy(r, &format!("{here}.rateLimitingSampling"))
                         .map_err(|(e, k)| err(e, &k))?,
                     (Some(_), Some(_)) => {
@@ -241,7 +252,7 @@ pub(crate) fn parse(text: &str, service: &str, source: &str) -> Result<Strategy,
                     inherited: false,
                 });
             }
-            (Policy::Probability(default), rules, cap)
+            (at_least(Policy::Probability(default)), rules, cap)
         }
         None => {
             let policy = match top_rate {
@@ -264,7 +275,6 @@ pub(crate) fn parse(text: &str, service: &str, source: &str) -> Result<Strategy,
     };
     Ok(Strategy {
         config: config(source, service, policy, rules, cap),
-        lower_bound,
     })
 }
 
@@ -450,14 +460,34 @@ mod tests {
     }
 
     #[test]
-    fn the_lower_bound_is_reported_as_not_applied() {
-        let text = r#"{"operationSampling": {"defaultSamplingProbability": 0.001,
-                        "defaultLowerBoundTracesPerSecond": 0.0166}}"#;
-        let strategy = parse(text, "svc", URL).unwrap();
-        assert_eq!(strategy.lower_bound, Some(0.0166));
+    fn the_lower_bound_goes_to_every_probability_and_the_default() {
+        let s = service(
+            r#"{"operationSampling": {"defaultSamplingProbability": 0.001,
+                 "defaultLowerBoundTracesPerSecond": 0.0166,
+                 "perOperationStrategies": [
+                   {"operation": "a", "probabilisticSampling": {"samplingRate": 0}},
+                   {"operation": "b", "rateLimitingSampling": {"maxTracesPerSecond": 3}},
+                   {"operation": "c", "rateLimitingSampling": {"maxTracesPerSecond": 0}}
+                 ]}}"#,
+        );
+        let bound = LimitSpec::local(Limit::per_second(0.0166).unwrap(), Algorithm::FixedWindow);
+        let at_least = |probability| Policy::AtLeast {
+            probability,
+            lower_bound: bound,
+        };
+        assert_eq!(s.policy, Some(at_least(0.001)));
+        let rules: Vec<Policy> = s.rules.iter().map(|r| r.policy).collect();
+        // A rate limit (0 included: it keeps nothing, as in Jaeger) gets none.
+        assert_eq!(rules, [at_least(0.0), limit(3.0), Policy::Probability(0.0)]);
+        // No bound, or 0: plain probabilities.
         let none = parse(r#"{"operationSampling": {}}"#, "svc", URL).unwrap();
-        assert_eq!(none.lower_bound, None);
         assert_eq!(none.settings().policy, Some(Policy::Probability(0.0)));
+        // A top-level rate limit of 0 keeps nothing, lower bound or not.
+        let s = service(
+            r#"{"strategyType": 1, "rateLimitingSampling": {"maxTracesPerSecond": 0},
+                "operationSampling": {"defaultLowerBoundTracesPerSecond": 1}}"#,
+        );
+        assert_eq!(s.policy, Some(Policy::Probability(0.0)));
     }
 
     #[test]
@@ -506,6 +536,16 @@ mod tests {
                 r#"{"operationSampling": {"defaultUpperBoundTracesPerSecond": -1}}"#,
                 InvalidLimit,
                 "operationSampling.defaultUpperBoundTracesPerSecond",
+            ),
+            (
+                r#"{"operationSampling": {"defaultLowerBoundTracesPerSecond": -1}}"#,
+                InvalidLimit,
+                "operationSampling.defaultLowerBoundTracesPerSecond",
+            ),
+            (
+                r#"{"operationSampling": {"defaultLowerBoundTracesPerSecond": 1e-12}}"#,
+                InvalidLimit,
+                "operationSampling.defaultLowerBoundTracesPerSecond",
             ),
             (
                 r#"{"operationSampling": {"perOperationStrategies": [{"operation": "", "probabilisticSampling": {}}]}}"#,
