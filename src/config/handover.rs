@@ -21,6 +21,11 @@
 //!   new limiter's window (one permit each), what does not fit is added to its excess,
 //!   and only then is the new limiter opened.
 //!
+//! A service cap's floors and shared pool are handed over as a whole
+//! ([`cap_handover`]): what the old ones admit during the swap, also a floor the reload
+//! removes or moves to another rule, is spread into the new ones, and the new ones that
+//! are not old ones kept stay closed until then.
+//!
 //! What this guarantees: in the window of a reload, a changed local limit admits at
 //! most `max(old N, new N)` in all (the old limiter's admissions, before and after the
 //! snapshot, and the new one's), whatever the decisions running during the swap do.
@@ -85,18 +90,35 @@ impl<C: Clock> LocalRule<C> {
     /// and opens the replacement.
     pub(crate) fn replacing(limiter: AnyLimiter<C>, old: &LocalRule<C>) -> (Self, Handover<C>) {
         let new = Self::new(limiter);
-        // Relaxed: not published yet (the new rules go out through the ArcSwap).
-        new.open.store(false, Ordering::Relaxed);
+        new.close();
         let used = old.used();
         let held = used.min(u64::from(new.limiter.limit().permits()));
         new.limiter.preload(held);
         new.add_excess(used - held);
-        let handover = Handover {
+        let handover = Handover::Limit {
             old: old.clone(),
             new: new.clone(),
             used,
         };
         (new, handover)
+    }
+
+    /// Closes a limit not yet published: it refuses until [`open`](Self::open)ed.
+    fn close(&self) {
+        // Relaxed: the new rules are published through the ArcSwap (release), after.
+        self.open.store(false, Ordering::Relaxed);
+    }
+
+    /// Opens a limit once what it must hold is settled.
+    fn open(&self) {
+        // Release: the settled count and excess happen before any decision that sees
+        // the limit open (see `try_acquire`).
+        self.open.store(true, Ordering::Release);
+    }
+
+    /// Whether the two are the same limit (clones of one).
+    fn same(&self, other: &LocalRule<C>) -> bool {
+        Arc::ptr_eq(&self.limiter, &other.limiter)
     }
 
     /// A permit, if the limit is open and its limiter has one. The refusal of a closed
@@ -186,7 +208,12 @@ impl<C: Clock> LocalRule<C> {
 pub(crate) fn spread<C: Clock>(was: u64, limits: &[&LocalRule<C>]) {
     let excess: u64 = limits.iter().map(|l| l.take_excess()).sum();
     let counted: u64 = limits.iter().map(|l| l.used()).sum();
-    let mut count = was.max(counted + excess) - counted;
+    fill(was.max(counted + excess) - counted, limits);
+}
+
+/// Takes `count` admissions made elsewhere into `limits`' windows, filling each one's
+/// room in order; the first takes what does not fit as excess.
+fn fill<C: Clock>(mut count: u64, limits: &[&LocalRule<C>]) {
     for limit in limits {
         let take = limit.room().min(count);
         limit.absorb(take);
@@ -197,23 +224,83 @@ pub(crate) fn spread<C: Clock>(was: u64, limits: &[&LocalRule<C>]) {
     }
 }
 
-/// A changed limit's replacement, to settle once no decision holds the old rules.
-pub(crate) struct Handover<C> {
-    old: LocalRule<C>,
-    new: LocalRule<C>,
-    /// What `old` had used when `new` was preloaded.
-    used: u64,
+/// What a reload settles once no decision holds the old rules.
+pub(crate) enum Handover<C> {
+    /// A changed limit's replacement (closed until settled).
+    Limit {
+        old: LocalRule<C>,
+        new: LocalRule<C>,
+        /// What `old` had used when `new` was preloaded.
+        used: u64,
+    },
+    /// A service cap's floors and shared pool, as a whole: the old ones that the new
+    /// rules do not keep go on admitting until the decisions holding them return, and
+    /// the new ones that are not kept stay closed until those late admissions are
+    /// spread into the new ones.
+    Cap {
+        /// Each old floor or pool not kept, with what it had used when the new ones
+        /// were given the cap's count.
+        late_from: Vec<(LocalRule<C>, u64)>,
+        /// The new floors and pool, in the order `spread` fills them.
+        into: Vec<LocalRule<C>>,
+        /// The new ones that were closed for the swap.
+        closed: Vec<LocalRule<C>>,
+    },
 }
 
 impl<C: Clock> Handover<C> {
-    /// Moves the admissions the old limiter made since the snapshot into the new one:
-    /// a permit of its window each while it has some, the rest into its excess.
+    /// Moves the admissions the old limiters made since the snapshot into the new ones
+    /// (a permit of a window each while one has some, the rest into excess), then
+    /// opens the new ones.
     pub(crate) fn settle(&self) {
-        self.new.absorb(self.old.used().saturating_sub(self.used));
-        // Release: the settled count and excess happen before any decision on the new
-        // limit (see `LocalRule::try_acquire`).
-        self.new.open.store(true, Ordering::Release);
+        match self {
+            Handover::Limit { old, new, used } => {
+                new.absorb(old.used().saturating_sub(*used));
+                new.open();
+            }
+            Handover::Cap {
+                late_from,
+                into,
+                closed,
+            } => {
+                let late: u64 = late_from
+                    .iter()
+                    .map(|(old, used)| old.used().saturating_sub(*used))
+                    .sum();
+                let into: Vec<&LocalRule<C>> = into.iter().collect();
+                fill(late, &into);
+                closed.iter().for_each(LocalRule::open);
+            }
+        }
     }
+}
+
+/// The cap's handover for a reload: `old` are the previous floors and pool with what
+/// each had used when `was` was counted, `new` the new ones (in `spread`'s order). The
+/// new ones that are not old ones kept are closed until it is settled.
+pub(crate) fn cap_handover<C: Clock>(
+    old: &[(&LocalRule<C>, u64)],
+    new: &[&LocalRule<C>],
+) -> Option<Handover<C>> {
+    let late_from: Vec<(LocalRule<C>, u64)> = old
+        .iter()
+        .filter(|(o, _)| !new.iter().any(|n| n.same(o)))
+        .map(|(o, used)| ((*o).clone(), *used))
+        .collect();
+    let closed: Vec<LocalRule<C>> = new
+        .iter()
+        .filter(|n| !old.iter().any(|(o, _)| o.same(n)))
+        .map(|n| (*n).clone())
+        .collect();
+    if late_from.is_empty() && closed.is_empty() {
+        return None;
+    }
+    closed.iter().for_each(LocalRule::close);
+    Some(Handover::Cap {
+        late_from,
+        into: new.iter().map(|n| (*n).clone()).collect(),
+        closed,
+    })
 }
 
 /// Waits (yielding) until `old` is the last reference to the rules it holds, that is

@@ -10,7 +10,7 @@ use opentelemetry::trace::{SpanKind, TraceId, TraceState};
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult};
 
-use super::handover::{spread, Handover, LocalRule};
+use super::handover::{cap_handover, spread, Handover, LocalRule};
 use super::matcher::Matchers;
 use super::model::{
     fleet_cap_key, fleet_floor_key, fleet_key, FleetSettings, LimitSpec, Policy, Rule, Scope,
@@ -176,6 +176,13 @@ impl<C: Clock + Clone> RuleSet<C> {
         let build = |spec: LimitSpec, key: &dyn Fn() -> String, old: Option<&RuleLimiter<C>>| {
             RuleLimiter::build(spec, key, fleet, clock, old, &handovers)
         };
+        // The cap's floors and pool are handed over as a whole (`cap_handover` below),
+        // not one by one: their own handovers are dropped.
+        let by_cap = RefCell::new(Vec::new());
+        let build_in_cap =
+            |spec: LimitSpec, key: &dyn Fn() -> String, old: Option<&RuleLimiter<C>>| {
+                RuleLimiter::build(spec, key, fleet, clock, old, &by_cap)
+            };
         let compile = |rule: Option<&Rule>,
                        name: &str,
                        policy: Policy|
@@ -250,7 +257,7 @@ impl<C: Clock + Clone> RuleSet<C> {
                         .and_then(|c| c.floor.as_ref())
                         .or_else(|| old.and_then(|o| o.floor.as_ref()));
                     Some(
-                        build(spec, &key, old_floor)
+                        build_in_cap(spec, &key, old_floor)
                             .map_err(|e| e.of(|| LimitOf::Rule(name.to_owned())))?,
                     )
                 }
@@ -302,7 +309,7 @@ impl<C: Clock + Clone> RuleSet<C> {
                         };
                         let key = || fleet_cap_key(&service.name);
                         Some(
-                            build(spec, &key, previous.and_then(|p| p.shared.as_ref()))
+                            build_in_cap(spec, &key, previous.and_then(|p| p.shared.as_ref()))
                                 .map_err(|e| e.of(|| LimitOf::Cap))?,
                         )
                     }
@@ -311,20 +318,24 @@ impl<C: Clock + Clone> RuleSet<C> {
             }
             None => None,
         };
+        drop(by_cap);
         if let Some(previous) = previous {
             // The cap as a whole: what the old floors and pool used in this window stays
-            // spent, also where a floor was removed, added or resized.
-            let used = |l: &RuleLimiter<C>| l.local().map_or(0, LocalRule::used);
-            let was: u64 = floors(&previous.rules)
+            // spent, also where a floor was removed, added or resized; and what they
+            // admit during the swap is spread into the new ones, closed until then.
+            let old: Vec<(&LocalRule<C>, u64)> = floors(&previous.rules)
                 .chain(previous.shared.as_ref())
-                .map(used)
-                .sum();
+                .filter_map(RuleLimiter::local)
+                .map(|l| (l, l.used()))
+                .collect();
+            let was: u64 = old.iter().map(|(_, used)| used).sum();
             let limits: Vec<&LocalRule<C>> = shared
                 .iter()
                 .chain(floors(&rules))
                 .filter_map(RuleLimiter::local)
                 .collect();
             spread(was, &limits);
+            handovers.borrow_mut().extend(cap_handover(&old, &limits));
         }
         let retired = match previous {
             None => Vec::new(),
@@ -584,6 +595,35 @@ mod tests {
         RuleSet::compile(&config.service("svc"), &config.fleet, clock, None)
             .unwrap()
             .0
+    }
+
+    /// A floor removed by a reload while a decision still holding the old rules admits
+    /// through it: that late admission is spread into the new cap (closed until then),
+    /// so the cap's window keeps at most its limit. Before, the new shared pool gave
+    /// out the permit again.
+    #[test]
+    fn a_floor_removed_during_a_swap_keeps_the_cap_exact() {
+        let clock = ManualClock::new();
+        clock.set(1);
+        let with_floor = "[default]\nlimit = 50\ncap = { limit = 10, window = \"1h\", paced = false }\n[[default.rule]]\nname = \"r\"\nspan_name = \"r\"\nlimit = 50\nfloor = 3\n";
+        let v1 = SamplingConfig::from_toml_str(with_floor, "t.toml").unwrap();
+        let old = RuleSet::compile(&v1.service("svc"), &v1.fleet, &clock, None)
+            .unwrap()
+            .0;
+        let old_floor = old.rules[0].floor.clone().unwrap();
+        let old_pool = old.shared.clone().unwrap();
+        assert!(old_floor.try_acquire() && old_pool.try_acquire());
+        let without = with_floor.replace("floor = 3\n", "");
+        let v2 = SamplingConfig::from_toml_str(&without, "t.toml").unwrap();
+        let (new, handovers) =
+            RuleSet::compile(&v2.service("svc"), &v2.fleet, &clock, Some(&old)).unwrap();
+        let pool = new.shared.clone().unwrap();
+        // During the swap: the old floor admits twice more, the new pool refuses.
+        assert!(old_floor.try_acquire() && old_floor.try_acquire());
+        assert!(!pool.try_acquire());
+        handovers.iter().for_each(Handover::settle);
+        // 10 in the window: 2 before, 2 during the swap, 6 after.
+        assert_eq!((0..20).filter(|_| pool.try_acquire()).count(), 6);
     }
 
     /// The trace ids of a small deterministic generator (splitmix64), so the counts
