@@ -31,9 +31,13 @@
 //! snapshot, and the new one's), whatever the decisions running during the swap do.
 //! The spans a changed rule decides between the publication and the settlement
 //! (microseconds, at most [`GRACE`]) are refused: a reload can cost a few traces, never
-//! the cap. Two cases are not covered: a decision holding the old rules for longer
-//! than [`GRACE`] (descheduled that long) has its admission, if any, not carried; and a
-//! reload that straddles a window boundary hands over only the new window's count.
+//! the cap. A reload that straddles a window boundary carries what the old limiter
+//! counted in the new window (all of it admitted after the snapshot). Not covered: a
+//! decision holding the old rules for longer than [`GRACE`] (descheduled that long)
+//! has its admission, if any, not carried; and for the sliding kinds (log, counter,
+//! bucketed), what leaves their window during the swap itself makes the carried count
+//! that much short (see [`LocalRule::used_since`]). The fixed window, the default, is
+//! exact.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -54,6 +58,14 @@ pub(crate) struct LocalRule<C> {
     pub(crate) limiter: Arc<AnyLimiter<C>>,
     excess: Arc<Mutex<Excess>>,
     open: Arc<AtomicBool>,
+}
+
+/// What a limit had used in its window when a reload read it, and when that window
+/// ends (clock nanoseconds; for the sliding log, when what it held then has left it).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Snapshot {
+    pub(crate) used: u64,
+    until: u64,
 }
 
 /// Admissions counted against a limit in the window ending at `until` (clock
@@ -91,14 +103,14 @@ impl<C: Clock> LocalRule<C> {
     pub(crate) fn replacing(limiter: AnyLimiter<C>, old: &LocalRule<C>) -> (Self, Handover<C>) {
         let new = Self::new(limiter);
         new.close();
-        let used = old.used();
-        let held = used.min(u64::from(new.limiter.limit().permits()));
+        let snapshot = old.snapshot();
+        let held = snapshot.used.min(u64::from(new.limiter.limit().permits()));
         new.limiter.preload(held);
-        new.add_excess(used - held);
+        new.add_excess(snapshot.used - held);
         let handover = Handover::Limit {
             old: old.clone(),
             new: new.clone(),
-            used,
+            snapshot,
         };
         (new, handover)
     }
@@ -138,6 +150,33 @@ impl<C: Clock> LocalRule<C> {
             self.limiter.acquire_stamped()
         } else {
             None
+        }
+    }
+
+    /// What it has used in its current window, and when that window ends.
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        let now = self.limiter.clock().now_nanos();
+        Snapshot {
+            used: self.used(),
+            until: self.window_end(now),
+        }
+    }
+
+    /// What it admitted after `snapshot` that its current window still counts: the
+    /// difference while the snapshot's window lasts, everything it counts once a new
+    /// window began (for the fixed window, exactly what was admitted after the
+    /// snapshot; the sliding kinds still count some from before it, which carries more
+    /// than needed). The sliding kinds also let some of what they counted leave their
+    /// window as time passes (the log an entry, the sliding counter a fraction of the
+    /// previous window, the bucketed window a sub-window): what leaves during the swap
+    /// itself (microseconds) makes the difference that much short.
+    pub(crate) fn used_since(&self, snapshot: Snapshot) -> u64 {
+        let now = self.limiter.clock().now_nanos();
+        let used = self.used();
+        if now < snapshot.until {
+            used.saturating_sub(snapshot.used)
+        } else {
+            used
         }
     }
 
@@ -231,7 +270,7 @@ pub(crate) enum Handover<C> {
         old: LocalRule<C>,
         new: LocalRule<C>,
         /// What `old` had used when `new` was preloaded.
-        used: u64,
+        snapshot: Snapshot,
     },
     /// A service cap's floors and shared pool, as a whole: the old ones that the new
     /// rules do not keep go on admitting until the decisions holding them return, and
@@ -240,7 +279,7 @@ pub(crate) enum Handover<C> {
     Cap {
         /// Each old floor or pool not kept, with what it had used when the new ones
         /// were given the cap's count.
-        late_from: Vec<(LocalRule<C>, u64)>,
+        late_from: Vec<(LocalRule<C>, Snapshot)>,
         /// The new floors and pool, in the order `spread` fills them.
         into: Vec<LocalRule<C>>,
         /// The new ones that were closed for the swap.
@@ -254,8 +293,8 @@ impl<C: Clock> Handover<C> {
     /// opens the new ones.
     pub(crate) fn settle(&self) {
         match self {
-            Handover::Limit { old, new, used } => {
-                new.absorb(old.used().saturating_sub(*used));
+            Handover::Limit { old, new, snapshot } => {
+                new.absorb(old.used_since(*snapshot));
                 new.open();
             }
             Handover::Cap {
@@ -265,7 +304,7 @@ impl<C: Clock> Handover<C> {
             } => {
                 let late: u64 = late_from
                     .iter()
-                    .map(|(old, used)| old.used().saturating_sub(*used))
+                    .map(|(old, snapshot)| old.used_since(*snapshot))
                     .sum();
                 let into: Vec<&LocalRule<C>> = into.iter().collect();
                 fill(late, &into);
@@ -279,13 +318,13 @@ impl<C: Clock> Handover<C> {
 /// each had used when `was` was counted, `new` the new ones (in `spread`'s order). The
 /// new ones that are not old ones kept are closed until it is settled.
 pub(crate) fn cap_handover<C: Clock>(
-    old: &[(&LocalRule<C>, u64)],
+    old: &[(&LocalRule<C>, Snapshot)],
     new: &[&LocalRule<C>],
 ) -> Option<Handover<C>> {
-    let late_from: Vec<(LocalRule<C>, u64)> = old
+    let late_from: Vec<(LocalRule<C>, Snapshot)> = old
         .iter()
         .filter(|(o, _)| !new.iter().any(|n| n.same(o)))
-        .map(|(o, used)| ((*o).clone(), *used))
+        .map(|(o, snapshot)| ((*o).clone(), *snapshot))
         .collect();
     let closed: Vec<LocalRule<C>> = new
         .iter()
@@ -395,6 +434,34 @@ mod tests {
                 "{algorithm}"
             );
             assert_eq!(new.used(), 10, "{algorithm}");
+        }
+    }
+
+    #[test]
+    fn a_swap_that_straddles_a_window_boundary_carries_the_new_windows_admissions() {
+        for algorithm in Algorithm::ALL {
+            let clock = ManualClock::new();
+            let limit = Limit::per_window(10, Duration::from_secs(1))
+                .unwrap()
+                .unpaced();
+            let any = |l| AnyLimiter::with_clock(algorithm, l, clock.clone());
+            clock.set(900_000_000);
+            let old = LocalRule::new(any(limit));
+            assert_eq!((0..4).filter(|_| old.try_acquire()).count(), 4);
+            let (new, h) = LocalRule::replacing(any(limit), &old);
+            // The window turns during the swap; a decision on the old rules admits up
+            // to 7 in the new window (the sliding kinds still count the first 4).
+            clock.set(1_100_000_000);
+            let late = (0..7).filter(|_| old.try_acquire()).count();
+            h.settle();
+            let after = (0..10).filter(|_| new.try_acquire()).count();
+            // Whatever the algorithm, no interval of a window holds more than 10.
+            assert!(late + after <= 10, "{algorithm}: {late} + {after}");
+            if algorithm == Algorithm::FixedWindow {
+                // Before: the difference from the snapshot (7 - 4) was carried, and the
+                // new limiter gave out 7 more: 14 in a window of 10.
+                assert_eq!((late, after), (7, 3));
+            }
         }
     }
 

@@ -154,10 +154,12 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     ///   by half a second), moves what the old limiters admitted since the carry-over
     ///   into the new ones, and opens them. So the old and the new limiter together
     ///   admit at most `max(old N, new N)` in the window of the reload; the price is
-    ///   that a changed rule refuses for the microseconds of the swap. Not covered: a
-    ///   decision descheduled on the old rules for longer than that half second (its
-    ///   admission is not carried), and a reload that straddles a window boundary
-    ///   (only the new window's count is carried).
+    ///   that a changed rule refuses for the microseconds of the swap. A swap that
+    ///   straddles a window boundary carries what the old limiter counted in the new
+    ///   window. Not covered: a decision descheduled on the old rules for longer than
+    ///   that half second (its admission is not carried), and, for the sliding kinds
+    ///   (log, counter, bucketed), what leaves their window during the swap itself
+    ///   (the carried count is that much short). The fixed window is exact.
     /// * A rule removed (or made a probability) and brought back within a window finds
     ///   its limiter: limits whose identity left the rules are kept aside until their
     ///   window holds nothing.

@@ -10,7 +10,7 @@ use opentelemetry::trace::{SpanKind, TraceId, TraceState};
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult};
 
-use super::handover::{cap_handover, spread, Handover, LocalRule};
+use super::handover::{cap_handover, spread, Handover, LocalRule, Snapshot};
 use super::matcher::Matchers;
 use super::model::{
     fleet_cap_key, fleet_floor_key, fleet_key, FleetSettings, LimitSpec, Policy, Rule, Scope,
@@ -323,12 +323,12 @@ impl<C: Clock + Clone> RuleSet<C> {
             // The cap as a whole: what the old floors and pool used in this window stays
             // spent, also where a floor was removed, added or resized; and what they
             // admit during the swap is spread into the new ones, closed until then.
-            let old: Vec<(&LocalRule<C>, u64)> = floors(&previous.rules)
+            let old: Vec<(&LocalRule<C>, Snapshot)> = floors(&previous.rules)
                 .chain(previous.shared.as_ref())
                 .filter_map(RuleLimiter::local)
-                .map(|l| (l, l.used()))
+                .map(|l| (l, l.snapshot()))
                 .collect();
-            let was: u64 = old.iter().map(|(_, used)| used).sum();
+            let was: u64 = old.iter().map(|(_, s)| s.used).sum();
             let limits: Vec<&LocalRule<C>> = shared
                 .iter()
                 .chain(floors(&rules))
