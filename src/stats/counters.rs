@@ -165,6 +165,9 @@ mod tests {
 
     #[test]
     fn threads_beyond_the_slots_count_exactly_in_the_overflow_row() {
+        let _alone = slot::ALL_SLOTS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let counters = Counters::new();
         let threads = SLOTS + 6;
         // All alive at once, so at least 6 of them find no free slot.

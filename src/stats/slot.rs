@@ -97,12 +97,21 @@ fn assign() -> usize {
     SLOT.with(|s| s.set(slot));
     slot
 }
+/// Held by the tests that need the slots to themselves: one takes every slot on
+/// purpose (`threads_beyond_the_slots_count_exactly_in_the_overflow_row`), and another
+/// running meanwhile would find none free (a CI run saw it).
+#[cfg(all(test, not(loom)))]
+pub(crate) static ALL_SLOTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 
     #[test]
     fn live_threads_hold_distinct_slots_and_exited_threads_free_theirs() {
+        let _alone = ALL_SLOTS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let here = current();
         assert_eq!(current(), here, "a thread keeps its slot");
         let others: Vec<usize> = (0..4)
