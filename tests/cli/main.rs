@@ -56,6 +56,18 @@ fn code(out: &Output) -> i32 {
         .expect("the binary exits, it is not killed")
 }
 
+/// Runs the command, checks its exit code, and that its output holds each of `wants`;
+/// returns the output.
+fn check_prints(args: &[&str], exit: i32, wants: &[&str]) -> String {
+    let out = run(args);
+    let text = stdout(&out);
+    assert_eq!(code(&out), exit, "{text}{}", stderr(&out));
+    for want in wants {
+        assert!(text.contains(want), "{want:?} not in\n{text}");
+    }
+    text
+}
+
 /// The table rows of a `simulate` run: (offered, admitted by the rule, refused by the
 /// cap, kept), one per row of seconds.
 fn rows(out: &Output) -> Vec<[u64; 4]> {
@@ -72,38 +84,36 @@ fn rows(out: &Output) -> Vec<[u64; 4]> {
 
 #[test]
 fn check_prints_the_effective_rules_of_the_toml_example() {
-    let out = run(&["check", &example("sampling.toml")]);
-    let text = stdout(&out);
-    assert_eq!(code(&out), 0, "{text}{}", stderr(&out));
-    for want in [
-        "sampling.toml: ok",
-        "service \"checkout\"",
-        "1. rule \"payments\": name ~ \"POST /api/pay*\"",
-        "otherwise: keep 20 per 1s",
-        "service \"(any other service)\" (not listed: the file default)",
-        "memory: 6 limiters",
-        "largest: rule \"payments\" (sliding-log, 50 per 1s)",
-        // The example reserves 1/s for a rule of 0.5/s: a warning, not an error.
-        "warning: service \"checkout\": rule \"admin-users\": floor 1 per cap window",
-        "0 error(s), 1 warning(s)",
-    ] {
-        assert!(text.contains(want), "{want:?} not in\n{text}");
-    }
+    check_prints(
+        &["check", &example("sampling.toml")],
+        0,
+        &[
+            "sampling.toml: ok",
+            "service \"checkout\"",
+            "1. rule \"payments\": name ~ \"POST /api/pay*\"",
+            "otherwise: keep 20 per 1s",
+            "service \"(any other service)\" (not listed: the file default)",
+            "memory: 6 limiters",
+            "largest: rule \"payments\" (sliding-log, 50 per 1s)",
+            // The example reserves 1/s for a rule of 0.5/s: a warning, not an error.
+            "warning: service \"checkout\": rule \"admin-users\": floor 1 per cap window",
+            "0 error(s), 1 warning(s)",
+        ],
+    );
 }
 
 #[test]
 fn check_reads_jaeger_strategies_and_splits_limits_across_replicas() {
-    let out = run(&["check", &example("strategies.json"), "--replicas", "3"]);
-    let text = stdout(&out);
-    assert_eq!(code(&out), 0, "{text}{}", stderr(&out));
-    for want in [
-        "service \"foo\"",
-        "2. rule \"op2\": name ~ \"op2\" => keep 1 per 2s",
-        "default: 5 per 1s -> 2 per 1.2s each (1.667/s), 5.000/s together",
-        "lints: none",
-    ] {
-        assert!(text.contains(want), "{want:?} not in\n{text}");
-    }
+    check_prints(
+        &["check", &example("strategies.json"), "--replicas", "3"],
+        0,
+        &[
+            "service \"foo\"",
+            "2. rule \"op2\": name ~ \"op2\" => keep 1 per 2s",
+            "default: 5 per 1s -> 2 per 1.2s each (1.667/s), 5.000/s together",
+            "lints: none",
+        ],
+    );
     let one = run(&["check", &example("sampling.toml"), "--service", "search"]);
     assert_eq!(code(&one), 0);
     assert!(!stdout(&one).contains("checkout"), "{}", stdout(&one));
@@ -153,15 +163,10 @@ rate = 1.0
 paced = false
 "#,
     );
-    let out = run(&["check", file.path()]);
-    let text = stdout(&out);
-    assert_eq!(code(&out), 1, "{text}");
-    for want in [
+    check_prints(&["check", file.path()], 1, &[
         "error: service \"s\": rule \"orders\": rule 2 never decides: rule 1 \"api\" before it matches every span this rule matches",
         "1 error(s), 0 warning(s)",
-    ] {
-        assert!(text.contains(want), "{want:?} not in\n{text}");
-    }
+    ]);
     // A rule with no condition before another does not even load: the sampler would
     // never reach the later rule.
     let all = TempFile::new(
@@ -205,16 +210,11 @@ window = "1s"
 floor = 10
 "#,
     );
-    let out = run(&["check", file.path()]);
-    let text = stdout(&out);
-    assert_eq!(code(&out), 0, "{text}");
-    for want in [
+    check_prints(&["check", file.path()], 0, &[
         "warning: service \"s\": rule \"greedy\": floor 10 per cap window (10/s) is more than the rule's own limit of 5 per 1s (5/s)",
         "warning: [default]: its limiters take 30 MiB (over 16 MiB)",
         "0 error(s), 2 warning(s)",
-    ] {
-        assert!(text.contains(want), "{want:?} not in\n{text}");
-    }
+    ]);
     let rare = TempFile::new("rare.toml", "[default]\nlimit = 1\nwindow = \"4000000h\"\n");
     let out = run(&["check", rare.path(), "--replicas", "3"]);
     assert_eq!(code(&out), 1, "{}", stdout(&out));
@@ -635,16 +635,11 @@ probability = 0.0
 at_least = 2.0
 "#,
     );
-    let out = run(&["check", file.path()]);
-    let text = stdout(&out);
-    assert_eq!(code(&out), 0, "{text}");
-    for want in [
+    check_prints(&["check", file.path()], 0, &[
         "1. rule \"health\": name ~ \"GET /health\" => keep with probability 0, and at least 2 per 1s (2/s, fixed)",
         "otherwise: keep with probability 0, and at least 3 per 1s (3/s, fixed)",
         "warning: service \"s\": rule \"default\": lower bound (at_least) 3/s is more than the service cap lets through, 2/s",
-    ] {
-        assert!(text.contains(want), "{want:?} not in\n{text}");
-    }
+    ]);
     // Probability 0: the lower bound alone keeps, exactly 2 per second.
     let simulate = |span: &str| {
         run(&[
