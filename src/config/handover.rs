@@ -146,6 +146,7 @@ impl<C: Clock> LocalRule<C> {
     /// [`try_acquire`](Self::try_acquire) with the admission's clock reading.
     #[inline]
     pub(crate) fn acquire_stamped(&self) -> Option<u64> {
+        // Acquire: as in `try_acquire`.
         if self.open.load(Ordering::Acquire) {
             self.limiter.acquire_stamped()
         } else {
