@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use opentelemetry::trace::SpanKind;
 
-use super::error::{ConfigError, ConfigErrorKind, Pos};
-use super::pattern::Pattern;
+use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
+use crate::config::model::pattern::Pattern;
 use crate::limit::{Limit, LimitError};
 use crate::limiter::Algorithm;
 use crate::sampler::{Origin, RemoteParents};
@@ -229,8 +229,8 @@ pub(crate) fn remote_parents(name: &str) -> Result<RemoteParents, Invalid> {
 }
 
 /// A limit's scope.
-pub(crate) fn scope(name: &str) -> Result<super::model::Scope, Invalid> {
-    use super::model::Scope;
+pub(crate) fn scope(name: &str) -> Result<crate::config::model::Scope, Invalid> {
+    use crate::config::model::Scope;
     match name {
         "local" => Ok(Scope::Local),
         "fleet" if cfg!(feature = "redis") => Ok(Scope::Fleet),

@@ -14,7 +14,7 @@ use crate::clock::Clock;
 use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
 use crate::config::log;
 use crate::config::model::ServiceConfig;
-use crate::config::rule_based::RuleBasedSampler;
+use crate::config::runtime::rule_based::RuleBasedSampler;
 
 /// Where to poll a Jaeger sampling strategy from, and how often: the settings of
 /// [`RuleBasedSampler::poll_jaeger_remote`].
@@ -424,7 +424,7 @@ mod tests {
 
     #[test]
     fn settings_are_checked_before_any_request() {
-        let sampler = crate::config::rule_based::RuleBasedSampler::new(
+        let sampler = crate::config::runtime::rule_based::RuleBasedSampler::new(
             &crate::SamplingConfig::from_toml_str("[default]\nprobability = 1.0\n", "t").unwrap(),
             "svc",
         )

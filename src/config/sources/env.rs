@@ -15,35 +15,21 @@
 //! (`from_env_lossy`, a warning and a fallback) on the same code path, and `from_lookup`
 //! forms reading variables through a function.
 
-use super::error::{ConfigError, ConfigErrorKind, Pos};
-use super::model::{FleetSettings, SamplingConfig, ServiceConfig};
-use super::rule_based::RuleBasedSampler;
 use crate::clock::MonotonicClock;
-use crate::limit::Limit;
+use crate::config::error::{ConfigError, ConfigErrorKind};
+use crate::config::model::SamplingConfig;
+use crate::config::runtime::rule_based::RuleBasedSampler;
+use crate::config::vars::{env_error, from_env_error, redis_urls, resolve_service};
+pub use crate::config::vars::{
+    OTEL_CONFIG_FILE, OTEL_RATE_SAMPLER_CONFIG, OTEL_RATE_SAMPLER_REDIS,
+};
 pub use crate::sampler::env::*;
-use crate::sampler::env::{chosen, default_limit, rate_limit, service_name, var};
+use crate::sampler::env::{chosen, default_limit, rate_limit, var};
 use crate::sampler::RemoteParents;
-
-/// This crate's variable naming a rule file: TOML, Jaeger JSON (`.json`), or with
-/// feature `yaml` YAML (`.yaml`, `.yml`) or an OpenTelemetry declarative configuration
-/// file (recognised by its `file_format`). Empty is the same as unset.
-pub const OTEL_RATE_SAMPLER_CONFIG: &str = "OTEL_RATE_SAMPLER_CONFIG";
-/// This crate's variable naming the Redis server that fleet-scoped limits
-/// (`scope = "fleet"` in the rule file) are shared through: `redis://host:6379`, or the
-/// comma-separated seed nodes of a Redis Cluster. When set, it replaces the rule file's
-/// `[fleet] redis` (the file's other `[fleet]` settings stay), so one file serves every
-/// environment. Read by [`RuleBasedSampler::from_env`] only; a fleet-scoped limit with
-/// no URL in the file or here is a [`ConfigError`].
-pub const OTEL_RATE_SAMPLER_REDIS: &str = "OTEL_RATE_SAMPLER_REDIS";
-
-/// The standard variable naming an OpenTelemetry declarative configuration file
-/// (`file_format: "1.0"`), read by `DeclarativeSampler::from_env` (feature `yaml`).
-/// Empty is the same as unset.
-pub const OTEL_CONFIG_FILE: &str = "OTEL_CONFIG_FILE";
 
 /// What [`RuleBasedSampler::from_env_lossy`] does with a problem: a rate-limited warning.
 fn log_fallback(e: &ConfigError) {
-    super::log::warn(&format!(
+    crate::config::log::warn(&format!(
         "{e}; falling back to {DEFAULT_TRACES_PER_SECOND} traces per second"
     ));
 }
@@ -157,56 +143,6 @@ impl RuleBasedSampler {
                 RuleBasedSampler::<MonotonicClock>::new(&config, &service).ok()
             }
         }
-    }
-}
-
-/// The Redis URLs of [`OTEL_RATE_SAMPLER_REDIS`] (`None`: unset or empty).
-pub(super) fn redis_urls(lookup: &dyn Fn(&str) -> Option<String>) -> Option<Vec<String>> {
-    var(lookup, OTEL_RATE_SAMPLER_REDIS)
-        .map(|v| {
-            v.split(',')
-                .map(str::trim)
-                .filter(|u| !u.is_empty())
-                .map(str::to_owned)
-                .collect::<Vec<_>>()
-        })
-        .filter(|urls| !urls.is_empty())
-}
-
-/// `service`, or the environment's service name when `service` is empty.
-pub(super) fn resolve_service(
-    service: &str,
-    lookup: &dyn Fn(&str) -> Option<String>,
-) -> Result<String, ConfigError> {
-    if !service.is_empty() {
-        return Ok(service.to_owned());
-    }
-    service_name(lookup).map_err(|e| from_env_error(ConfigErrorKind::Syntax, e))
-}
-
-fn env_error(kind: ConfigErrorKind, variable: &str, message: String) -> ConfigError {
-    ConfigError::new(kind, "environment", Pos::default(), variable, message)
-}
-
-/// The sampler layer's [`EnvError`] as a [`ConfigError`] of `kind`.
-fn from_env_error(kind: ConfigErrorKind, e: EnvError) -> ConfigError {
-    env_error(
-        kind,
-        e.variable(),
-        format!("{:?}: {}", e.value(), e.message()),
-    )
-    .with_source(e)
-}
-
-impl SamplingConfig {
-    /// One limit for every service, a fixed window.
-    pub(crate) fn single_limit(limit: Limit, remote_parents: RemoteParents, source: &str) -> Self {
-        Self::new(
-            source,
-            ServiceConfig::single_rate(limit, remote_parents),
-            Vec::new(),
-            FleetSettings::default(),
-        )
     }
 }
 

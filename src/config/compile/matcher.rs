@@ -5,8 +5,8 @@
 use opentelemetry::trace::SpanKind;
 use opentelemetry::{KeyValue, Value};
 
-use super::model::Rule;
-use super::pattern::{bytes_eq, Pattern};
+use crate::config::model::pattern::{bytes_eq, Pattern};
+use crate::config::model::Rule;
 use crate::sampler::Origin;
 
 /// The conditions of every rule of a service, in rule order.

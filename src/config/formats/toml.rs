@@ -9,14 +9,14 @@ use std::ops::Range;
 use serde::Deserialize;
 use toml::de::{DeTable, DeValue};
 
-use super::budget::{self, Culprit};
-use super::error::{ConfigError, ConfigErrorKind, LineIndex, Pos};
-use super::model::{
+use crate::config::check::budget::{self, Culprit};
+use crate::config::error::{ConfigError, ConfigErrorKind, LineIndex, Pos};
+use crate::config::formats::spanned::Spanned;
+use crate::config::model::values::{self, Invalid};
+use crate::config::model::{
     fleet_cap_key, fleet_key, FleetSettings, LimitSpec, Policy, Rule, SamplingConfig, Scope,
     ServiceConfig,
 };
-use super::spanned::Spanned;
-use super::validate::{self, Invalid};
 use crate::limiter::Algorithm;
 use crate::sampler::RemoteParents;
 
@@ -345,11 +345,11 @@ impl Ctx<'_> {
                         "`paced` applies to a limit; a `probability` keeps traces whenever they come".into(),
                     ));
                 }
-                let p = self.check(p, key("probability"), |p| validate::probability(*p))?;
+                let p = self.check(p, key("probability"), |p| values::probability(*p))?;
                 let Some(l) = raw.at_least else {
                     return Ok(Some(Policy::Probability(p)));
                 };
-                let limit = self.check(l, key("at_least"), |l| validate::rate(*l))?;
+                let limit = self.check(l, key("at_least"), |l| values::rate(*l))?;
                 Ok(Some(Policy::AtLeast {
                     probability: p,
                     lower_bound: LimitSpec {
@@ -390,7 +390,7 @@ impl Ctx<'_> {
         }
         let adaptive_key = key("adaptive");
         let limit = match &**adaptive.get_ref() {
-            RawAdaptive::Rate(r) => self.check(adaptive, adaptive_key, |_| validate::rate(*r))?,
+            RawAdaptive::Rate(r) => self.check(adaptive, adaptive_key, |_| values::rate(*r))?,
             RawAdaptive::Table(t) => {
                 // The limit keys of a block, read as a block's, under `<path>.adaptive`.
                 let (no_text, no_probability, no_flag) = (None, None, None);
@@ -444,14 +444,14 @@ impl Ctx<'_> {
                         "`window` goes with `limit`; a `rate` is per second".into(),
                     ));
                 }
-                self.check(r, key("rate"), |r| validate::rate(*r))?
+                self.check(r, key("rate"), |r| values::rate(*r))?
             }
             (None, Some(l)) => {
                 let window = match raw.window {
-                    Some(w) => self.check(w, key("window"), |w| validate::limit_window(w))?,
+                    Some(w) => self.check(w, key("window"), |w| values::limit_window(w))?,
                     None => std::time::Duration::from_secs(1),
                 };
-                self.check(l, key("limit"), |l| validate::per_window(*l, window))?
+                self.check(l, key("limit"), |l| values::per_window(*l, window))?
             }
             (None, None) => {
                 if let Some(w) = raw.window {
@@ -492,11 +492,11 @@ impl Ctx<'_> {
             }
         };
         let algorithm = match raw.algorithm {
-            Some(a) => self.check(a, key("algorithm"), |a| validate::algorithm(a))?,
+            Some(a) => self.check(a, key("algorithm"), |a| values::algorithm(a))?,
             None => Algorithm::default(),
         };
         let scope = match raw.scope {
-            Some(sc) => self.check(sc, key("scope"), |sc| validate::scope(sc))?,
+            Some(sc) => self.check(sc, key("scope"), |sc| values::scope(sc))?,
             None => Scope::Local,
         };
         if scope == Scope::Fleet {
@@ -544,7 +544,7 @@ impl Ctx<'_> {
 
     /// Checks that `name` (a service or rule name) can be part of a fleet key.
     fn fleet_name(&self, name: &Spanned<String>, key: &str) -> Result<(), ConfigError> {
-        self.check(name, key, |n| validate::fleet_key_part(n))
+        self.check(name, key, |n| values::fleet_key_part(n))
     }
 
     fn block(
@@ -567,7 +567,7 @@ impl Ctx<'_> {
             }
             (None, true) => String::new(),
             (Some(n), false) => {
-                self.check(n, key("name"), |n| validate::name("service name", n))?;
+                self.check(n, key("name"), |n| values::name("service name", n))?;
                 n.get_ref().clone()
             }
             (None, false) => {
@@ -636,7 +636,7 @@ impl Ctx<'_> {
             None => None,
         };
         let remote_parents = match &raw.remote_parents {
-            Some(r) => self.check(r, key("remote_parents"), |r| validate::remote_parents(r))?,
+            Some(r) => self.check(r, key("remote_parents"), |r| values::remote_parents(r))?,
             None => RemoteParents::default(),
         };
         let mut rules: Vec<Rule> = Vec::with_capacity(raw.rule.len());
@@ -781,22 +781,22 @@ impl Ctx<'_> {
         let key = |k: &'static str| Path::Key(&path, k);
         let name = match &raw.name {
             Some(n) => {
-                self.check(n, key("name"), |n| validate::name("rule name", n))?;
+                self.check(n, key("name"), |n| values::name("rule name", n))?;
                 n.get_ref().clone()
             }
             None => format!("{unnamed}-{}", index + 1),
         };
         let span_name = match &raw.span_name {
-            Some(g) => Some(self.check(g, key("span_name"), |g| validate::glob(g))?),
+            Some(g) => Some(self.check(g, key("span_name"), |g| values::glob(g))?),
             None => None,
         };
         let kind = match &raw.kind {
-            Some(k) => Some(self.check(k, key("kind"), |k| validate::span_kind(k))?),
+            Some(k) => Some(self.check(k, key("kind"), |k| values::span_kind(k))?),
             None => None,
         };
         let parent = match &raw.parent {
             Some(p) => {
-                let origin = self.check(p, key("parent"), |p| validate::parent(p))?;
+                let origin = self.check(p, key("parent"), |p| values::parent(p))?;
                 if origin == crate::sampler::Origin::Remote && remote_parents != RemoteParents::Cap
                 {
                     return Err(self.new_error(
@@ -813,10 +813,10 @@ impl Ctx<'_> {
         let mut attributes = Vec::with_capacity(raw.attributes.len());
         for (k, v) in &raw.attributes {
             let attr_key = Path::Attribute(&path, k.get_ref());
-            self.check(k, attr_key, |k| validate::name("attribute key", k))?;
+            self.check(k, attr_key, |k| values::name("attribute key", k))?;
             attributes.push((
                 k.get_ref().clone(),
-                self.check(v, attr_key, |v| validate::glob(v))?,
+                self.check(v, attr_key, |v| values::glob(v))?,
             ));
         }
         let policy = self.policy(&raw.policy_keys(), path)?.ok_or_else(|| {
@@ -953,7 +953,7 @@ impl<'a> Ctx<'a> {
                     ConfigErrorKind::MissingKey,
                     span,
                     &key,
-                    format!("scope = \"fleet\" shares the limit through Redis, and no Redis URL is given; add `[fleet]` with `redis = \"redis://host:6379\"`, or set {}", super::env::OTEL_RATE_SAMPLER_REDIS),
+                    format!("scope = \"fleet\" shares the limit through Redis, and no Redis URL is given; add `[fleet]` with `redis = \"redis://host:6379\"`, or set {}", crate::config::vars::OTEL_RATE_SAMPLER_REDIS),
                 ));
             }
         }
@@ -1159,20 +1159,20 @@ impl Ctx<'_> {
                     RawUrls::One(u) => vec![u.clone()],
                     RawUrls::Many(us) => us.clone(),
                 };
-                self.check(r, "fleet.redis", |_| validate::redis_urls(&urls))?;
+                self.check(r, "fleet.redis", |_| values::redis_urls(&urls))?;
                 urls
             }
             None => Vec::new(),
         };
         let prefix = match &raw.prefix {
             Some(p) => {
-                self.check(p, "fleet.prefix", |p| validate::fleet_key_part(p))?;
+                self.check(p, "fleet.prefix", |p| values::fleet_key_part(p))?;
                 Some(p.get_ref().clone())
             }
             None => None,
         };
         let sync_interval = match &raw.sync_interval {
-            Some(i) => Some(self.check(i, "fleet.sync_interval", |i| validate::sync_interval(i))?),
+            Some(i) => Some(self.check(i, "fleet.sync_interval", |i| values::sync_interval(i))?),
             None => None,
         };
         Ok(FleetSettings {

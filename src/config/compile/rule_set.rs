@@ -10,14 +10,15 @@ use opentelemetry::trace::{SpanKind, TraceId, TraceState};
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult};
 
-use super::handover::{cap_handover, spread, Handover, LocalRule, Snapshot};
-use super::matcher::Matchers;
-use super::model::{
+use crate::clock::Clock;
+use crate::config::compile::handover::{cap_handover, spread, Handover, LocalRule, Snapshot};
+use crate::config::compile::matcher::Matchers;
+use crate::config::compile::rule_limiter::{BuildError, RuleLimiter};
+use crate::config::model::LimitOf;
+use crate::config::model::{
     fleet_cap_key, fleet_floor_key, fleet_key, FleetSettings, LimitSpec, Policy, Rule, Scope,
     ServiceConfig,
 };
-use super::rule_limiter::{BuildError, LimitOf, RuleLimiter};
-use crate::clock::Clock;
 use crate::limit::LimitError;
 use crate::limiter::{Algorithm, FixedWindow, RateLimiter};
 use crate::sampler::attributes::{self, ADAPTIVE, LOWERBOUND, PROBABILISTIC, RATELIMITING};

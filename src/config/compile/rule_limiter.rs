@@ -6,10 +6,10 @@ use std::cell::RefCell;
 use std::error::Error;
 use std::fmt;
 
-use super::error::Pos;
-use super::handover::{Handover, LocalRule};
-use super::model::{FleetSettings, LimitSpec, Scope};
 use crate::clock::Clock;
+use crate::config::compile::handover::{Handover, LocalRule};
+use crate::config::error::Pos;
+use crate::config::model::{FleetSettings, LimitOf, LimitSpec, Scope};
 use crate::limit::{Limit, LimitError};
 use crate::limiter::{AnyLimiter, RateLimiter};
 
@@ -28,27 +28,6 @@ pub(crate) enum RuleLimiter<C> {
 pub(crate) struct FleetRule<C> {
     limiter: crate::fleet::FleetLimiter<C>,
     settings: FleetSettings,
-}
-
-/// Whose limit it is, in a service.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum LimitOf {
-    /// The rule of this name.
-    Rule(String),
-    /// The service's default policy.
-    Default,
-    /// The cap (its floors share its window).
-    Cap,
-}
-
-impl fmt::Display for LimitOf {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LimitOf::Rule(name) => write!(f, "rule {name:?}"),
-            LimitOf::Default => f.write_str("the default policy"),
-            LimitOf::Cap => f.write_str("the cap"),
-        }
-    }
 }
 
 impl<C> Clone for RuleLimiter<C> {

@@ -7,10 +7,10 @@ use std::fmt;
 use serde::de::{DeserializeOwned, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
-use super::error::{ConfigError, ConfigErrorKind, Pos};
-use super::from_toml::{Ctx, RawFile};
-use super::model::SamplingConfig;
-use super::spanned::{reading, Format, Spanned};
+use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
+use crate::config::formats::spanned::{reading, Format, Spanned};
+use crate::config::formats::toml::{Ctx, RawFile};
+use crate::config::model::SamplingConfig;
 
 impl SamplingConfig {
     /// Parses a YAML configuration (feature `yaml`); `file` names it in errors.

@@ -18,10 +18,10 @@ use std::collections::HashSet;
 
 use serde::Deserialize;
 
-use super::error::{ConfigError, ConfigErrorKind, Pos};
-use super::model::{FleetSettings, LimitSpec, Policy, Rule, SamplingConfig, ServiceConfig};
-use super::pattern::Pattern;
-use super::validate::{self, Invalid};
+use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
+use crate::config::model::pattern::Pattern;
+use crate::config::model::values::{self, Invalid};
+use crate::config::model::{FleetSettings, LimitSpec, Policy, Rule, SamplingConfig, ServiceConfig};
 use crate::limiter::Algorithm;
 use crate::sampler::RemoteParents;
 
@@ -79,10 +79,10 @@ impl Ctx<'_> {
     fn policy(&self, kind: &str, param: f64, at: &[Step<'_>]) -> Result<Policy, ConfigError> {
         let with = |last: &'static str| [at, &[Step::Key(last)]].concat();
         match kind {
-            "probabilistic" => validate::probability(param)
+            "probabilistic" => values::probability(param)
                 .map(Policy::Probability)
                 .map_err(|e| self.err(e, &with("param"))),
-            "ratelimiting" => validate::rate(param)
+            "ratelimiting" => values::rate(param)
                 .map(|limit| {
                     // Jaeger strategies have no notion of a fleet: each process's own.
                     Policy::Limit(LimitSpec::local(limit, Algorithm::FixedWindow))
@@ -144,7 +144,7 @@ impl Ctx<'_> {
                 };
                 return Err(missing(name));
             };
-            validate::name("operation", operation).map_err(|e| self.err(e, &key))?;
+            values::name("operation", operation).map_err(|e| self.err(e, &key))?;
             if !names.insert(operation) {
                 return Err(self.err(
                     Invalid::new(
@@ -238,7 +238,7 @@ impl SamplingConfig {
                     &at,
                 )
             })?;
-            validate::name("service name", name).map_err(|e| ctx.err(e, &name_key))?;
+            values::name("service name", name).map_err(|e| ctx.err(e, &name_key))?;
             if !names.insert(name) {
                 return Err(ctx.err(
                     Invalid::new(

@@ -14,7 +14,7 @@ use super::resolve::{resolve, Resolved};
 use super::{watch_error, WatchOptions};
 use crate::clock::Clock;
 use crate::config::error::ConfigError;
-use crate::config::rule_based::RuleBasedSampler;
+use crate::config::runtime::rule_based::RuleBasedSampler;
 
 /// What the worker is told.
 pub(super) enum Message {

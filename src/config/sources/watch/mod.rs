@@ -10,9 +10,9 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::error::{ConfigError, ConfigErrorKind, Pos};
-use super::rule_based::RuleBasedSampler;
 use crate::clock::Clock;
+use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
+use crate::config::runtime::rule_based::RuleBasedSampler;
 
 /// How a [`ConfigWatcher`] follows its file: the quiet period before a change is
 /// applied, and the polling that backs up the file system's notifications.

@@ -1,12 +1,14 @@
 //! The memory budget of a service's limiters: what the loaders check, once per service,
 //! so that a small file cannot make a sampler allocate gigabytes.
 
-use super::error::ConfigErrorKind;
-use super::model::{LimitSpec, Policy, Rule, SamplingConfig};
-use super::summary::limiter_bytes;
-use super::validate::Invalid;
+use std::mem::size_of;
+
+use crate::clock::MonotonicClock;
+use crate::config::error::ConfigErrorKind;
+use crate::config::model::values::Invalid;
+use crate::config::model::{LimitSpec, Policy, Rule, SamplingConfig};
 use crate::limit::Limit;
-use crate::limiter::Algorithm;
+use crate::limiter::{Algorithm, AnyLimiter};
 
 /// A service (or the file default) whose limiters take more than the budget.
 #[derive(Debug)]
@@ -208,6 +210,23 @@ pub(crate) fn budget_bytes(bytes: i64) -> Result<usize, Invalid> {
             format!("memory budget {bytes} bytes is below 1 KiB; give at least 1024 bytes, or a size such as \"512MiB\""),
         )),
     }
+}
+
+/// Bytes a sliding log keeps per permit: a sequence number and a timestamp.
+const SLIDING_LOG_BYTES_PER_PERMIT: usize = 16;
+
+/// The memory of the limiter of `spec`, as laid out on this target.
+pub(crate) fn limiter_bytes(spec: LimitSpec) -> usize {
+    let slots = match spec.algorithm {
+        Algorithm::SlidingLog => {
+            SLIDING_LOG_BYTES_PER_PERMIT.saturating_mul(spec.limit.permits() as usize)
+        }
+        Algorithm::BucketedWindow => crate::limiter::bucketed_heap_bytes(spec.limit),
+        _ => 0,
+    };
+    // The limiter sits in an `Arc`: two counters, then the (cache-padded) struct.
+    let fixed = 2 * size_of::<usize>() + size_of::<AnyLimiter<MonotonicClock>>();
+    fixed.saturating_add(slots)
 }
 
 #[cfg(test)]

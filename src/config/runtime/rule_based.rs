@@ -7,14 +7,14 @@ use opentelemetry::trace::{Link, SpanKind, TraceId};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{SamplingResult, ShouldSample};
 
-use super::error::{ConfigError, ConfigErrorKind, Pos};
-use super::handover::{wait_for_readers, Handover};
-#[cfg(all(test, not(loom)))]
-use super::model::LimitSpec;
-use super::model::SamplingConfig;
-use super::rule_limiter::BuildError;
-use super::rule_set::RuleSet;
 use crate::clock::{Clock, MonotonicClock};
+use crate::config::compile::handover::{wait_for_readers, Handover};
+use crate::config::compile::rule_limiter::BuildError;
+use crate::config::compile::rule_set::RuleSet;
+use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
+#[cfg(all(test, not(loom)))]
+use crate::config::model::LimitSpec;
+use crate::config::model::SamplingConfig;
 use crate::sampler::apply_parent_policy;
 use crate::stats::{ReloadStats, RuleBasedStats};
 

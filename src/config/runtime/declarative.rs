@@ -1,105 +1,23 @@
-//! The OpenTelemetry declarative configuration file (feature `yaml`): a YAML file with
-//! `file_format: "1.0"`, named by `OTEL_CONFIG_FILE`, whose `tracer_provider.sampler`
-//! is built into a [`DeclarativeSampler`]. This crate's sampler is the plugin key
-//! `rate_limiting`, whose value is a rule file in YAML. See `examples/otel-config.yaml`.
+//! [`DeclarativeSampler`]: the sampler tree of an OpenTelemetry declarative
+//! configuration file (feature `yaml`), built from what the reader in
+//! `formats/declarative.rs` returns.
 
 use std::fmt;
-use std::ops::Range;
 use std::path::Path;
 
 use opentelemetry::trace::{Link, SpanContext, SpanKind, TraceContextExt, TraceId};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{Sampler, SamplingDecision, SamplingResult, ShouldSample};
-use serde::Deserialize;
 
-use super::env::{redis_urls, resolve_service, OTEL_CONFIG_FILE};
-use super::error::{ConfigError, ConfigErrorKind};
-use super::from_toml::{Ctx, RawFile};
-use super::from_yaml::parse;
-use super::model::SamplingConfig;
-use super::rule_based::RuleBasedSampler;
-use super::spanned::Spanned;
-use super::validate;
+use crate::config::error::ConfigError;
+use crate::config::formats::declarative::{read_tree, Branches, Node};
+use crate::config::formats::read_file;
+use crate::config::model::SamplingConfig;
+use crate::config::runtime::rule_based::RuleBasedSampler;
+use crate::config::vars::{redis_urls, resolve_service, OTEL_CONFIG_FILE};
 use crate::sampler::env::{default_limit, var, DEFAULT_TRACES_PER_SECOND, UNKNOWN_SERVICE};
 use crate::sampler::erase_threshold;
 use crate::sampler::RemoteParents;
-
-/// The plugin key of this crate's sampler in a declarative configuration file.
-pub(crate) const PLUGIN_KEY: &str = "rate_limiting";
-
-/// The parts of the file this crate reads; every other key is ignored.
-#[derive(Deserialize)]
-struct RawDocument {
-    file_format: Option<Spanned<FileFormat>>,
-    tracer_provider: Option<RawTracerProvider>,
-}
-
-/// `file_format`, quoted as the schema asks (`"1.0"`) or not (`1.0`, a YAML number).
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum FileFormat {
-    Text(String),
-    Number(f64),
-}
-
-#[derive(Deserialize)]
-struct RawTracerProvider {
-    sampler: Option<Spanned<RawSampler>>,
-}
-
-/// One sampler: a mapping with one key.
-#[derive(Deserialize)]
-#[serde(rename_all = "snake_case")]
-// The samplers without options are read only to refuse keys they do not take.
-#[allow(dead_code)]
-enum RawSampler {
-    AlwaysOn(Option<Empty>),
-    AlwaysOff(Option<Empty>),
-    TraceIdRatioBased(Option<RawRatio>),
-    ParentBased(Box<RawParentBased>),
-    RateLimiting(Box<RawFile>),
-}
-
-/// The empty mapping (or nothing) the samplers without options take.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Empty {}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawRatio {
-    ratio: Option<Spanned<f64>>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawParentBased {
-    root: Option<Spanned<RawSampler>>,
-    remote_parent_sampled: Option<Spanned<RawSampler>>,
-    remote_parent_not_sampled: Option<Spanned<RawSampler>>,
-    local_parent_sampled: Option<Spanned<RawSampler>>,
-    local_parent_not_sampled: Option<Spanned<RawSampler>>,
-}
-
-/// A built sampler node.
-#[derive(Clone, Debug)]
-enum Node {
-    /// `always_on`, `always_off`, `trace_id_ratio_based`: the SDK's own.
-    Sdk(Sampler),
-    /// `rate_limiting`.
-    RateLimiting(RuleBasedSampler),
-    /// `parent_based`.
-    ParentBased(Box<Branches>),
-}
-
-#[derive(Clone, Debug)]
-struct Branches {
-    root: Node,
-    remote_parent_sampled: Node,
-    remote_parent_not_sampled: Node,
-    local_parent_sampled: Node,
-    local_parent_not_sampled: Node,
-}
 
 /// The sampler an OpenTelemetry declarative configuration file describes (feature
 /// `yaml`): the standard samplers (`always_on`, `always_off`, `trace_id_ratio_based:
@@ -141,7 +59,7 @@ struct Branches {
 /// Clones share every limiter.
 #[derive(Clone, Debug)]
 pub struct DeclarativeSampler {
-    root: Node,
+    root: Node<RuleBasedSampler>,
 }
 
 impl DeclarativeSampler {
@@ -154,7 +72,7 @@ impl DeclarativeSampler {
     pub fn from_path(path: impl AsRef<Path>, service: &str) -> Result<Self, ConfigError> {
         let path = path.as_ref();
         let file = path.display().to_string();
-        let text = super::model::read_file(path, &file)?;
+        let text = read_file(path, &file)?;
         Self::from_yaml_str(&text, &file, service)
     }
 
@@ -191,8 +109,8 @@ impl DeclarativeSampler {
         service: &str,
         lookup: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
-        let ctx = Ctx::new(text, file);
-        let Some(sampler) = read(&ctx)? else {
+        let redis = redis_urls(lookup);
+        let Some(tree) = read_tree(text, file, redis.as_deref())? else {
             return Ok(Self {
                 root: Node::ParentBased(Box::new(Branches::with_root(Node::Sdk(
                     Sampler::AlwaysOn,
@@ -200,14 +118,10 @@ impl DeclarativeSampler {
             });
         };
         let service = resolve_service(service, lookup)?;
-        let build = Build {
-            ctx: &ctx,
-            service: &service,
-            redis: redis_urls(lookup),
-        };
-        Ok(Self {
-            root: build.node(&sampler, "tracer_provider.sampler")?,
-        })
+        let root = tree.try_map(&mut |config| {
+            RuleBasedSampler::from_env_config(&config, &service, redis.clone())
+        })?;
+        Ok(Self { root })
     }
 
     /// The sampler the file named by `OTEL_CONFIG_FILE` describes (its fleet-scoped limits
@@ -234,7 +148,7 @@ impl DeclarativeSampler {
             return Ok(None);
         };
         let file = path.clone();
-        let text = super::model::read_file(path.as_ref(), &file)?;
+        let text = read_file(path.as_ref(), &file)?;
         Self::from_yaml_with(&text, &file, service, &lookup).map(Some)
     }
 }
@@ -243,7 +157,7 @@ impl DeclarativeSampler {
     /// Like [`from_env`](Self::from_env), but never fails: a problem is logged as a
     /// `tracing` warning (target `otel_rate_sampler`; the same message at most once a
     /// minute) and the sampler falls back to
-    /// [`DEFAULT_TRACES_PER_SECOND`](super::env::DEFAULT_TRACES_PER_SECOND) for the
+    /// [`DEFAULT_TRACES_PER_SECOND`](crate::env::DEFAULT_TRACES_PER_SECOND) for the
     /// traces that start here, following remote parents (as
     /// [`RuleBasedSampler::from_env_lossy`] does). `None` when `OTEL_CONFIG_FILE` is
     /// unset or empty.
@@ -252,7 +166,7 @@ impl DeclarativeSampler {
             service,
             |name| std::env::var(name).ok(),
             |e| {
-                super::log::warn(&format!(
+                crate::config::log::warn(&format!(
                     "{e}; falling back to {DEFAULT_TRACES_PER_SECOND} traces per second"
                 ))
             },
@@ -288,187 +202,6 @@ impl DeclarativeSampler {
     }
 }
 
-impl Branches {
-    /// The specification's defaults around `root`.
-    fn with_root(root: Node) -> Self {
-        Self {
-            root,
-            remote_parent_sampled: Node::Sdk(Sampler::AlwaysOn),
-            remote_parent_not_sampled: Node::Sdk(Sampler::AlwaysOff),
-            local_parent_sampled: Node::Sdk(Sampler::AlwaysOn),
-            local_parent_not_sampled: Node::Sdk(Sampler::AlwaysOff),
-        }
-    }
-}
-
-/// Reads `file_format` and `tracer_provider.sampler` (`None` when there is no sampler).
-fn read(ctx: &Ctx<'_>) -> Result<Option<Spanned<RawSampler>>, ConfigError> {
-    let doc: RawDocument = parse(ctx.text, ctx.file).map_err(|e| {
-        // serde's words for a sampler mapping without exactly one key.
-        let message = e.to_string();
-        if message.contains("externally tagged enum") || message.contains("after enum variant") {
-            e.with_message(format!("a sampler is a mapping with exactly one key: always_on, always_off, trace_id_ratio_based, parent_based or {PLUGIN_KEY}"))
-        } else {
-            e
-        }
-    })?;
-    let Some(format) = doc.file_format else {
-        return Err(ctx.new_error(
-            ConfigErrorKind::MissingKey,
-            0..0,
-            "file_format",
-            "a declarative configuration file starts with `file_format: \"1.0\"`".into(),
-        ));
-    };
-    let text = match format.get_ref() {
-        FileFormat::Text(t) => t.trim().to_owned(),
-        FileFormat::Number(n) => format!("{n:?}"),
-    };
-    let major = text.split('.').next().unwrap_or_default();
-    if major != "1" || text.split('.').count() > 2 {
-        return Err(ctx.new_error(
-            ConfigErrorKind::UnknownValue,
-            format.span(),
-            "file_format",
-            format!(
-                "file_format {text:?} is not one this crate reads; use \"1.0\" (the 1.x schema)"
-            ),
-        ));
-    }
-    Ok(doc.tracer_provider.and_then(|t| t.sampler))
-}
-
-/// Builds nodes for one service, with the file's context for errors.
-struct Build<'a> {
-    ctx: &'a Ctx<'a>,
-    service: &'a str,
-    /// [`OTEL_RATE_SAMPLER_REDIS`](super::env::OTEL_RATE_SAMPLER_REDIS), replacing the
-    /// rule files' `fleet.redis`.
-    redis: Option<Vec<String>>,
-}
-
-impl Build<'_> {
-    fn node(&self, raw: &Spanned<RawSampler>, path: &str) -> Result<Node, ConfigError> {
-        Ok(match raw.get_ref() {
-            RawSampler::AlwaysOn(_) => Node::Sdk(Sampler::AlwaysOn),
-            RawSampler::AlwaysOff(_) => Node::Sdk(Sampler::AlwaysOff),
-            RawSampler::TraceIdRatioBased(r) => {
-                let ratio = match r.as_ref().and_then(|r| r.ratio.as_ref()) {
-                    Some(ratio) => self.ctx.check(
-                        ratio,
-                        format!("{path}.trace_id_ratio_based.ratio"),
-                        |p| validate::probability(*p),
-                    )?,
-                    None => 1.0,
-                };
-                Node::Sdk(Sampler::TraceIdRatioBased(ratio))
-            }
-            RawSampler::ParentBased(p) => {
-                let path = format!("{path}.parent_based");
-                let branch = |raw: &Option<Spanned<RawSampler>>, name: &str, default: Node| {
-                    raw.as_ref()
-                        .map_or(Ok(default), |raw| self.node(raw, &format!("{path}.{name}")))
-                };
-                let defaults = Branches::with_root(Node::Sdk(Sampler::AlwaysOn));
-                Node::ParentBased(Box::new(Branches {
-                    root: branch(&p.root, "root", defaults.root)?,
-                    remote_parent_sampled: branch(
-                        &p.remote_parent_sampled,
-                        "remote_parent_sampled",
-                        defaults.remote_parent_sampled,
-                    )?,
-                    remote_parent_not_sampled: branch(
-                        &p.remote_parent_not_sampled,
-                        "remote_parent_not_sampled",
-                        defaults.remote_parent_not_sampled,
-                    )?,
-                    local_parent_sampled: branch(
-                        &p.local_parent_sampled,
-                        "local_parent_sampled",
-                        defaults.local_parent_sampled,
-                    )?,
-                    local_parent_not_sampled: branch(
-                        &p.local_parent_not_sampled,
-                        "local_parent_not_sampled",
-                        defaults.local_parent_not_sampled,
-                    )?,
-                }))
-            }
-            RawSampler::RateLimiting(file) => {
-                let config = self.ctx.config(file, self.redis.as_deref()).map_err(|e| {
-                    e.in_block(&format!("{path}.{PLUGIN_KEY}"), self.ctx.pos(raw.span()))
-                })?;
-                Node::RateLimiting(RuleBasedSampler::from_env_config(
-                    &config,
-                    self.service,
-                    self.redis.clone(),
-                )?)
-            }
-        })
-    }
-}
-
-/// The `rate_limiting` rule file of a declarative configuration, for
-/// [`SamplingConfig::from_path`]: the first in document order (`root` before the other
-/// `parent_based` branches).
-pub(crate) fn rate_limiting_config(
-    text: &str,
-    file: &str,
-    redis: Option<&[String]>,
-) -> Result<SamplingConfig, ConfigError> {
-    /// The first `rate_limiting` block under `raw` (at `path`): the block, its path and
-    /// its span.
-    fn first<'a>(
-        raw: &'a Spanned<RawSampler>,
-        path: &str,
-    ) -> Option<(&'a RawFile, String, Range<usize>)> {
-        match raw.get_ref() {
-            RawSampler::RateLimiting(file) => {
-                Some((file, format!("{path}.{PLUGIN_KEY}"), raw.span()))
-            }
-            RawSampler::ParentBased(p) => [
-                (&p.root, "root"),
-                (&p.remote_parent_sampled, "remote_parent_sampled"),
-                (&p.remote_parent_not_sampled, "remote_parent_not_sampled"),
-                (&p.local_parent_sampled, "local_parent_sampled"),
-                (&p.local_parent_not_sampled, "local_parent_not_sampled"),
-            ]
-            .into_iter()
-            .find_map(|(branch, name)| {
-                first(branch.as_ref()?, &format!("{path}.parent_based.{name}"))
-            }),
-            _ => None,
-        }
-    }
-    let ctx = Ctx::new(text, file);
-    let sampler = read(&ctx)?;
-    match sampler
-        .as_ref()
-        .and_then(|s| first(s, "tracer_provider.sampler"))
-    {
-        Some((raw, path, span)) => ctx
-            .config(raw, redis)
-            .map_err(|e| e.in_block(&path, ctx.pos(span))),
-        None => Err(ctx.new_error(
-            ConfigErrorKind::MissingKey,
-            sampler.map_or(0..0, |s| s.span()),
-            "tracer_provider.sampler",
-            format!("the file's sampler has no `{PLUGIN_KEY}` sampler, so no rules to read; put one under tracer_provider.sampler (or a parent_based branch of it)"),
-        )),
-    }
-}
-
-/// Whether YAML `text` is a declarative configuration file: it has a top-level
-/// `file_format` key.
-pub(crate) fn is_declarative(text: &str) -> bool {
-    text.lines().any(|line| {
-        // A UTF-8 byte order mark may open the first line.
-        line.trim_start_matches('\u{feff}')
-            .strip_prefix("file_format")
-            .is_some_and(|rest| rest.trim_start().starts_with(':'))
-    })
-}
-
 impl ShouldSample for DeclarativeSampler {
     fn should_sample(
         &self,
@@ -484,7 +217,7 @@ impl ShouldSample for DeclarativeSampler {
     }
 }
 
-impl Node {
+impl Node<RuleBasedSampler> {
     fn sample(
         &self,
         parent_context: Option<&Context>,
@@ -564,27 +297,6 @@ impl Node {
     }
 }
 
-impl fmt::Display for Node {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Node::Sdk(Sampler::AlwaysOn) => f.write_str("always_on"),
-            Node::Sdk(Sampler::AlwaysOff) => f.write_str("always_off"),
-            Node::Sdk(Sampler::TraceIdRatioBased(r)) => write!(f, "trace_id_ratio_based({r})"),
-            Node::Sdk(other) => write!(f, "{other:?}"),
-            Node::RateLimiting(_) => f.write_str(PLUGIN_KEY),
-            Node::ParentBased(b) => write!(
-                f,
-                "parent_based(root: {}, remote_parent_sampled: {}, remote_parent_not_sampled: {}, local_parent_sampled: {}, local_parent_not_sampled: {})",
-                b.root,
-                b.remote_parent_sampled,
-                b.remote_parent_not_sampled,
-                b.local_parent_sampled,
-                b.local_parent_not_sampled
-            ),
-        }
-    }
-}
-
 impl fmt::Display for DeclarativeSampler {
     /// The sampler tree, on one line: `parent_based(root: rate_limiting,
     /// remote_parent_sampled: always_on, ...)`.
@@ -598,6 +310,8 @@ mod tests {
     use opentelemetry::trace::{SpanId, TraceFlags, TraceState};
 
     use super::*;
+    use crate::config::error::ConfigErrorKind;
+    use crate::config::formats::declarative::rate_limiting_config;
 
     fn load(text: &str) -> Result<DeclarativeSampler, ConfigError> {
         DeclarativeSampler::from_yaml_with(text, "otel.yaml", "checkout", &|_| None)
@@ -780,24 +494,15 @@ tracer_provider:
         let nowhere = ConfigError::new(
             ConfigErrorKind::MissingKey,
             "f",
-            super::super::error::Pos::default(),
+            crate::config::error::Pos::default(),
             "default",
             "m",
         );
-        let start = super::super::error::Pos { line: 4, column: 5 };
+        let start = crate::config::error::Pos { line: 4, column: 5 };
         let err = nowhere.in_block("tracer_provider.sampler.rate_limiting", start);
         assert_eq!(
             (err.line(), err.column(), err.key()),
             (4, 5, "tracer_provider.sampler.rate_limiting.default")
         );
-    }
-
-    #[test]
-    fn declarative_files_are_recognised_by_file_format() {
-        assert!(is_declarative("# c\nfile_format: \"1.0\"\n"));
-        assert!(is_declarative("file_format : 1.0\n"));
-        assert!(!is_declarative("default:\n  rate: 1\n  # file_format: x\n"));
-        assert!(!is_declarative("  file_format: 1\n"));
-        assert!(is_declarative("\u{feff}file_format: \"1.0\"\n"));
     }
 }

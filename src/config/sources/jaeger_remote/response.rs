@@ -6,9 +6,9 @@
 use serde::Deserialize;
 
 use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
+use crate::config::model::pattern::Pattern;
+use crate::config::model::values::{self, Invalid};
 use crate::config::model::{FleetSettings, LimitSpec, Policy, Rule, SamplingConfig, ServiceConfig};
-use crate::config::pattern::Pattern;
-use crate::config::validate::{self, Invalid};
 use crate::limiter::Algorithm;
 use crate::sampler::RemoteParents;
 
@@ -141,7 +141,7 @@ pub(crate) fn parse(text: &str, service: &str, source: &str) -> Result<Strategy,
     let (policy, rules, cap) = match &raw.operation_sampling {
         Some(ops) => {
             let at = "operationSampling";
-            let default = validate::probability(ops.default_sampling_probability.unwrap_or(0.0))
+            let default = values::probability(ops.default_sampling_probability.unwrap_or(0.0))
                 .map_err(|e| err(e, &format!("{at}.defaultSamplingProbability")))?;
             let bound = |v: Option<f64>, key: &str| -> Result<Option<f64>, ConfigError> {
                 match v.unwrap_or(0.0) {
@@ -159,7 +159,7 @@ pub(crate) fn parse(text: &str, service: &str, source: &str) -> Result<Strategy,
             let lower_key = "defaultLowerBoundTracesPerSecond";
             let lower_bound = bound(ops.default_lower_bound_traces_per_second, lower_key)?
                 .map(|rate| {
-                    validate::rate(rate)
+                    values::rate(rate)
                         .map(|limit| LimitSpec::local(limit, Algorithm::FixedWindow))
                         .map_err(|e| err(e, &format!("{at}.{lower_key}")))
                 })
@@ -193,7 +193,7 @@ pub(crate) fn parse(text: &str, service: &str, source: &str) -> Result<Strategy,
                     })
                 }
                 (Some(rate), _) => Some(LimitSpec::local(
-                    validate::rate(rate)
+                    values::rate(rate)
                         .map_err(|e| err(e, &format!("{at}.defaultUpperBoundTracesPerSecond")))?,
                     Algorithm::FixedWindow,
                 )),
@@ -204,7 +204,7 @@ pub(crate) fn parse(text: &str, service: &str, source: &str) -> Result<Strategy,
             for (i, op) in listed.iter().enumerate() {
                 let here = format!("{at}.perOperationStrategies[{i}]");
                 let name = op.operation.as_deref().unwrap_or_default();
-                validate::name("operation", name)
+                values::name("operation", name)
                     .map_err(|e| err(e, &format!("{here}.operation")))?;
                 if rules.iter().any(|r| r.name == name) {
                     return Err(err(
@@ -309,7 +309,7 @@ fn config(
 }
 
 fn probability_policy(p: &Probabilistic, at: &str) -> Result<Policy, (Invalid, String)> {
-    validate::probability(p.sampling_rate.unwrap_or(0.0))
+    values::probability(p.sampling_rate.unwrap_or(0.0))
         .map(Policy::Probability)
         .map_err(|e| (e, format!("{at}.samplingRate")))
 }
@@ -318,7 +318,7 @@ fn probability_policy(p: &Probabilistic, at: &str) -> Result<Policy, (Invalid, S
 fn rate_policy(r: &RateLimiting, at: &str) -> Result<Policy, (Invalid, String)> {
     match r.max_traces_per_second.unwrap_or(0.0) {
         0.0 => Ok(Policy::Probability(0.0)),
-        rate => validate::rate(rate)
+        rate => values::rate(rate)
             .map(|limit| Policy::Limit(LimitSpec::local(limit, Algorithm::FixedWindow)))
             .map_err(|e| (e, format!("{at}.maxTracesPerSecond"))),
     }

@@ -5,10 +5,10 @@ use std::fmt;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use super::model::{LimitSpec, Policy, Rule, SamplingConfig, ServiceConfig};
-use super::pattern::Pattern;
-use super::summary::{EffectiveRules, RulePolicy};
 use crate::clock::{Clock, MonotonicClock};
+use crate::config::diagnostics::summary::{EffectiveRules, RulePolicy};
+use crate::config::model::pattern::Pattern;
+use crate::config::model::{LimitSpec, Policy, Rule, SamplingConfig, ServiceConfig};
 
 /// A service whose limiters take more than this many bytes gets a
 /// [`LintKind::LargeMemory`] warning: 16 MiB.

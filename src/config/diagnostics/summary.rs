@@ -2,15 +2,10 @@
 //! tool can compute with (what [`SamplingConfig::describe`] prints as text), and the
 //! memory of the limiters they build.
 
-use std::mem::size_of;
-
-use super::model::{LimitSpec, Policy, SamplingConfig, Scope, ServiceConfig};
-use crate::clock::MonotonicClock;
+use crate::config::check::budget::limiter_bytes;
+use crate::config::model::{LimitSpec, Policy, SamplingConfig, Scope, ServiceConfig};
 use crate::limit::Limit;
-use crate::limiter::{Algorithm, AnyLimiter};
-
-/// Bytes a sliding log keeps per permit: a sequence number and a timestamp.
-const SLIDING_LOG_BYTES_PER_PERMIT: usize = 16;
+use crate::limiter::Algorithm;
 
 /// What a rule (or a service's default) does with the spans it decides.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -191,20 +186,6 @@ impl LimiterMemory {
     pub fn bytes(&self) -> usize {
         self.bytes
     }
-}
-
-/// The memory of the limiter of `spec`, as laid out on this target.
-pub(crate) fn limiter_bytes(spec: LimitSpec) -> usize {
-    let slots = match spec.algorithm {
-        Algorithm::SlidingLog => {
-            SLIDING_LOG_BYTES_PER_PERMIT.saturating_mul(spec.limit.permits() as usize)
-        }
-        Algorithm::BucketedWindow => crate::limiter::bucketed_heap_bytes(spec.limit),
-        _ => 0,
-    };
-    // The limiter sits in an `Arc`: two counters, then the (cache-padded) struct.
-    let fixed = 2 * size_of::<usize>() + size_of::<AnyLimiter<MonotonicClock>>();
-    fixed.saturating_add(slots)
 }
 
 impl SamplingConfig {

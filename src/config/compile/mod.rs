@@ -1,0 +1,7 @@
+//! A service's rules compiled for deciding: the rule set, its matcher, the rule
+//! limiters and the handover of their windows to a reloaded rule set.
+
+pub(crate) mod handover;
+pub(crate) mod matcher;
+pub(crate) mod rule_limiter;
+pub(crate) mod rule_set;

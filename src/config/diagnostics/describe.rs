@@ -1,0 +1,148 @@
+//! [`SamplingConfig::describe`]: a service's effective rules, in evaluation order, for
+//! people to read.
+
+use std::fmt;
+
+use crate::config::model::{
+    fleet_cap_key, fleet_key, LimitSpec, Policy, SamplingConfig, Scope, ServiceConfig,
+};
+use crate::sampler::Origin;
+
+impl SamplingConfig {
+    /// The effective rules for `service`, in evaluation order, for people to read (what
+    /// the `otel-rate-sampler check` command prints).
+    pub fn describe(&self, service: &str) -> impl fmt::Display + '_ {
+        Describe(self.service(service), self.lists(service))
+    }
+}
+
+struct Describe(ServiceConfig, bool);
+
+impl fmt::Display for Describe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.0;
+        let from = if self.1 {
+            ""
+        } else {
+            " (not listed: the file default)"
+        };
+        writeln!(f, "service {:?}{from}", s.name)?;
+        writeln!(f, "  remote parents: {:?}", s.remote_parents)?;
+        match &s.cap {
+            Some(cap) => {
+                write!(f, "  cap: {}", DisplaySpec(cap))?;
+                if cap.scope == Scope::Fleet {
+                    write!(f, ", fleet-wide (key {:?})", fleet_cap_key(&s.name))?;
+                }
+                writeln!(f)?;
+            }
+            None => writeln!(f, "  cap: none")?,
+        }
+        if let Some(cap) = &s.cap {
+            let floors: u64 = s.rules.iter().map(|r| u64::from(r.floor)).sum();
+            if floors > 0 {
+                let pool = u64::from(cap.limit.permits()).saturating_sub(floors);
+                writeln!(
+                    f,
+                    "  cap shared pool: {pool} per {:?} (the cap less the floors' {floors}), for the default and for rules past their floor",
+                    cap.limit.window()
+                )?;
+            }
+        }
+        for (i, r) in s.rules.iter().enumerate() {
+            write!(f, "  {}. rule {:?}: ", i + 1, r.name)?;
+            let mut any = false;
+            if let Some(p) = &r.span_name {
+                write!(f, "name ~ {:?} ", p.as_str())?;
+                any = true;
+            }
+            if let Some(k) = &r.kind {
+                write!(f, "kind = {k:?} ")?;
+                any = true;
+            }
+            if let Some(o) = r.parent {
+                write!(
+                    f,
+                    "parent = {} ",
+                    if o == Origin::Root { "none" } else { "remote" }
+                )?;
+                any = true;
+            }
+            for (k, p) in &r.attributes {
+                write!(f, "{k} ~ {:?} ", p.as_str())?;
+                any = true;
+            }
+            if !any {
+                f.write_str("every span ")?;
+            }
+            write!(f, "=> {}", DisplayPolicy(&r.policy))?;
+            if r.inherited {
+                f.write_str(" (inherited from [default])")?;
+            }
+            if is_fleet(&r.policy) {
+                write!(f, ", fleet-wide (key {:?})", fleet_key(&s.name, &r.name))?;
+            }
+            if r.floor > 0 {
+                write!(f, ", floor {} per cap window", r.floor)?;
+                if s.cap.is_some_and(|c| c.scope == Scope::Fleet) {
+                    write!(f, " (fleet-wide)")?;
+                }
+            }
+            writeln!(f)?;
+        }
+        match &s.policy {
+            Some(p) if is_fleet(p) => writeln!(
+                f,
+                "  otherwise: {}, fleet-wide (key {:?})",
+                DisplayPolicy(p),
+                fleet_key(&s.name, "default")
+            ),
+            Some(p) => writeln!(f, "  otherwise: {}", DisplayPolicy(p)),
+            None => writeln!(f, "  otherwise: drop"),
+        }
+    }
+}
+
+fn is_fleet(policy: &Policy) -> bool {
+    matches!(policy, Policy::Limit(spec) if spec.scope == Scope::Fleet)
+}
+
+struct DisplaySpec<'a>(&'a LimitSpec);
+
+impl fmt::Display for DisplaySpec<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.0;
+        write!(
+            f,
+            "{} ({}/s, {}{})",
+            s.limit,
+            s.limit.per_second_rate(),
+            s.algorithm,
+            if s.limit.is_paced() { "" } else { ", unpaced" }
+        )
+    }
+}
+
+struct DisplayPolicy<'a>(&'a Policy);
+
+impl fmt::Display for DisplayPolicy<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Policy::Limit(spec) => write!(f, "keep {}", DisplaySpec(spec)),
+            Policy::Probability(p) => write!(f, "keep with probability {p}"),
+            Policy::Adaptive(limit) => write!(
+                f,
+                "keep about {limit} ({}/s) by an adaptive probability, capped",
+                limit.per_second_rate()
+            ),
+            Policy::AtLeast {
+                probability,
+                lower_bound,
+            } => write!(
+                f,
+                "keep with probability {probability}, and at least {}",
+                DisplaySpec(lower_bound)
+            ),
+        }
+    }
+}

@@ -1,0 +1,349 @@
+//! The OpenTelemetry declarative configuration file (feature `yaml`): a YAML file with
+//! `file_format: "1.0"`, named by `OTEL_CONFIG_FILE`, whose `tracer_provider.sampler`
+//! is read into a sampler tree that the runtime builds into a `DeclarativeSampler`. This
+//! crate's sampler is the plugin key `rate_limiting`, whose value is a rule file in
+//! YAML. See `examples/otel-config.yaml`.
+
+use std::fmt;
+use std::ops::Range;
+
+use opentelemetry_sdk::trace::Sampler;
+use serde::Deserialize;
+
+use crate::config::error::{ConfigError, ConfigErrorKind};
+use crate::config::formats::spanned::Spanned;
+use crate::config::formats::toml::{Ctx, RawFile};
+use crate::config::formats::yaml::parse;
+use crate::config::model::{values, SamplingConfig};
+
+/// The plugin key of this crate's sampler in a declarative configuration file.
+pub(crate) const PLUGIN_KEY: &str = "rate_limiting";
+
+/// The parts of the file this crate reads; every other key is ignored.
+#[derive(Deserialize)]
+struct RawDocument {
+    file_format: Option<Spanned<FileFormat>>,
+    tracer_provider: Option<RawTracerProvider>,
+}
+
+/// `file_format`, quoted as the schema asks (`"1.0"`) or not (`1.0`, a YAML number).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum FileFormat {
+    Text(String),
+    Number(f64),
+}
+
+#[derive(Deserialize)]
+struct RawTracerProvider {
+    sampler: Option<Spanned<RawSampler>>,
+}
+
+/// One sampler: a mapping with one key.
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+// The samplers without options are read only to refuse keys they do not take.
+#[allow(dead_code)]
+enum RawSampler {
+    AlwaysOn(Option<Empty>),
+    AlwaysOff(Option<Empty>),
+    TraceIdRatioBased(Option<RawRatio>),
+    ParentBased(Box<RawParentBased>),
+    RateLimiting(Box<RawFile>),
+}
+
+/// The empty mapping (or nothing) the samplers without options take.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Empty {}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRatio {
+    ratio: Option<Spanned<f64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawParentBased {
+    root: Option<Spanned<RawSampler>>,
+    remote_parent_sampled: Option<Spanned<RawSampler>>,
+    remote_parent_not_sampled: Option<Spanned<RawSampler>>,
+    local_parent_sampled: Option<Spanned<RawSampler>>,
+    local_parent_not_sampled: Option<Spanned<RawSampler>>,
+}
+
+/// A sampler tree, generic in what a `rate_limiting` node holds: the rule file's model
+/// when read, its sampler when built.
+#[derive(Clone, Debug)]
+pub(crate) enum Node<R> {
+    /// `always_on`, `always_off`, `trace_id_ratio_based`: the SDK's own.
+    Sdk(Sampler),
+    /// `rate_limiting`.
+    RateLimiting(R),
+    /// `parent_based`.
+    ParentBased(Box<Branches<R>>),
+}
+
+/// The branches of a `parent_based` node.
+#[derive(Clone, Debug)]
+pub(crate) struct Branches<R> {
+    pub(crate) root: Node<R>,
+    pub(crate) remote_parent_sampled: Node<R>,
+    pub(crate) remote_parent_not_sampled: Node<R>,
+    pub(crate) local_parent_sampled: Node<R>,
+    pub(crate) local_parent_not_sampled: Node<R>,
+}
+
+impl<R> Branches<R> {
+    /// The specification's defaults around `root`.
+    pub(crate) fn with_root(root: Node<R>) -> Self {
+        Self {
+            root,
+            remote_parent_sampled: Node::Sdk(Sampler::AlwaysOn),
+            remote_parent_not_sampled: Node::Sdk(Sampler::AlwaysOff),
+            local_parent_sampled: Node::Sdk(Sampler::AlwaysOn),
+            local_parent_not_sampled: Node::Sdk(Sampler::AlwaysOff),
+        }
+    }
+}
+
+impl<R> Node<R> {
+    /// The same tree with each `rate_limiting` node built by `build`, in document order.
+    pub(crate) fn try_map<S, E>(
+        self,
+        build: &mut impl FnMut(R) -> Result<S, E>,
+    ) -> Result<Node<S>, E> {
+        Ok(match self {
+            Node::Sdk(s) => Node::Sdk(s),
+            Node::RateLimiting(r) => Node::RateLimiting(build(r)?),
+            Node::ParentBased(b) => Node::ParentBased(Box::new(Branches {
+                root: b.root.try_map(build)?,
+                remote_parent_sampled: b.remote_parent_sampled.try_map(build)?,
+                remote_parent_not_sampled: b.remote_parent_not_sampled.try_map(build)?,
+                local_parent_sampled: b.local_parent_sampled.try_map(build)?,
+                local_parent_not_sampled: b.local_parent_not_sampled.try_map(build)?,
+            })),
+        })
+    }
+}
+
+impl<R> fmt::Display for Node<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Node::Sdk(Sampler::AlwaysOn) => f.write_str("always_on"),
+            Node::Sdk(Sampler::AlwaysOff) => f.write_str("always_off"),
+            Node::Sdk(Sampler::TraceIdRatioBased(r)) => write!(f, "trace_id_ratio_based({r})"),
+            Node::Sdk(other) => write!(f, "{other:?}"),
+            Node::RateLimiting(_) => f.write_str(PLUGIN_KEY),
+            Node::ParentBased(b) => write!(
+                f,
+                "parent_based(root: {}, remote_parent_sampled: {}, remote_parent_not_sampled: {}, local_parent_sampled: {}, local_parent_not_sampled: {})",
+                b.root,
+                b.remote_parent_sampled,
+                b.remote_parent_not_sampled,
+                b.local_parent_sampled,
+                b.local_parent_not_sampled
+            ),
+        }
+    }
+}
+
+/// Reads `file_format` and `tracer_provider.sampler` (`None` when there is no sampler).
+fn read(ctx: &Ctx<'_>) -> Result<Option<Spanned<RawSampler>>, ConfigError> {
+    let doc: RawDocument = parse(ctx.text, ctx.file).map_err(|e| {
+        // serde's words for a sampler mapping without exactly one key.
+        let message = e.to_string();
+        if message.contains("externally tagged enum") || message.contains("after enum variant") {
+            e.with_message(format!("a sampler is a mapping with exactly one key: always_on, always_off, trace_id_ratio_based, parent_based or {PLUGIN_KEY}"))
+        } else {
+            e
+        }
+    })?;
+    let Some(format) = doc.file_format else {
+        return Err(ctx.new_error(
+            ConfigErrorKind::MissingKey,
+            0..0,
+            "file_format",
+            "a declarative configuration file starts with `file_format: \"1.0\"`".into(),
+        ));
+    };
+    let text = match format.get_ref() {
+        FileFormat::Text(t) => t.trim().to_owned(),
+        FileFormat::Number(n) => format!("{n:?}"),
+    };
+    let major = text.split('.').next().unwrap_or_default();
+    if major != "1" || text.split('.').count() > 2 {
+        return Err(ctx.new_error(
+            ConfigErrorKind::UnknownValue,
+            format.span(),
+            "file_format",
+            format!(
+                "file_format {text:?} is not one this crate reads; use \"1.0\" (the 1.x schema)"
+            ),
+        ));
+    }
+    Ok(doc.tracer_provider.and_then(|t| t.sampler))
+}
+
+/// The sampler tree of a declarative configuration file, each `rate_limiting` block
+/// read into its model (`redis`, from the environment, replacing their `fleet.redis`);
+/// `None` when the file has no sampler.
+pub(crate) fn read_tree(
+    text: &str,
+    file: &str,
+    redis: Option<&[String]>,
+) -> Result<Option<Node<SamplingConfig>>, ConfigError> {
+    let ctx = Ctx::new(text, file);
+    let Some(sampler) = read(&ctx)? else {
+        return Ok(None);
+    };
+    let reader = Reader { ctx: &ctx, redis };
+    reader.node(&sampler, "tracer_provider.sampler").map(Some)
+}
+
+/// Lowers sampler trees, with the file's context for errors.
+struct Reader<'a> {
+    ctx: &'a Ctx<'a>,
+    /// [`OTEL_RATE_SAMPLER_REDIS`](crate::env::OTEL_RATE_SAMPLER_REDIS), replacing the
+    /// rule files' `fleet.redis`.
+    redis: Option<&'a [String]>,
+}
+
+impl Reader<'_> {
+    fn node(
+        &self,
+        raw: &Spanned<RawSampler>,
+        path: &str,
+    ) -> Result<Node<SamplingConfig>, ConfigError> {
+        Ok(match raw.get_ref() {
+            RawSampler::AlwaysOn(_) => Node::Sdk(Sampler::AlwaysOn),
+            RawSampler::AlwaysOff(_) => Node::Sdk(Sampler::AlwaysOff),
+            RawSampler::TraceIdRatioBased(r) => {
+                let ratio = match r.as_ref().and_then(|r| r.ratio.as_ref()) {
+                    Some(ratio) => self.ctx.check(
+                        ratio,
+                        format!("{path}.trace_id_ratio_based.ratio"),
+                        |p| values::probability(*p),
+                    )?,
+                    None => 1.0,
+                };
+                Node::Sdk(Sampler::TraceIdRatioBased(ratio))
+            }
+            RawSampler::ParentBased(p) => {
+                let path = format!("{path}.parent_based");
+                let branch = |raw: &Option<Spanned<RawSampler>>,
+                              name: &str,
+                              default: Node<SamplingConfig>| {
+                    raw.as_ref()
+                        .map_or(Ok(default), |raw| self.node(raw, &format!("{path}.{name}")))
+                };
+                let defaults = Branches::with_root(Node::Sdk(Sampler::AlwaysOn));
+                Node::ParentBased(Box::new(Branches {
+                    root: branch(&p.root, "root", defaults.root)?,
+                    remote_parent_sampled: branch(
+                        &p.remote_parent_sampled,
+                        "remote_parent_sampled",
+                        defaults.remote_parent_sampled,
+                    )?,
+                    remote_parent_not_sampled: branch(
+                        &p.remote_parent_not_sampled,
+                        "remote_parent_not_sampled",
+                        defaults.remote_parent_not_sampled,
+                    )?,
+                    local_parent_sampled: branch(
+                        &p.local_parent_sampled,
+                        "local_parent_sampled",
+                        defaults.local_parent_sampled,
+                    )?,
+                    local_parent_not_sampled: branch(
+                        &p.local_parent_not_sampled,
+                        "local_parent_not_sampled",
+                        defaults.local_parent_not_sampled,
+                    )?,
+                }))
+            }
+            RawSampler::RateLimiting(file) => {
+                let config = self.ctx.config(file, self.redis).map_err(|e| {
+                    e.in_block(&format!("{path}.{PLUGIN_KEY}"), self.ctx.pos(raw.span()))
+                })?;
+                Node::RateLimiting(config)
+            }
+        })
+    }
+}
+
+/// The `rate_limiting` rule file of a declarative configuration, for
+/// [`SamplingConfig::from_path`]: the first in document order (`root` before the other
+/// `parent_based` branches).
+pub(crate) fn rate_limiting_config(
+    text: &str,
+    file: &str,
+    redis: Option<&[String]>,
+) -> Result<SamplingConfig, ConfigError> {
+    /// The first `rate_limiting` block under `raw` (at `path`): the block, its path and
+    /// its span.
+    fn first<'a>(
+        raw: &'a Spanned<RawSampler>,
+        path: &str,
+    ) -> Option<(&'a RawFile, String, Range<usize>)> {
+        match raw.get_ref() {
+            RawSampler::RateLimiting(file) => {
+                Some((file, format!("{path}.{PLUGIN_KEY}"), raw.span()))
+            }
+            RawSampler::ParentBased(p) => [
+                (&p.root, "root"),
+                (&p.remote_parent_sampled, "remote_parent_sampled"),
+                (&p.remote_parent_not_sampled, "remote_parent_not_sampled"),
+                (&p.local_parent_sampled, "local_parent_sampled"),
+                (&p.local_parent_not_sampled, "local_parent_not_sampled"),
+            ]
+            .into_iter()
+            .find_map(|(branch, name)| {
+                first(branch.as_ref()?, &format!("{path}.parent_based.{name}"))
+            }),
+            _ => None,
+        }
+    }
+    let ctx = Ctx::new(text, file);
+    let sampler = read(&ctx)?;
+    match sampler
+        .as_ref()
+        .and_then(|s| first(s, "tracer_provider.sampler"))
+    {
+        Some((raw, path, span)) => ctx
+            .config(raw, redis)
+            .map_err(|e| e.in_block(&path, ctx.pos(span))),
+        None => Err(ctx.new_error(
+            ConfigErrorKind::MissingKey,
+            sampler.map_or(0..0, |s| s.span()),
+            "tracer_provider.sampler",
+            format!("the file's sampler has no `{PLUGIN_KEY}` sampler, so no rules to read; put one under tracer_provider.sampler (or a parent_based branch of it)"),
+        )),
+    }
+}
+
+/// Whether YAML `text` is a declarative configuration file: it has a top-level
+/// `file_format` key.
+pub(crate) fn is_declarative(text: &str) -> bool {
+    text.lines().any(|line| {
+        // A UTF-8 byte order mark may open the first line.
+        line.trim_start_matches('\u{feff}')
+            .strip_prefix("file_format")
+            .is_some_and(|rest| rest.trim_start().starts_with(':'))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn declarative_files_are_recognised_by_file_format() {
+        assert!(is_declarative("# c\nfile_format: \"1.0\"\n"));
+        assert!(is_declarative("file_format : 1.0\n"));
+        assert!(!is_declarative("default:\n  rate: 1\n  # file_format: x\n"));
+        assert!(!is_declarative("  file_format: 1\n"));
+        assert!(is_declarative("\u{feff}file_format: \"1.0\"\n"));
+    }
+}

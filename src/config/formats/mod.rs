@@ -1,0 +1,100 @@
+//! One reader per format, each decoding its own wire types into the model: TOML (the
+//! primary format, whose raw structures and lowering YAML and declarative files share),
+//! YAML, Jaeger JSON and the OpenTelemetry declarative configuration file.
+
+#[cfg(feature = "yaml")]
+pub(crate) mod declarative;
+pub(crate) mod jaeger;
+pub(crate) mod spanned;
+pub(crate) mod toml;
+#[cfg(feature = "yaml")]
+pub(crate) mod yaml;
+
+use std::path::Path;
+
+use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
+use crate::config::model::SamplingConfig;
+
+impl SamplingConfig {
+    /// Loads a file, choosing the format by the name's extension and the content:
+    ///
+    /// * `.json`: Jaeger sampling strategies;
+    /// * `.yaml` / `.yml` (feature `yaml`): an OpenTelemetry declarative configuration
+    ///   file if it has a top-level `file_format` (the rules of its first
+    ///   `rate_limiting` sampler, see [`DeclarativeSampler`](crate::DeclarativeSampler)),
+    ///   else a rule file in YAML ([`from_yaml_str`](Self::from_yaml_str));
+    /// * anything else: TOML.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming the file, line, column and key of the first mistake.
+    pub fn from_path(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
+        Self::from_path_with(path.as_ref(), None)
+    }
+
+    /// [`from_path`](Self::from_path), with `redis` (from the environment), when given,
+    /// replacing a TOML file's `[fleet] redis`.
+    pub(crate) fn from_path_with(
+        path: &Path,
+        redis: Option<&[String]>,
+    ) -> Result<Self, ConfigError> {
+        let file = path.display().to_string();
+        let text = read_file(path, &file)?;
+        let extension = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .unwrap_or_default();
+        if extension.eq_ignore_ascii_case("json") {
+            Self::from_jaeger_json_str(&text, &file)
+        } else if ["yaml", "yml"]
+            .iter()
+            .any(|e| extension.eq_ignore_ascii_case(e))
+        {
+            Self::from_yaml_file(&text, &file, redis)
+        } else {
+            Self::from_toml_with(&text, &file, redis)
+        }
+    }
+
+    /// A `.yaml` / `.yml` file: a declarative configuration file (it has a
+    /// `file_format`), whose first `rate_limiting` sampler holds the rules, or a rule
+    /// file in YAML.
+    #[cfg(feature = "yaml")]
+    fn from_yaml_file(
+        text: &str,
+        file: &str,
+        redis: Option<&[String]>,
+    ) -> Result<Self, ConfigError> {
+        if declarative::is_declarative(text) {
+            declarative::rate_limiting_config(text, file, redis)
+        } else {
+            Self::from_yaml_with(text, file, redis)
+        }
+    }
+
+    /// A `.yaml` / `.yml` file in a build without the `yaml` feature: refused.
+    #[cfg(not(feature = "yaml"))]
+    fn from_yaml_file(_: &str, file: &str, _: Option<&[String]>) -> Result<Self, ConfigError> {
+        Err(ConfigError::new(
+            ConfigErrorKind::MissingFeature,
+            file,
+            Pos::default(),
+            "",
+            "a YAML file needs the `yaml` feature of otel-rate-sampler; build with it, or write the rules in TOML",
+        ))
+    }
+}
+
+/// The text of the file at `path` (named `file` in errors).
+pub(crate) fn read_file(path: &Path, file: &str) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|e| {
+        ConfigError::new(
+            ConfigErrorKind::Io,
+            file,
+            Pos::default(),
+            "",
+            format!("cannot read the file: {e}"),
+        )
+        .with_source(e)
+    })
+}
