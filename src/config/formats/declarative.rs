@@ -11,8 +11,8 @@ use opentelemetry_sdk::trace::Sampler;
 use serde::Deserialize;
 
 use crate::config::error::{ConfigError, ConfigErrorKind};
+use crate::config::formats::rule_file::{Ctx, RawFile};
 use crate::config::formats::spanned::Spanned;
-use crate::config::formats::toml::{Ctx, RawFile};
 use crate::config::formats::yaml::parse;
 use crate::config::model::{values, SamplingConfig};
 

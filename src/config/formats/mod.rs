@@ -5,6 +5,7 @@
 #[cfg(feature = "yaml")]
 pub(crate) mod declarative;
 pub(crate) mod jaeger;
+pub(crate) mod rule_file;
 pub(crate) mod spanned;
 pub(crate) mod toml;
 #[cfg(feature = "yaml")]

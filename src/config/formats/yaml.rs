@@ -8,8 +8,8 @@ use serde::de::{DeserializeOwned, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
 use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
+use crate::config::formats::rule_file::{Ctx, RawFile};
 use crate::config::formats::spanned::{reading, Format, Spanned};
-use crate::config::formats::toml::{Ctx, RawFile};
 use crate::config::model::SamplingConfig;
 
 impl SamplingConfig {

@@ -1,0 +1,321 @@
+//! A whole rule file: its blocks, what listed services inherit from `[default]`, the
+//! `[fleet]` table and the memory budget.
+
+use std::collections::HashMap;
+use std::ops::Range;
+
+use crate::config::check::budget::{self, Culprit, OverBudget};
+use crate::config::error::{ConfigError, ConfigErrorKind};
+use crate::config::formats::rule_file::ctx::{Ctx, OptOut, Path};
+use crate::config::formats::rule_file::raw::{RawBlock, RawBytes, RawFile, RawFleet, RawUrls};
+use crate::config::formats::spanned::Spanned;
+use crate::config::model::values;
+use crate::config::model::{FleetSettings, Policy, Rule, SamplingConfig, Scope, ServiceConfig};
+
+impl<'a> Ctx<'a> {
+    /// The configuration `raw` describes, checked, with `redis` (from the environment),
+    /// when given, replacing the file's Redis URLs.
+    pub(crate) fn config(
+        &self,
+        raw: &RawFile,
+        redis: Option<&[String]>,
+    ) -> Result<SamplingConfig, ConfigError> {
+        let (ctx, file) = (self, self.file);
+        let default = match &raw.default {
+            Some(d) => ctx.block(d, Path::Default, true)?,
+            None => ServiceConfig::builtin_default(),
+        };
+        let (services, index) = ctx.services(raw)?;
+        let mut fleet = match &raw.fleet {
+            Some(f) => ctx.fleet(f.get_ref())?,
+            None => FleetSettings::default(),
+        };
+        if let Some(urls) = redis {
+            fleet.urls = urls.to_vec();
+        }
+        if let Some((span, key)) = ctx.first_fleet.take() {
+            if fleet.urls.is_empty() {
+                return Err(ctx.new_error(
+                    ConfigErrorKind::MissingKey,
+                    span,
+                    &key,
+                    format!("scope = \"fleet\" shares the limit through Redis, and no Redis URL is given; add `[fleet]` with `redis = \"redis://host:6379\"`, or set {}", crate::config::vars::OTEL_RATE_SAMPLER_REDIS),
+                ));
+            }
+        }
+        let mut config = SamplingConfig::indexed(file, default, services, index, fleet);
+        if let Some(limits) = &raw.limits {
+            if let Some(b) = &limits.get_ref().memory_budget {
+                config.memory_budget = ctx.check(b, "limits.memory_budget", |b| match b {
+                    RawBytes::Bytes(n) => budget::budget_bytes(*n),
+                    RawBytes::Text(t) => budget::parse_budget(t),
+                })?;
+            }
+        }
+        ctx.inherited(&config, raw)?;
+        if let Some(over) = config.over_budget() {
+            return Err(ctx.over_budget(&config, &over, raw));
+        }
+        Ok(config)
+    }
+
+    /// The `[[service]]` blocks, with their index by name (each name listed once).
+    fn services(
+        &self,
+        raw: &RawFile,
+    ) -> Result<(Vec<ServiceConfig>, HashMap<String, usize>), ConfigError> {
+        let ctx = self;
+        let mut services: Vec<ServiceConfig> = Vec::with_capacity(raw.service.len());
+        let mut index: HashMap<String, usize> = HashMap::with_capacity(raw.service.len());
+        for (i, s) in raw.service.iter().enumerate() {
+            let path = Path::Service(i);
+            let service = ctx.block(s, path, false)?;
+            if index.insert(service.name.clone(), i).is_some() {
+                let span = s.get_ref().name.as_ref().map_or(s.span(), |n| n.span());
+                return Err(ctx.new_error(
+                    ConfigErrorKind::DuplicateService,
+                    span,
+                    format!("{path}.name"),
+                    format!(
+                        "service {:?} is listed twice; list each service once",
+                        service.name
+                    ),
+                ));
+            }
+            services.push(service);
+        }
+        Ok((services, index))
+    }
+
+    /// The error for a service over the memory budget, at its largest limiter.
+    fn over_budget(
+        &self,
+        config: &SamplingConfig,
+        over: &OverBudget,
+        raw: &RawFile,
+    ) -> ConfigError {
+        let (span, key) = match (over.service, over.largest) {
+            (_, Culprit::Inherited(j)) | (None, Culprit::Rule(j)) => {
+                (rule_span(&raw.default, j), format!("default.rule[{j}]"))
+            }
+            (Some(i), Culprit::Rule(j)) => (
+                raw.service[i].get_ref().rule[j].span(),
+                format!("service[{i}].rule[{j}]"),
+            ),
+            (Some(i), Culprit::Policy) => (raw.service[i].span(), format!("service[{i}]")),
+            (Some(i), Culprit::Cap) => (
+                raw.service[i]
+                    .get_ref()
+                    .cap
+                    .as_ref()
+                    .map_or(raw.service[i].span(), |c| c.span()),
+                format!("service[{i}].cap"),
+            ),
+            (None, Culprit::Policy) => (block_span(&raw.default), "default".to_owned()),
+            (None, Culprit::Cap) => (block_span(&raw.default), "default.cap".to_owned()),
+        };
+        self.err(over.invalid(config), span, &key)
+    }
+}
+
+/// The span and name of the key that sets a block's own policy, if any.
+pub(super) fn policy_key(raw: &RawBlock) -> Option<(Range<usize>, &'static str)> {
+    raw.rate
+        .as_ref()
+        .map(|r| (r.span(), "rate"))
+        .or_else(|| raw.limit.as_ref().map(|l| (l.span(), "limit")))
+        .or_else(|| raw.probability.as_ref().map(|p| (p.span(), "probability")))
+}
+
+/// The span of `[default]`'s rule `j` (the file's start if there is none).
+fn rule_span(default: &Option<Spanned<RawBlock>>, j: usize) -> Range<usize> {
+    default
+        .as_ref()
+        .and_then(|d| d.get_ref().rule.get(j))
+        .map_or(0..0, |r| r.span())
+}
+
+/// The span of `[default]` (the file's start if there is none).
+fn block_span(default: &Option<Spanned<RawBlock>>) -> Range<usize> {
+    default.as_ref().map_or(0..0, |d| d.span())
+}
+
+impl Ctx<'_> {
+    /// Checks what each listed service inherits from `[default]`: no inherited rule
+    /// after a rule of its own that matches every span, and inherited floors that fit
+    /// in its cap.
+    fn inherited(&self, config: &SamplingConfig, raw: &RawFile) -> Result<(), ConfigError> {
+        if config.default.rules.is_empty() {
+            return Ok(());
+        }
+        for (i, own) in config.services.iter().enumerate() {
+            let inherited = || config.inherited_rules(own).map(|(_, r)| r);
+            let Some(first) = inherited().next() else {
+                continue; // it opts out, or replaces every default rule by one of its own
+            };
+            let opt_out = OptOut(i);
+            if let Some(last) = own.rules.last().filter(|r| r.matches_everything()) {
+                let j = own.rules.len() - 1;
+                return Err(self.new_error(
+                    ConfigErrorKind::UnreachableRule,
+                    raw.service[i].get_ref().rule[j].span(),
+                    format!("service[{i}].rule[{j}]"),
+                    format!(
+                        "rule {:?} has no condition and matches every span, so the rules service {:?} inherits from [default] (first {:?}) never decide; give it a condition, make it the service's own policy, or set {opt_out}",
+                        last.name, own.name, first.name
+                    ),
+                ));
+            }
+            let block = raw.service[i].get_ref();
+            if let (Some(last), Some((span, k))) = (
+                inherited().last().filter(|r| r.matches_everything()),
+                policy_key(block),
+            ) {
+                return Err(self.unreachable_policy(
+                    span,
+                    &format!("service[{i}].{k}"),
+                    &last.name,
+                    &format!(", or set {opt_out} (the rule is inherited from [default])"),
+                ));
+            }
+            self.inherited_fleet_keys(i, own, inherited, &raw.service[i], opt_out)?;
+            self.inherited_floors(i, own, inherited, &raw.service[i], opt_out)?;
+        }
+        Ok(())
+    }
+
+    /// Checks that the floors service `i` inherits fit, with its own, in its cap.
+    fn inherited_floors<'r, I: Iterator<Item = &'r Rule>>(
+        &self,
+        i: usize,
+        own: &'r ServiceConfig,
+        inherited: impl Fn() -> I,
+        block: &Spanned<RawBlock>,
+        opt_out: OptOut,
+    ) -> Result<(), ConfigError> {
+        let Some(floored) = inherited().find(|r| r.floor > 0) else {
+            return Ok(());
+        };
+        let floors: u64 = own
+            .rules
+            .iter()
+            .chain(inherited())
+            .map(|r| u64::from(r.floor))
+            .sum();
+        match own.cap {
+            None => {
+                return Err(self.new_error(
+                    ConfigErrorKind::MissingKey,
+                    block.span(),
+                    format!("service[{i}].cap"),
+                    format!(
+                        "service {:?} inherits rule {:?} from [default], whose `floor` reserves permits in the service cap, and the service has no cap; add `service[{i}].cap`, or set {opt_out}",
+                        own.name, floored.name
+                    ),
+                ))
+            }
+            Some(cap) if floors > u64::from(cap.limit.permits()) => {
+                let span = block.get_ref().cap.as_ref().map_or(block.span(), |c| c.span());
+                return Err(self.new_error(
+                    ConfigErrorKind::InvalidLimit,
+                    span,
+                    format!("service[{i}].cap"),
+                    format!(
+                        "the floors of service {:?}'s rules, with those it inherits from [default], add up to {floors}, more than the cap's {} permits per window; raise the cap, lower the floors, or set {opt_out}",
+                        own.name,
+                        cap.limit.permits()
+                    ),
+                ));
+            }
+            Some(_) => {}
+        }
+        Ok(())
+    }
+}
+
+impl Ctx<'_> {
+    /// A service's own policy that no span can reach: `rule` matches every span first.
+    pub(super) fn unreachable_policy(
+        &self,
+        span: Range<usize>,
+        key: &str,
+        rule: &str,
+        hint: &str,
+    ) -> ConfigError {
+        self.new_error(
+            ConfigErrorKind::UnreachableRule,
+            span,
+            key,
+            format!("the service's own policy never decides: its last rule, {rule:?}, has no condition and matches every span first; remove one of the two, or give the rule a condition{hint}"),
+        )
+    }
+
+    /// Checks that the fleet-scoped rules service `i` inherits get valid Redis keys of
+    /// its name, distinct from its own fleet-scoped default and cap.
+    fn inherited_fleet_keys<'r, I: Iterator<Item = &'r Rule>>(
+        &self,
+        i: usize,
+        own: &ServiceConfig,
+        inherited: impl Fn() -> I,
+        raw: &Spanned<RawBlock>,
+        opt_out: OptOut,
+    ) -> Result<(), ConfigError> {
+        let fleet = |p: &Policy| matches!(p, Policy::Limit(s) if s.scope == Scope::Fleet);
+        let cap_fleet = own.cap.is_some_and(|c| c.scope == Scope::Fleet);
+        if !inherited().any(|r| fleet(&r.policy) || cap_fleet && r.floor > 0) {
+            return Ok(());
+        }
+        if let Some(n) = &raw.get_ref().name {
+            self.fleet_name(n, &format!("service[{i}].name"))?;
+        }
+        let clash = inherited().find(|r| {
+            fleet(&r.policy)
+                && (r.name == "cap" && cap_fleet
+                    || r.name == "default" && own.policy.as_ref().is_some_and(fleet))
+        });
+        if let Some(rule) = clash {
+            return Err(self.new_error(
+                ConfigErrorKind::DuplicateRule,
+                raw.span(),
+                format!("service[{i}]"),
+                format!(
+                    "service {:?} inherits the fleet-scoped rule {:?} from [default], whose Redis key would be that of the service's own fleet-scoped {}; rename the rule, or set {opt_out}",
+                    own.name, rule.name, rule.name
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The `[fleet]` table.
+    fn fleet(&self, raw: &RawFleet) -> Result<FleetSettings, ConfigError> {
+        let urls = match &raw.redis {
+            Some(r) => {
+                let urls = match r.get_ref() {
+                    RawUrls::One(u) => vec![u.clone()],
+                    RawUrls::Many(us) => us.clone(),
+                };
+                self.check(r, "fleet.redis", |_| values::redis_urls(&urls))?;
+                urls
+            }
+            None => Vec::new(),
+        };
+        let prefix = match &raw.prefix {
+            Some(p) => {
+                self.check(p, "fleet.prefix", |p| values::fleet_key_part(p))?;
+                Some(p.get_ref().clone())
+            }
+            None => None,
+        };
+        let sync_interval = match &raw.sync_interval {
+            Some(i) => Some(self.check(i, "fleet.sync_interval", |i| values::sync_interval(i))?),
+            None => None,
+        };
+        Ok(FleetSettings {
+            urls,
+            cluster: raw.cluster.as_ref().is_some_and(|c| *c.get_ref()),
+            prefix,
+            sync_interval,
+        })
+    }
+}
