@@ -4,19 +4,19 @@
 
 use std::cell::RefCell;
 use std::sync::Arc;
-use std::time::Duration;
 
 use opentelemetry::trace::{SpanKind, TraceId, TraceState};
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult};
 
 use crate::clock::Clock;
+use crate::config::check::resolution::below_resolution;
 use crate::config::compile::handover::{cap_handover, spread, Handover, LocalRule, Snapshot};
 use crate::config::compile::matcher::Matchers;
 use crate::config::compile::rule_limiter::{BuildError, RuleLimiter};
 use crate::config::model::LimitOf;
 use crate::config::model::{
-    fleet_cap_key, fleet_floor_key, fleet_key, FleetSettings, LimitSpec, Policy, Rule, Scope,
+    fleet_cap_key, fleet_floor_key, fleet_key, FleetSettings, LimitSpec, Policy, Rule,
     ServiceConfig,
 };
 use crate::limit::LimitError;
@@ -172,7 +172,14 @@ impl<C: Clock + Clone> RuleSet<C> {
                 .or_else(|| p.retired.iter().find(same))
                 .or_else(|| current.clone().find(same))
         };
-        below_resolution(service, clock.resolution())?;
+        // Refused before any limiter is built (see `check::resolution`).
+        if let Some((of, spec)) = below_resolution(service, clock.resolution()).next() {
+            return Err(BuildError::WindowBelowResolution {
+                of,
+                spec,
+                resolution: clock.resolution(),
+            });
+        }
         let cap = service.cap;
         let build = |spec: LimitSpec, key: &dyn Fn() -> String, old: Option<&RuleLimiter<C>>| {
             RuleLimiter::build(spec, key, fleet, clock, old, &handovers)
@@ -371,37 +378,6 @@ impl<C: Clock + Clone> RuleSet<C> {
             unmatched: previous.map_or_else(Default::default, |p| Arc::clone(&p.unmatched)),
         };
         Ok((set, handovers.into_inner()))
-    }
-}
-
-/// Refuses a local limit whose window is shorter than the clock's resolution (before
-/// any limiter is built): such a limiter sees whole windows go by between two readings
-/// and enforces another rate (1 per 1 ms on a 4 ms clock kept 251 per second).
-fn below_resolution(service: &ServiceConfig, resolution: Duration) -> Result<(), BuildError> {
-    let spec = |policy: Policy| match policy {
-        Policy::Adaptive(limit) => Some(LimitSpec::local(limit, Algorithm::FixedWindow)),
-        other => other.limiter(),
-    };
-    let rules = service
-        .rules
-        .iter()
-        .filter_map(|r| Some((LimitOf::Rule(r.name.clone()), spec(r.policy)?)));
-    let default = service
-        .policy
-        .and_then(spec)
-        .map(|spec| (LimitOf::Default, spec));
-    let cap = service.cap.map(|spec| (LimitOf::Cap, spec));
-    match rules
-        .chain(default)
-        .chain(cap)
-        .find(|(_, spec)| spec.scope == Scope::Local && spec.limit.window() < resolution)
-    {
-        Some((of, spec)) => Err(BuildError::WindowBelowResolution {
-            of,
-            spec,
-            resolution,
-        }),
-        None => Ok(()),
     }
 }
 

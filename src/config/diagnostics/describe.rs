@@ -4,7 +4,7 @@
 use std::fmt;
 
 use crate::config::model::{
-    fleet_cap_key, fleet_key, LimitSpec, Policy, SamplingConfig, Scope, ServiceConfig,
+    fleet_cap_key, fleet_key, LimitSpec, Policy, SamplingConfig, ServiceConfig,
 };
 use crate::sampler::Origin;
 
@@ -31,7 +31,7 @@ impl fmt::Display for Describe {
         match &s.cap {
             Some(cap) => {
                 write!(f, "  cap: {}", DisplaySpec(cap))?;
-                if cap.scope == Scope::Fleet {
+                if cap.is_fleet() {
                     write!(f, ", fleet-wide (key {:?})", fleet_cap_key(&s.name))?;
                 }
                 writeln!(f)?;
@@ -79,19 +79,19 @@ impl fmt::Display for Describe {
             if r.inherited {
                 f.write_str(" (inherited from [default])")?;
             }
-            if is_fleet(&r.policy) {
+            if r.policy.is_fleet() {
                 write!(f, ", fleet-wide (key {:?})", fleet_key(&s.name, &r.name))?;
             }
             if r.floor > 0 {
                 write!(f, ", floor {} per cap window", r.floor)?;
-                if s.cap.is_some_and(|c| c.scope == Scope::Fleet) {
+                if s.cap.is_some_and(|c| c.is_fleet()) {
                     write!(f, " (fleet-wide)")?;
                 }
             }
             writeln!(f)?;
         }
         match &s.policy {
-            Some(p) if is_fleet(p) => writeln!(
+            Some(p) if p.is_fleet() => writeln!(
                 f,
                 "  otherwise: {}, fleet-wide (key {:?})",
                 DisplayPolicy(p),
@@ -101,10 +101,6 @@ impl fmt::Display for Describe {
             None => writeln!(f, "  otherwise: drop"),
         }
     }
-}
-
-fn is_fleet(policy: &Policy) -> bool {
-    matches!(policy, Policy::Limit(spec) if spec.scope == Scope::Fleet)
 }
 
 struct DisplaySpec<'a>(&'a LimitSpec);

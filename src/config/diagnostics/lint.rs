@@ -6,9 +6,12 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use crate::clock::{Clock, MonotonicClock};
+use crate::config::check;
+use crate::config::check::floors::FloorProblem;
+use crate::config::check::resolution::below_resolution;
 use crate::config::diagnostics::summary::{EffectiveRules, RulePolicy};
 use crate::config::model::pattern::Pattern;
-use crate::config::model::{LimitSpec, Policy, Rule, SamplingConfig, ServiceConfig};
+use crate::config::model::{LimitOf, LimitSpec, Policy, Rule, SamplingConfig, ServiceConfig};
 
 /// A service whose limiters take more than this many bytes gets a
 /// [`LintKind::LargeMemory`] warning: 16 MiB.
@@ -199,20 +202,23 @@ fn lint_service(
 ) {
     shadowed_rules(s, out);
     let effective = EffectiveRules::of(s, listed);
-    for (name, limit) in effective.local_limits() {
-        if limit.window() < resolution {
-            out.push(Lint::new(
-                LintKind::WindowBelowClock,
-                &s.name,
-                Some(name),
-                format!(
-                    "window {:?} is shorter than the default clock's resolution ({resolution:?} here), so RuleBasedSampler::new refuses it; use a window of at least {resolution:?}, or build the sampler with a finer clock (with_clock and PreciseClock)",
-                    limit.window()
-                ),
-            ));
-        }
+    for (of, spec) in below_resolution(s, resolution) {
+        let name = match &of {
+            LimitOf::Rule(name) => name.as_str(),
+            LimitOf::Default => "default",
+            LimitOf::Cap => "cap",
+        };
+        out.push(Lint::new(
+            LintKind::WindowBelowClock,
+            &s.name,
+            Some(name),
+            format!(
+                "window {:?} is shorter than the default clock's resolution ({resolution:?} here), so RuleBasedSampler::new refuses it; use a window of at least {resolution:?}, or build the sampler with a finer clock (with_clock and PreciseClock)",
+                spec.limit.window()
+            ),
+        ));
     }
-    floors(s, &effective, out);
+    floors(s, out);
     lower_bounds(s, out);
     let bytes: usize = effective.limiters().iter().map(|l| l.bytes()).sum();
     if bytes > LARGE_MEMORY_BYTES {
@@ -311,22 +317,20 @@ fn plain_prefix(glob: &str) -> Option<&str> {
 }
 
 /// Floors over the cap, and floors over their rule's own limit.
-fn floors(s: &ServiceConfig, effective: &EffectiveRules, out: &mut Vec<Lint>) {
+fn floors(s: &ServiceConfig, out: &mut Vec<Lint>) {
     let Some(cap) = s.cap else { return };
-    let floors = effective.floors();
-    if floors > u64::from(cap.limit.permits()) {
-        out.push(Lint::new(
+    match check::floors::floors(&s.rules, Some(&cap)) {
+        Err(FloorProblem::OverCap { total, permits, .. }) => out.push(Lint::new(
             LintKind::FloorsOverCap,
             &s.name,
             None,
             format!(
-                "the rules' floors add up to {floors}, more than the cap's {} permits per {:?}; lower the floors or raise the cap",
-                cap.limit.permits(),
+                "the rules' floors add up to {total}, more than the cap's {permits} permits per {:?}; lower the floors or raise the cap",
                 cap.limit.window()
             ),
-        ));
-    } else {
-        shared_pool(s, &cap, floors, out);
+        )),
+        Ok(total) => shared_pool(s, &cap, total, out),
+        Err(FloorProblem::NoCap { .. }) => {}
     }
     for rule in s.rules.iter().filter(|r| r.floor > 0) {
         let RulePolicy::Limit { limit, .. } = rule.policy.into() else {
@@ -692,7 +696,7 @@ at_least = 11.0
             ..s.rules[0].clone()
         });
         let mut out = Vec::new();
-        floors(&s, &EffectiveRules::of(&s, false), &mut out);
+        floors(&s, &mut out);
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].kind(), LintKind::FloorsOverCap);
         assert_eq!(out[0].severity(), Severity::Error);

@@ -3,7 +3,7 @@
 //! memory of the limiters they build.
 
 use crate::config::check::budget::limiter_bytes;
-use crate::config::model::{LimitSpec, Policy, SamplingConfig, Scope, ServiceConfig};
+use crate::config::model::{LimitSpec, Policy, SamplingConfig, ServiceConfig};
 use crate::limit::Limit;
 use crate::limiter::Algorithm;
 
@@ -196,10 +196,6 @@ impl SamplingConfig {
     }
 }
 
-fn is_fleet(policy: Policy) -> bool {
-    matches!(policy, Policy::Limit(spec) if spec.scope == Scope::Fleet)
-}
-
 impl EffectiveRules {
     pub(crate) fn of(s: &ServiceConfig, listed: bool) -> Self {
         Self {
@@ -213,12 +209,12 @@ impl EffectiveRules {
                     name: r.name.clone(),
                     policy: r.policy.into(),
                     floor: r.floor,
-                    fleet: is_fleet(r.policy),
+                    fleet: r.policy.is_fleet(),
                 })
                 .collect(),
             default: s.policy.map(RulePolicy::from),
-            default_fleet: s.policy.is_some_and(is_fleet),
-            cap_fleet: s.cap.is_some_and(|c| c.scope == Scope::Fleet),
+            default_fleet: s.policy.is_some_and(|p| p.is_fleet()),
+            cap_fleet: s.cap.is_some_and(|c| c.is_fleet()),
         }
     }
 

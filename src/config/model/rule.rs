@@ -20,6 +20,11 @@ pub(crate) struct LimitSpec {
 }
 
 impl LimitSpec {
+    /// Whether every replica shares it through Redis.
+    pub(crate) fn is_fleet(&self) -> bool {
+        self.scope == Scope::Fleet
+    }
+
     /// A limit this process enforces on its own.
     pub(crate) const fn local(limit: Limit, algorithm: Algorithm) -> Self {
         Self {
@@ -75,6 +80,11 @@ pub(crate) enum Policy {
 }
 
 impl Policy {
+    /// Whether it is a limit every replica shares through Redis (only a limit can be).
+    pub(crate) fn is_fleet(&self) -> bool {
+        matches!(self, Policy::Limit(spec) if spec.is_fleet())
+    }
+
     /// The limit this policy's own limiter enforces (a limit's, or a lower bound's), if
     /// it has one; an adaptive policy's cap is not one of these (it is shared with the
     /// adaptive estimate, not handed over).

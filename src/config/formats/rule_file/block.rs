@@ -1,17 +1,17 @@
 //! A block (`[default]` or a `[[service]]`) and its rules, lowered and checked.
 
-use std::collections::HashSet;
 use std::ops::Range;
 
+use crate::config::check::floors::{self, FloorProblem};
+use crate::config::check::names::{self, Listed};
+use crate::config::check::{fleet_keys, reach};
 use crate::config::error::{ConfigError, ConfigErrorKind};
 use crate::config::formats::rule_file::ctx::{Ctx, Path};
 use crate::config::formats::rule_file::file::policy_key;
 use crate::config::formats::rule_file::raw::{RawBlock, RawCap, RawRule};
 use crate::config::formats::spanned::Spanned;
 use crate::config::model::values::{self, Invalid};
-use crate::config::model::{
-    fleet_cap_key, fleet_key, LimitSpec, Policy, Rule, Scope, ServiceConfig,
-};
+use crate::config::model::{fleet_cap_key, fleet_key, LimitSpec, Policy, Rule, ServiceConfig};
 use crate::sampler::RemoteParents;
 
 impl Ctx<'_> {
@@ -49,9 +49,10 @@ impl Ctx<'_> {
             Some(r) => self.check(r, key("remote_parents"), |r| values::remote_parents(r))?,
             None => RemoteParents::default(),
         };
-        let (rules, catch_all) = self.rules(raw, path, is_default, cap.as_ref(), remote_parents)?;
-        if let (false, Some(all), Some((span, k))) = (is_default, catch_all, policy_key(raw)) {
-            return Err(self.unreachable_policy(span, &key(k).to_string(), &rules[all].name, ""));
+        let rules = self.rules(raw, path, is_default, cap.as_ref(), remote_parents)?;
+        let last = reach::last_catch_all(&rules);
+        if let (false, Some(last), Some((span, k))) = (is_default, last, policy_key(raw)) {
+            return Err(self.unreachable_policy(span, &key(k).to_string(), &last.name, ""));
         }
         self.fleet_keys(raw, path, policy.as_ref(), cap.as_ref(), &rules)?;
         Ok(ServiceConfig {
@@ -141,9 +142,8 @@ impl Ctx<'_> {
         })
     }
 
-    /// A block's rules, checked together (distinct names, no rule after one that
-    /// matches every span, floors that fit in the cap), with the position of the first
-    /// rule that matches every span.
+    /// A block's rules, checked together: no rule after one that matches every span,
+    /// distinct names, floors that fit in the cap.
     fn rules(
         &self,
         raw: &RawBlock,
@@ -151,70 +151,60 @@ impl Ctx<'_> {
         is_default: bool,
         cap: Option<&LimitSpec>,
         remote_parents: RemoteParents,
-    ) -> Result<(Vec<Rule>, Option<usize>), ConfigError> {
-        let mut rules: Vec<Rule> = Vec::with_capacity(raw.rule.len());
-        let mut names: HashSet<String> = HashSet::with_capacity(raw.rule.len());
-        let mut floors = 0u64;
+    ) -> Result<Vec<Rule>, ConfigError> {
         // Unnamed rules are named by position, those of [default] apart from a
         // service's so that neither replaces the other when inherited.
         let unnamed = if is_default { "default-rule" } else { "rule" };
-        // The first rule with no condition: no rule may follow it.
-        let mut catch_all: Option<usize> = None;
-        for (i, r) in raw.rule.iter().enumerate() {
-            let rule_path = Path::Rule(&path, i);
-            let rule = self.rule(r, rule_path, i, unnamed, remote_parents)?;
-            if let Some(all) = catch_all {
-                return Err(self.new_error(
-                    ConfigErrorKind::UnreachableRule,
-                    raw.rule[all].span(),
-                    format!("{path}.rule[{all}]"),
-                    format!(
-                        "rule {:?} has no condition (no `span_name`, `kind`, `parent` or `attributes`) and matches every span, so rule {:?} after it never decides; give it a condition, move it last, or make it the block's own policy",
-                        rules[all].name, rule.name
-                    ),
-                ));
-            }
-            if !names.insert(rule.name.clone()) {
-                let span = r.get_ref().name.as_ref().map_or(r.span(), |n| n.span());
-                return Err(self.new_error(
-                    ConfigErrorKind::DuplicateRule,
-                    span,
-                    format!("{rule_path}.name"),
-                    format!(
-                        "rule name {:?} is used twice in this service; rule names must be unique",
-                        rule.name
-                    ),
-                ));
-            }
-            if rule.floor > 0 {
-                let floor = r.get_ref().floor.as_ref().map_or(r.span(), |f| f.span());
-                let Some(cap) = cap else {
-                    return Err(self.new_error(
-                        ConfigErrorKind::MissingKey,
-                        floor,
-                        format!("{rule_path}.floor"),
-                        format!("a `floor` reserves permits in the service cap; add `{path}.cap`"),
-                    ));
-                };
-                floors += u64::from(rule.floor);
-                if floors > u64::from(cap.limit.permits()) {
-                    return Err(self.new_error(
-                        ConfigErrorKind::InvalidLimit,
-                        floor,
-                        format!("{rule_path}.floor"),
-                        format!(
-                            "the rules' floors add up to {floors}, more than the cap's {} permits per window; floors must fit in the cap",
-                            cap.limit.permits()
-                        ),
-                    ));
-                }
-            }
-            if rule.matches_everything() {
-                catch_all = Some(i);
-            }
-            rules.push(rule);
+        let rules = (raw.rule.iter().enumerate())
+            .map(|(i, r)| self.rule(r, Path::Rule(&path, i), i, unnamed, remote_parents))
+            .collect::<Result<Vec<Rule>, ConfigError>>()?;
+        if let Some(all) = reach::hiding_catch_all(&rules) {
+            return Err(self.new_error(
+                ConfigErrorKind::UnreachableRule,
+                raw.rule[all].span(),
+                format!("{path}.rule[{all}]"),
+                format!(
+                    "rule {:?} has no condition (no `span_name`, `kind`, `parent` or `attributes`) and matches every span, so rule {:?} after it never decides; give it a condition, move it last, or make it the block's own policy",
+                    rules[all].name, rules[all + 1].name
+                ),
+            ));
         }
-        Ok((rules, catch_all))
+        if let Err(repeat) = names::distinct(rules.iter().map(|r| r.name.as_str())) {
+            let r = &raw.rule[repeat.at];
+            let span = r.get_ref().name.as_ref().map_or(r.span(), |n| n.span());
+            let key = format!("{}.name", Path::Rule(&path, repeat.at));
+            return Err(self.err(repeat.problem(Listed::Rule), span, key));
+        }
+        let floor = |i: usize| {
+            let r = &raw.rule[i];
+            let span = r.get_ref().floor.as_ref().map_or(r.span(), |f| f.span());
+            (span, format!("{}.floor", Path::Rule(&path, i)))
+        };
+        match floors::floors(&rules, cap) {
+            Ok(_) => Ok(rules),
+            Err(FloorProblem::NoCap { rule }) => {
+                let (span, key) = floor(rule);
+                Err(self.new_error(
+                    ConfigErrorKind::MissingKey,
+                    span,
+                    key,
+                    format!("a `floor` reserves permits in the service cap; add `{path}.cap`"),
+                ))
+            }
+            Err(FloorProblem::OverCap {
+                rule,
+                total,
+                permits,
+            }) => {
+                let (span, key) = floor(rule);
+                Err(self.new_error(
+                    ConfigErrorKind::InvalidLimit,
+                    span,
+                    key,
+                    format!("the rules' floors add up to {total}, more than the cap's {permits} permits per window; floors must fit in the cap"),
+                ))
+            }
+        }
     }
 
     /// Checks that the fleet-scoped limits of a block get valid, distinct fleet keys.
@@ -226,12 +216,7 @@ impl Ctx<'_> {
         cap: Option<&LimitSpec>,
         rules: &[Rule],
     ) -> Result<(), ConfigError> {
-        let fleet_policy = |p: &Policy| matches!(p, Policy::Limit(s) if s.scope == Scope::Fleet);
-        let cap_fleet = cap.is_some_and(|c| c.scope == Scope::Fleet);
-        let any = cap_fleet
-            || policy.is_some_and(fleet_policy)
-            || rules.iter().any(|r| fleet_policy(&r.policy));
-        if !any {
+        if !fleet_keys::any_fleet(policy, cap, rules.iter()) {
             return Ok(());
         }
         // The file default's keys take the service name at run time.
@@ -239,33 +224,30 @@ impl Ctx<'_> {
             self.fleet_name(n, &format!("{path}.name"))?;
         }
         for (i, (rule, r)) in rules.iter().zip(&raw.rule).enumerate() {
-            let fleet = fleet_policy(&rule.policy);
-            if !(fleet || cap_fleet && rule.floor > 0) {
+            if !fleet_keys::in_fleet(rule, cap) {
                 continue;
             }
             let name_key = format!("{path}.rule[{i}].name");
-            let span = r.get_ref().name.as_ref().map_or(r.span(), |n| n.span());
             if let Some(n) = &r.get_ref().name {
                 self.fleet_name(n, &name_key)?;
             }
-            let other = match rule.name.as_str() {
-                "cap" if cap_fleet => Some(fleet_cap_key("<service>")),
-                "default" if policy.is_some_and(fleet_policy) => {
-                    Some(fleet_key("<service>", "default"))
-                }
-                _ => None,
+            let Some(own) = fleet_keys::clash(rule, policy, cap) else {
+                continue;
             };
-            if let (true, Some(other)) = (fleet, other) {
-                return Err(self.new_error(
-                    ConfigErrorKind::DuplicateRule,
-                    span,
-                    &name_key,
-                    format!(
-                        "a fleet-scoped rule named {:?} would share the Redis key {other:?} with the service's own fleet-scoped {}; rename the rule",
-                        rule.name, rule.name
-                    ),
-                ));
-            }
+            let other = match own {
+                "cap" => fleet_cap_key("<service>"),
+                _ => fleet_key("<service>", own),
+            };
+            let span = r.get_ref().name.as_ref().map_or(r.span(), |n| n.span());
+            return Err(self.new_error(
+                ConfigErrorKind::DuplicateRule,
+                span,
+                &name_key,
+                format!(
+                    "a fleet-scoped rule named {:?} would share the Redis key {other:?} with the service's own fleet-scoped {own}; rename the rule",
+                    rule.name
+                ),
+            ));
         }
         Ok(())
     }

@@ -5,12 +5,15 @@ use std::collections::HashMap;
 use std::ops::Range;
 
 use crate::config::check::budget::{self, Culprit, OverBudget};
+use crate::config::check::floors::{self, FloorProblem};
+use crate::config::check::names::{self, Listed};
+use crate::config::check::{fleet_keys, reach};
 use crate::config::error::{ConfigError, ConfigErrorKind};
 use crate::config::formats::rule_file::ctx::{Ctx, OptOut, Path};
 use crate::config::formats::rule_file::raw::{RawBlock, RawBytes, RawFile, RawFleet, RawUrls};
 use crate::config::formats::spanned::Spanned;
 use crate::config::model::values;
-use crate::config::model::{FleetSettings, Policy, Rule, SamplingConfig, Scope, ServiceConfig};
+use crate::config::model::{FleetSettings, Rule, SamplingConfig, ServiceConfig};
 
 impl<'a> Ctx<'a> {
     /// The configuration `raw` describes, checked, with `redis` (from the environment),
@@ -64,26 +67,15 @@ impl<'a> Ctx<'a> {
         &self,
         raw: &RawFile,
     ) -> Result<(Vec<ServiceConfig>, HashMap<String, usize>), ConfigError> {
-        let ctx = self;
-        let mut services: Vec<ServiceConfig> = Vec::with_capacity(raw.service.len());
-        let mut index: HashMap<String, usize> = HashMap::with_capacity(raw.service.len());
-        for (i, s) in raw.service.iter().enumerate() {
-            let path = Path::Service(i);
-            let service = ctx.block(s, path, false)?;
-            if index.insert(service.name.clone(), i).is_some() {
-                let span = s.get_ref().name.as_ref().map_or(s.span(), |n| n.span());
-                return Err(ctx.new_error(
-                    ConfigErrorKind::DuplicateService,
-                    span,
-                    format!("{path}.name"),
-                    format!(
-                        "service {:?} is listed twice; list each service once",
-                        service.name
-                    ),
-                ));
-            }
-            services.push(service);
-        }
+        let services = (raw.service.iter().enumerate())
+            .map(|(i, s)| self.block(s, Path::Service(i), false))
+            .collect::<Result<Vec<ServiceConfig>, ConfigError>>()?;
+        let index = names::index(services.iter().map(|s| s.name.as_str())).map_err(|repeat| {
+            let s = &raw.service[repeat.at];
+            let span = s.get_ref().name.as_ref().map_or(s.span(), |n| n.span());
+            let key = format!("{}.name", Path::Service(repeat.at));
+            self.err(repeat.problem(Listed::Service), span, key)
+        })?;
         Ok((services, index))
     }
 
@@ -154,7 +146,7 @@ impl Ctx<'_> {
                 continue; // it opts out, or replaces every default rule by one of its own
             };
             let opt_out = OptOut(i);
-            if let Some(last) = own.rules.last().filter(|r| r.matches_everything()) {
+            if let Some(last) = reach::last_catch_all(&own.rules) {
                 let j = own.rules.len() - 1;
                 return Err(self.new_error(
                     ConfigErrorKind::UnreachableRule,
@@ -167,10 +159,9 @@ impl Ctx<'_> {
                 ));
             }
             let block = raw.service[i].get_ref();
-            if let (Some(last), Some((span, k))) = (
-                inherited().last().filter(|r| r.matches_everything()),
-                policy_key(block),
-            ) {
+            if let (Some(last), Some((span, k))) =
+                (reach::last_catch_all(inherited()), policy_key(block))
+            {
                 return Err(self.unreachable_policy(
                     span,
                     &format!("service[{i}].{k}"),
@@ -193,43 +184,38 @@ impl Ctx<'_> {
         block: &Spanned<RawBlock>,
         opt_out: OptOut,
     ) -> Result<(), ConfigError> {
-        let Some(floored) = inherited().find(|r| r.floor > 0) else {
-            return Ok(());
-        };
-        let floors: u64 = own
-            .rules
-            .iter()
-            .chain(inherited())
-            .map(|r| u64::from(r.floor))
-            .sum();
-        match own.cap {
-            None => {
-                return Err(self.new_error(
+        let all = || own.rules.iter().chain(inherited());
+        match floors::floors(all(), own.cap.as_ref()) {
+            Ok(_) => Ok(()),
+            Err(FloorProblem::NoCap { rule }) => {
+                let floored = all().nth(rule).map_or("", |r| r.name.as_str());
+                Err(self.new_error(
                     ConfigErrorKind::MissingKey,
                     block.span(),
                     format!("service[{i}].cap"),
                     format!(
-                        "service {:?} inherits rule {:?} from [default], whose `floor` reserves permits in the service cap, and the service has no cap; add `service[{i}].cap`, or set {opt_out}",
-                        own.name, floored.name
+                        "service {:?} inherits rule {floored:?} from [default], whose `floor` reserves permits in the service cap, and the service has no cap; add `service[{i}].cap`, or set {opt_out}",
+                        own.name
                     ),
                 ))
             }
-            Some(cap) if floors > u64::from(cap.limit.permits()) => {
-                let span = block.get_ref().cap.as_ref().map_or(block.span(), |c| c.span());
-                return Err(self.new_error(
+            Err(FloorProblem::OverCap { total, permits, .. }) => {
+                let span = block
+                    .get_ref()
+                    .cap
+                    .as_ref()
+                    .map_or(block.span(), |c| c.span());
+                Err(self.new_error(
                     ConfigErrorKind::InvalidLimit,
                     span,
                     format!("service[{i}].cap"),
                     format!(
-                        "the floors of service {:?}'s rules, with those it inherits from [default], add up to {floors}, more than the cap's {} permits per window; raise the cap, lower the floors, or set {opt_out}",
-                        own.name,
-                        cap.limit.permits()
+                        "the floors of service {:?}'s rules, with those it inherits from [default], add up to {total}, more than the cap's {permits} permits per window; raise the cap, lower the floors, or set {opt_out}",
+                        own.name
                     ),
-                ));
+                ))
             }
-            Some(_) => {}
         }
-        Ok(())
     }
 }
 
@@ -260,19 +246,14 @@ impl Ctx<'_> {
         raw: &Spanned<RawBlock>,
         opt_out: OptOut,
     ) -> Result<(), ConfigError> {
-        let fleet = |p: &Policy| matches!(p, Policy::Limit(s) if s.scope == Scope::Fleet);
-        let cap_fleet = own.cap.is_some_and(|c| c.scope == Scope::Fleet);
-        if !inherited().any(|r| fleet(&r.policy) || cap_fleet && r.floor > 0) {
+        let (policy, cap) = (own.policy.as_ref(), own.cap.as_ref());
+        if !inherited().any(|r| fleet_keys::in_fleet(r, cap)) {
             return Ok(());
         }
         if let Some(n) = &raw.get_ref().name {
             self.fleet_name(n, &format!("service[{i}].name"))?;
         }
-        let clash = inherited().find(|r| {
-            fleet(&r.policy)
-                && (r.name == "cap" && cap_fleet
-                    || r.name == "default" && own.policy.as_ref().is_some_and(fleet))
-        });
+        let clash = inherited().find(|r| fleet_keys::clash(r, policy, cap).is_some());
         if let Some(rule) = clash {
             return Err(self.new_error(
                 ConfigErrorKind::DuplicateRule,
