@@ -140,18 +140,21 @@ impl<C: Clock> AnyLimiter<C> {
         }
     }
 
-    /// Counts, now, `count` admissions in the current window (at most the permits, and
-    /// only if this limiter holds fewer): a replacement limiter starts where the old one
-    /// was, so a reload that changes a limit causes no burst. One compare-exchange for
-    /// the window limiters; the sliding log writes one slot per admission carried.
+    /// Counts, now, `count` admissions made elsewhere (by the limiter this one
+    /// replaces, or by decisions that still held it during a reload) in the current
+    /// window, as many as fit under the permits and whatever the pacing schedule has
+    /// released, since they were admitted under one already; returns how many it
+    /// counted. So a replacement starts where the old limiter was, and a reload that
+    /// changes a limit causes no burst. One compare-exchange for the window limiters;
+    /// the sliding log writes one slot per admission carried.
     #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
-    pub(crate) fn preload(&self, count: u64) {
+    pub(crate) fn absorb(&self, count: u64) -> u64 {
         let now = self.clock().now_nanos();
         match &self.inner {
-            Inner::Fixed(l) => l.preload_at(now, count),
-            Inner::Sliding(l) => l.preload_at(now, count),
-            Inner::Log(l) => l.preload_at(now, count),
-            Inner::Bucketed(l) => l.preload_at(now, count),
+            Inner::Fixed(l) => l.absorb_at(now, count),
+            Inner::Sliding(l) => l.absorb_at(now, count),
+            Inner::Log(l) => l.absorb_at(now, count),
+            Inner::Bucketed(l) => l.absorb_at(now, count),
         }
     }
 
@@ -224,7 +227,7 @@ mod tests {
                 assert_eq!((0..3).filter(|_| old.try_acquire()).count(), 3);
                 assert_eq!(old.count_at(clock.now_nanos()), 3, "{from}");
                 let new = AnyLimiter::with_clock(to, limit(4), clock.clone());
-                new.preload(old.count_at(clock.now_nanos()));
+                new.absorb(old.count_at(clock.now_nanos()));
                 assert_eq!(
                     (0..10).filter(|_| new.try_acquire()).count(),
                     1,
@@ -232,11 +235,35 @@ mod tests {
                 );
                 // A smaller new limit is simply full.
                 let small = AnyLimiter::with_clock(to, limit(2), clock.clone());
-                small.preload(old.count_at(clock.now_nanos()));
+                small.absorb(old.count_at(clock.now_nanos()));
                 assert!(!small.try_acquire(), "{from} -> {to}");
                 // The count belongs to the current window only.
                 clock.advance(Duration::from_secs(2));
                 assert_eq!(old.count_at(clock.now_nanos()), 0, "{from}");
+            }
+        }
+    }
+
+    /// Admissions carried from elsewhere were admitted under a schedule already: a
+    /// paced limiter counts them all, early in its window too, up to its permits. (On
+    /// main a paced replacement counted only what its schedule had released, and went
+    /// over its limit after a reload.)
+    #[test]
+    fn absorb_counts_what_the_schedule_has_not_released_yet() {
+        for algorithm in Algorithm::ALL {
+            for phase in [0, 100_000_000, 550_000_000] {
+                let clock = ManualClock::new();
+                clock.set(3_000_000_000 + phase);
+                let limit = Limit::per_window(10, Duration::from_secs(1)).unwrap();
+                let l = AnyLimiter::with_clock(algorithm, limit, clock.clone());
+                assert_eq!(l.absorb(6), 6, "{algorithm} at {phase}");
+                assert_eq!(l.count_at(clock.now_nanos()), 6, "{algorithm} at {phase}");
+                assert_eq!(l.absorb(6), 4, "{algorithm} at {phase}: past the permits");
+                assert!(!l.try_acquire(), "{algorithm} at {phase}");
+                // The window the admissions were counted in holds them, the one after
+                // it (for the log, a window's length later) starts empty.
+                clock.advance(Duration::from_secs(2));
+                assert_eq!(l.count_at(clock.now_nanos()), 0, "{algorithm}");
             }
         }
     }

@@ -170,30 +170,35 @@ impl<C: Clock> BucketedWindow<C> {
         head + self.ring_sums(newest, j, newest).0
     }
 
-    /// Counts admissions in the sub-window of `now` until the last `B` sub-windows hold
-    /// `count` (at most the permits), unless they already do: where a replacement
-    /// limiter starts after a reload.
+    /// Counts `count` admissions made elsewhere in the sub-window of `now`, as many as
+    /// the last `B` sub-windows have room for under the permits, whatever the pacing
+    /// schedule has released; returns how many. Where a replacement limiter takes what
+    /// the one it replaces admitted.
     #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
-    pub(crate) fn preload_at(&self, now: u64, count: u64) {
-        let count = count.min(self.permits);
+    pub(crate) fn absorb_at(&self, now: u64, count: u64) -> u64 {
         // Acquire / AcqRel: as in `acquire_at`.
         let mut current = self.head.load(Ordering::Acquire);
         loop {
             let (j, c) = unpack(current);
             let newest = window_index(now, self.sub_window).max(j);
             let (mut others, _) = self.ring_sums(newest, j, newest);
-            if newest > j && j + self.buckets > newest {
-                others += c;
-            }
-            let need = count.saturating_sub(others);
-            let next = if newest == j {
-                if c >= need {
-                    return;
+            let own = if newest == j {
+                c
+            } else {
+                if j + self.buckets > newest {
+                    others += c;
                 }
-                pack(j, need)
+                0
+            };
+            let taken = count.min(self.permits.saturating_sub(others + own));
+            let next = if newest == j {
+                if taken == 0 {
+                    return 0;
+                }
+                pack(j, c + taken)
             } else {
                 self.publish(j, c);
-                pack(newest, need)
+                pack(newest, taken)
             };
             match self.head.compare_exchange_weak(
                 current,
@@ -201,7 +206,7 @@ impl<C: Clock> BucketedWindow<C> {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => return,
+                Ok(_) => return taken,
                 Err(actual) => current = actual,
             }
         }
@@ -409,16 +414,16 @@ mod tests {
     }
 
     #[test]
-    fn preload_counts_into_the_sub_window_of_now() {
+    fn absorb_counts_into_the_sub_window_of_now_up_to_the_permits() {
         let (l, clock) = limiter(5, false);
         clock.set(250_000_000);
         assert!(l.try_acquire());
         clock.set(450_000_000);
-        l.preload_at(450_000_000, 3);
-        assert_eq!(l.count_at(450_000_000), 3);
-        assert_eq!((0..9).filter(|_| l.try_acquire()).count(), 2);
-        // A smaller count changes nothing.
-        l.preload_at(450_000_000, 1);
+        assert_eq!(l.absorb_at(450_000_000, 3), 3);
+        assert_eq!(l.count_at(450_000_000), 4);
+        assert_eq!((0..9).filter(|_| l.try_acquire()).count(), 1);
+        // A full window takes nothing more.
+        assert_eq!(l.absorb_at(450_000_000, 2), 0);
         assert_eq!(l.count_at(450_000_000), 5);
     }
 

@@ -89,12 +89,13 @@ impl<C: Clock> FixedWindow<C> {
         count_for(self.state.load(Ordering::Relaxed), now, self.window)
     }
 
-    /// Counts `count` admissions (at most the permits) in the window of `now`, unless
-    /// it already holds as many: where a replacement limiter starts after a reload.
+    /// Counts `count` admissions made elsewhere in the window of `now`, as many as fit
+    /// under the permits, whatever the pacing schedule has released; returns how many.
+    /// Where a replacement limiter takes what the one it replaces admitted.
     #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
-    pub(crate) fn preload_at(&self, now: u64, count: u64) {
+    pub(crate) fn absorb_at(&self, now: u64, count: u64) -> u64 {
         let now_window = window_index(now, self.window);
-        packed::raise_count(&self.state, now_window, count.min(self.permits));
+        packed::add_count(&self.state, now_window, count, self.permits).0
     }
 
     /// The clock this limiter reads.

@@ -51,25 +51,34 @@ pub(crate) const fn unpack(word: u64) -> (u64, u64) {
     (word >> COUNT_BITS, word & COUNT_MASK)
 }
 
-/// Raises the count of window `now_window` in `state` to `count`, unless the word
-/// already holds as many for it (or holds a newer window). Returns the word it replaced
-/// when it rolled an older window over, so the caller can account for that window.
-/// Used to carry a count over to a replacement limiter.
+/// Adds `count` admissions made elsewhere to window `now_window` in `state` (or to the
+/// newer window the word holds), as many as fit under `permits`, whatever a pacing
+/// schedule would release: they were admitted under a schedule already. Returns how
+/// many it counted, and the word it replaced when it rolled an older window over, so
+/// the caller can account for that window. Used to carry admissions over to a
+/// replacement limiter.
 #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
-pub(crate) fn raise_count(state: &AtomicU64, now_window: u64, count: u64) -> Option<u64> {
+pub(crate) fn add_count(
+    state: &AtomicU64,
+    now_window: u64,
+    count: u64,
+    permits: u64,
+) -> (u64, Option<u64>) {
     // Relaxed: see `replace`.
     let mut current = state.load(Ordering::Relaxed);
     loop {
         let (window, have) = unpack(current);
-        let (next, rolled) = if now_window > window {
-            (pack(now_window, count), true)
-        } else if have < count && window == now_window {
-            (pack(window, count), false)
+        let (window, have, rolled) = if now_window > window {
+            (now_window, 0, true)
         } else {
-            return None;
+            (window, have, false)
         };
-        match replace(state, current, next) {
-            Ok(()) => return rolled.then_some(current),
+        let taken = count.min(permits.saturating_sub(have));
+        if taken == 0 && !rolled {
+            return (0, None);
+        }
+        match replace(state, current, pack(window, have + taken)) {
+            Ok(()) => return (taken, rolled.then_some(current)),
             Err(actual) => current = actual,
         }
     }

@@ -113,17 +113,16 @@ impl<C: Clock> SlidingLog<C> {
             .count() as u64
     }
 
-    /// Records admissions at `now` until `count` (at most the permits) are in the last
-    /// window: where a replacement log starts after a reload. One slot write per
-    /// admission carried, as building the log writes one per permit.
+    /// Records `count` admissions made elsewhere at `now`, as many as the last window
+    /// has room for, whatever the pacing schedule has released (they were admitted under
+    /// a schedule already); returns how many. Where a replacement log takes what the one
+    /// it replaces admitted. One slot write per admission carried, as building the log
+    /// writes one per permit.
     #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
-    pub(crate) fn preload_at(&self, now: u64, count: u64) {
-        let missing = count.min(self.permits).saturating_sub(self.count_at(now));
-        for _ in 0..missing {
-            if self.acquire_at(now).is_none() {
-                return;
-            }
-        }
+    pub(crate) fn absorb_at(&self, now: u64, count: u64) -> u64 {
+        (0..count)
+            .take_while(|_| self.admit_at(now, false).is_some())
+            .count() as u64
     }
 
     /// The clock this limiter reads.
@@ -170,6 +169,13 @@ impl<C: Clock> SlidingLog<C> {
     /// The decision for a call made at `now`: `Some(now)` or `None`.
     #[inline]
     pub(crate) fn acquire_at(&self, now: u64) -> Option<u64> {
+        self.admit_at(now, true)
+    }
+
+    /// An admission at `now` if the last window has room and, when `paced`, the
+    /// schedule has released it.
+    #[inline(always)]
+    fn admit_at(&self, now: u64, paced: bool) -> Option<u64> {
         // Relaxed on `next`: see "Memory ordering" on the type.
         let mut k = self.next.load(Ordering::Relaxed);
         loop {
@@ -201,7 +207,11 @@ impl<C: Clock> SlidingLog<C> {
                     return None;
                 }
             }
-            match self.paced_at(now, k) {
+            match if paced {
+                self.paced_at(now, k)
+            } else {
+                Paced::Released
+            } {
                 Paced::Released => {}
                 Paced::Held => return None,
                 Paced::Stale(latest) => {

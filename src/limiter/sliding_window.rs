@@ -91,20 +91,22 @@ impl<C: Clock> SlidingWindowCounter<C> {
         count_for(self.state.load(Ordering::Relaxed), now, self.window)
     }
 
-    /// Counts `count` admissions (at most the permits) in the aligned window of `now`,
-    /// unless it already holds as many: where a replacement limiter starts after a
-    /// reload. A roll it makes records the previous window as `acquire_at` would.
+    /// Counts `count` admissions made elsewhere in the aligned window of `now`, as many
+    /// as fit under the permits, whatever the pacing schedule has released; returns how
+    /// many. Where a replacement limiter takes what the one it replaces admitted. A roll
+    /// it makes records the previous window as `acquire_at` would.
     #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
-    pub(crate) fn preload_at(&self, now: u64, count: u64) {
+    pub(crate) fn absorb_at(&self, now: u64, count: u64) -> u64 {
         let now_window = window_index(now, self.window);
-        let count = count.min(self.permits);
-        if let Some(replaced) = packed::raise_count(&self.state, now_window, count) {
+        let (taken, replaced) = packed::add_count(&self.state, now_window, count, self.permits);
+        if let Some(replaced) = replaced {
             let (window, had) = unpack(replaced);
             let prev = if now_window == window + 1 { had } else { 0 };
             // Relaxed: as the roll in `acquire_at` (see "Memory ordering").
             self.previous
                 .fetch_max(pack(now_window, prev), Ordering::Relaxed);
         }
+        taken
     }
 
     /// The clock this limiter reads.

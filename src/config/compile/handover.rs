@@ -6,8 +6,9 @@
 //! the old one and must start where the old one was. Two things make that hard:
 //!
 //! * **The new limiter can hold fewer than were used.** Lowering a limit of 1000 (1000
-//!   used) to 500 preloads the new limiter with 500, its permits; restoring 1000 in the
-//!   same window would then carry 500 and re-open 500 used permits. So each local limit
+//!   used) to 500 makes the new limiter absorb 500, its permits, counted whatever its
+//!   pacing schedule has released; restoring 1000 in the same window would then carry
+//!   500 and re-open 500 used permits. So each local limit
 //!   also keeps an *excess*: admissions counted against it in the current window that
 //!   its limiter does not hold. What a limit has used in its window is its limiter's
 //!   count plus that excess, and that is what the next replacement carries.
@@ -96,7 +97,7 @@ impl<C: Clock> LocalRule<C> {
         }
     }
 
-    /// `limiter` as the replacement of `old`, closed: preloaded with what `old` has used
+    /// `limiter` as the replacement of `old`, closed: it absorbs what `old` has used
     /// in its window (the excess beyond its permits kept aside), and the [`Handover`]
     /// that settles the admissions `old` makes from now on, once no decision holds it,
     /// and opens the replacement.
@@ -104,8 +105,7 @@ impl<C: Clock> LocalRule<C> {
         let new = Self::new(limiter);
         new.close();
         let snapshot = old.snapshot();
-        let held = snapshot.used.min(u64::from(new.limiter.limit().permits()));
-        new.limiter.preload(held);
+        let held = new.limiter.absorb(snapshot.used);
         new.add_excess(snapshot.used - held);
         let handover = Handover::Limit {
             old: old.clone(),
@@ -198,9 +198,7 @@ impl<C: Clock> LocalRule<C> {
     /// Takes `count` admissions made elsewhere into this limit's current window: a
     /// permit each while the limiter has some, the rest as excess.
     fn absorb(&self, count: u64) {
-        let taken = (0..count)
-            .take_while(|_| self.limiter.try_acquire())
-            .count() as u64;
+        let taken = self.limiter.absorb(count);
         self.add_excess(count - taken);
     }
 
@@ -270,7 +268,7 @@ pub(crate) enum Handover<C> {
     Limit {
         old: LocalRule<C>,
         new: LocalRule<C>,
-        /// What `old` had used when `new` was preloaded.
+        /// What `old` had used when `new` absorbed it.
         snapshot: Snapshot,
     },
     /// A service cap's floors and shared pool, as a whole: the old ones that the new
