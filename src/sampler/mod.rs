@@ -19,7 +19,7 @@ mod trace_state;
 pub(crate) use adaptive::Adaptive;
 pub use adaptive::{AdaptiveSampler, AdaptiveSamplerBuilder};
 #[cfg_attr(not(feature = "config"), allow(unused_imports))]
-pub(crate) use consistent::{decide as decide_consistent, Threshold, Verdict};
+pub(crate) use consistent::{decide as decide_consistent, Kept, Threshold, Verdict};
 pub use parent::RemoteParents;
 #[cfg_attr(not(feature = "config"), allow(unused_imports))] // the rule layer uses them
 pub(crate) use parent::{apply as apply_parent_policy, drop_span, Origin};

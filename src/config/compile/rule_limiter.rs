@@ -2,7 +2,6 @@
 //! a local [`AnyLimiter`] or (feature `redis`) a [`FleetLimiter`](crate::FleetLimiter),
 //! and decides on a reload whether the old one is kept.
 
-use std::cell::RefCell;
 use std::error::Error;
 use std::fmt;
 
@@ -142,7 +141,7 @@ impl<C: Clock + Clone> RuleLimiter<C> {
         fleet: &FleetSettings,
         clock: &C,
         old: Option<&RuleLimiter<C>>,
-        handovers: &RefCell<Vec<Handover<C>>>,
+        handovers: &mut Vec<Handover<C>>,
     ) -> Result<Self, BuildError> {
         match spec.scope {
             Scope::Local => {
@@ -158,7 +157,7 @@ impl<C: Clock + Clone> RuleLimiter<C> {
                     return Ok(RuleLimiter::Local(old.clone()));
                 }
                 let (new, handover) = LocalRule::replacing(new, old);
-                handovers.borrow_mut().push(handover);
+                handovers.push(handover);
                 Ok(RuleLimiter::Local(new))
             }
             #[cfg(feature = "redis")]

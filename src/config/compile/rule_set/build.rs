@@ -1,0 +1,320 @@
+//! [`RuleSet::compile`] in named steps: refuse windows below the clock's resolution;
+//! compile each rule (its predecessor, its action, its floor); the cap's shared pool;
+//! the cap handed over as a whole; the limits kept aside for rules that went away.
+
+use std::sync::Arc;
+
+use super::compiled::{Action, Compiled};
+use super::{floors, RuleSet, DEFAULT_RULE};
+use crate::clock::Clock;
+use crate::config::check::resolution::below_resolution;
+use crate::config::compile::handover::{cap_handover, spread, Handover, LocalRule, Snapshot};
+use crate::config::compile::matcher::Matchers;
+use crate::config::compile::rule_limiter::{BuildError, RuleLimiter};
+use crate::config::model::{
+    fleet_cap_key, fleet_floor_key, fleet_key, FleetSettings, LimitOf, LimitSpec, Policy, Rule,
+    ServiceConfig,
+};
+use crate::limit::LimitError;
+use crate::limiter::{Algorithm, FixedWindow};
+use crate::sampler::attributes::{self, ADAPTIVE, LOWERBOUND, PROBABILISTIC, RATELIMITING};
+use crate::sampler::{Adaptive, Threshold};
+
+impl<C: Clock + Clone> RuleSet<C> {
+    /// Compiles `service`'s settings, reusing `previous`'s limiters where a rule (by
+    /// name, or position when unnamed), a floor (by its rule) or the cap's pool kept its
+    /// limit, and carrying what was used in the current window over where it changed
+    /// (see [`RuleLimiter::build`]), with the [`Handover`]s to settle once the new set
+    /// is published and no decision holds `previous`. Fleet-scoped limits use `fleet`.
+    pub(crate) fn compile(
+        service: &ServiceConfig,
+        fleet: &FleetSettings,
+        clock: &C,
+        previous: Option<&RuleSet<C>>,
+    ) -> Result<(Self, Vec<Handover<C>>), BuildError> {
+        // Refused before any limiter is built (see `check::resolution`).
+        if let Some((of, spec)) = below_resolution(service, clock.resolution()).next() {
+            return Err(BuildError::WindowBelowResolution {
+                of,
+                spec,
+                resolution: clock.resolution(),
+            });
+        }
+        let mut build = Build {
+            service,
+            fleet,
+            clock,
+            previous,
+            handovers: Vec::new(),
+            by_cap: Vec::new(),
+        };
+        let rules = service
+            .rules
+            .iter()
+            .map(|r| build.rule(Some(r), &r.name, r.policy))
+            .collect::<Result<Vec<_>, _>>()?;
+        let default = service
+            .policy
+            .map(|p| build.rule(None, DEFAULT_RULE, p))
+            .transpose()?;
+        let shared = build.shared_pool()?;
+        build.hand_over_cap(&rules, shared.as_ref());
+        let retired = previous.map_or_else(Vec::new, |p| retired(p, &rules, default.as_ref()));
+        let set = Self {
+            remote_parents: service.remote_parents,
+            matchers: Matchers::new(&service.rules),
+            rules,
+            default,
+            shared,
+            retired,
+            cap: service.cap,
+            unmatched: previous.map_or_else(Default::default, |p| Arc::clone(&p.unmatched)),
+        };
+        Ok((set, build.handovers))
+    }
+}
+
+/// The state of one compilation.
+struct Build<'a, C> {
+    service: &'a ServiceConfig,
+    fleet: &'a FleetSettings,
+    clock: &'a C,
+    previous: Option<&'a RuleSet<C>>,
+    /// The handovers to settle once the new set is published.
+    handovers: Vec<Handover<C>>,
+    /// The cap's floors' and pool's own handovers, dropped: the cap is handed over as a
+    /// whole ([`Build::hand_over_cap`]).
+    by_cap: Vec<Handover<C>>,
+}
+
+impl<'a, C: Clock + Clone> Build<'a, C> {
+    /// A rule's predecessor: the previous rule of the same name (the default's is the
+    /// previous default; a rule may be named "default" too). One with a limit first:
+    /// the current one, else a retired one.
+    fn predecessor(&self, rule: Option<&Rule>, name: &str) -> Option<&'a Compiled<C>> {
+        let p = self.previous?;
+        let is_default = rule.is_none();
+        let same = |c: &&Compiled<C>| c.is_default == is_default && c.name == name;
+        let current = p.rules.iter().chain(p.default.as_ref());
+        current
+            .clone()
+            .filter(same)
+            .find(|c| c.limits())
+            .or_else(|| p.retired.iter().find(same))
+            .or_else(|| current.clone().find(same))
+    }
+
+    /// A limiter of `spec` replacing `old`; its handover goes to the cap's (dropped)
+    /// when `in_cap`.
+    fn limiter(
+        &mut self,
+        spec: LimitSpec,
+        key: impl FnOnce() -> String,
+        old: Option<&RuleLimiter<C>>,
+        in_cap: bool,
+    ) -> Result<RuleLimiter<C>, BuildError> {
+        let handovers = if in_cap {
+            &mut self.by_cap
+        } else {
+            &mut self.handovers
+        };
+        RuleLimiter::build(spec, key, self.fleet, self.clock, old, handovers)
+    }
+
+    /// The rule of `policy` named `name` (`rule` is `None` for the default).
+    fn rule(
+        &mut self,
+        rule: Option<&Rule>,
+        name: &str,
+        policy: Policy,
+    ) -> Result<Compiled<C>, BuildError> {
+        let of = || LimitOf::Rule(name.to_owned());
+        let old = self.predecessor(rule, name);
+        let action = self.action(name, policy, old).map_err(|e| e.of(of))?;
+        let floor = match rule.map_or(0, |r| r.floor) {
+            0 => None,
+            permits => self.floor(name, permits, old).map_err(|e| e.of(of))?,
+        };
+        let (kind, param) = match policy {
+            Policy::Limit(spec) => (RATELIMITING, spec.limit.per_second_rate()),
+            Policy::Probability(p) | Policy::AtLeast { probability: p, .. } => (PROBABILISTIC, p),
+            Policy::Adaptive(limit) => (ADAPTIVE, limit.per_second_rate()),
+        };
+        Ok(Compiled {
+            name: name.to_owned(),
+            is_default: rule.is_none(),
+            policy,
+            action,
+            floor,
+            attributes: attributes::kept_by_rule(kind, param, name),
+            // By name, also when the rule changed: its metric series stay monotonic.
+            counters: old.map_or_else(Default::default, |o| Arc::clone(&o.counters)),
+        })
+    }
+
+    /// What the rule named `name` does with a span it matches; `old` is its predecessor.
+    fn action(
+        &mut self,
+        name: &str,
+        policy: Policy,
+        old: Option<&Compiled<C>>,
+    ) -> Result<Action<C>, BuildError> {
+        let service = self.service;
+        let key = || fleet_key(&service.name, name);
+        let old_limiter = old.and_then(|o| o.action.limiter());
+        Ok(match policy {
+            Policy::Probability(p) => Action::Probability(Threshold::from_probability(p)),
+            Policy::Adaptive(limit) => match old.map(|o| (&o.action, o.policy)) {
+                // The same limit: keep the estimate and the cap's window.
+                Some((Action::Adaptive(a), Policy::Adaptive(l))) if l == limit => {
+                    Action::Adaptive(Arc::clone(a))
+                }
+                // The rule's counters carry over by name: start the offered count from
+                // their total.
+                _ => Action::Adaptive(Arc::new(Adaptive::new(
+                    FixedWindow::with_clock(limit, self.clock.clone()),
+                    self.clock.clone(),
+                    old.map_or(0, |o| o.counters.snapshot().total()),
+                ))),
+            },
+            // A limit and a lower bound take over the predecessor's limiter (either
+            // kind): what it used in this window stays spent.
+            Policy::Limit(spec) => Action::Limit(self.limiter(spec, key, old_limiter, false)?),
+            Policy::AtLeast {
+                probability,
+                lower_bound,
+            } => Action::AtLeast {
+                threshold: Threshold::from_probability(probability),
+                lower_bound: self.limiter(lower_bound, key, old_limiter, false)?,
+                bound_attributes: attributes::kept_by_rule(
+                    LOWERBOUND,
+                    lower_bound.limit.per_second_rate(),
+                    name,
+                ),
+            },
+        })
+    }
+
+    /// The floor of `permits` of the rule named `name`: a fixed window in the cap's
+    /// window, with the cap's scope (none without a cap).
+    fn floor(
+        &mut self,
+        name: &str,
+        permits: u32,
+        old: Option<&Compiled<C>>,
+    ) -> Result<Option<RuleLimiter<C>>, BuildError> {
+        let Some(cap) = self.service.cap else {
+            return Ok(None);
+        };
+        let limit = cap
+            .limit
+            .with_permits(permits)
+            .map_err(|error| BuildError::Limit {
+                of: LimitOf::Rule(name.to_owned()),
+                field: "floor",
+                at: cap.at,
+                error,
+            })?;
+        let spec = LimitSpec {
+            limit,
+            algorithm: Algorithm::FixedWindow,
+            ..cap
+        };
+        // The floor of the rule in force first (a probability rule can have one), else
+        // the predecessor's.
+        let old_floor = self
+            .previous
+            .into_iter()
+            .flat_map(|p| p.rules.iter())
+            .find(|c| !c.is_default && c.name == name)
+            .and_then(|c| c.floor.as_ref())
+            .or_else(|| old.and_then(|o| o.floor.as_ref()));
+        let service = self.service;
+        self.limiter(
+            spec,
+            || fleet_floor_key(&service.name, name),
+            old_floor,
+            true,
+        )
+        .map(Some)
+    }
+
+    /// The cap's shared pool: its permits less the floors' (none without a cap, or
+    /// when the floors reserve all of it).
+    fn shared_pool(&mut self) -> Result<Option<RuleLimiter<C>>, BuildError> {
+        let Some(cap) = self.service.cap else {
+            return Ok(None);
+        };
+        let cap_error = |error| BuildError::Limit {
+            of: LimitOf::Cap,
+            field: "",
+            at: cap.at,
+            error,
+        };
+        let floors: u32 = self.service.rules.iter().map(|r| r.floor).sum();
+        let permits = match cap.limit.permits().checked_sub(floors) {
+            Some(0) => return Ok(None),
+            Some(permits) => permits,
+            None => return Err(cap_error(LimitError::ZeroPermits)),
+        };
+        let spec = LimitSpec {
+            limit: cap.limit.with_permits(permits).map_err(cap_error)?,
+            ..cap
+        };
+        let old = self.previous.and_then(|p| p.shared.as_ref());
+        let service = self.service;
+        self.limiter(spec, || fleet_cap_key(&service.name), old, true)
+            .map(Some)
+            .map_err(|e| e.of(|| LimitOf::Cap))
+    }
+
+    /// The cap as a whole: what the old floors and pool used in this window stays
+    /// spent, also where a floor was removed, added or resized; and what they admit
+    /// during the swap is spread into the new ones, closed until then.
+    fn hand_over_cap(&mut self, rules: &[Compiled<C>], shared: Option<&RuleLimiter<C>>) {
+        self.by_cap.clear();
+        let Some(previous) = self.previous else {
+            return;
+        };
+        let old: Vec<(&LocalRule<C>, Snapshot)> = floors(&previous.rules)
+            .chain(previous.shared.as_ref())
+            .filter_map(RuleLimiter::local)
+            .map(|l| (l, l.snapshot()))
+            .collect();
+        let was: u64 = old.iter().map(|(_, s)| s.used).sum();
+        let limits: Vec<&LocalRule<C>> = shared
+            .into_iter()
+            .chain(floors(rules))
+            .filter_map(RuleLimiter::local)
+            .collect();
+        spread(was, &limits);
+        self.handovers.extend(cap_handover(&old, &limits));
+    }
+}
+
+/// The limits of `previous` (and those it kept aside) whose identity has no limit in
+/// the new rules and whose window still holds admissions: a rule removed (or made a
+/// probability) and brought back within a window finds its limiter.
+fn retired<C: Clock>(
+    previous: &RuleSet<C>,
+    rules: &[Compiled<C>],
+    default: Option<&Compiled<C>>,
+) -> Vec<Compiled<C>> {
+    let mut retired: Vec<Compiled<C>> = Vec::new();
+    let candidates = previous
+        .rules
+        .iter()
+        .chain(previous.default.as_ref())
+        .chain(&previous.retired);
+    for c in candidates {
+        let kept_on = rules
+            .iter()
+            .chain(default)
+            .chain(&retired)
+            .any(|n| n.limits() && n.same_identity(c));
+        if c.limits() && !kept_on && c.holds_window() {
+            retired.push(c.clone());
+        }
+    }
+    retired
+}
