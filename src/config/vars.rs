@@ -13,8 +13,8 @@ pub const OTEL_RATE_SAMPLER_CONFIG: &str = "OTEL_RATE_SAMPLER_CONFIG";
 /// (`scope = "fleet"` in the rule file) are shared through: `redis://host:6379`, or the
 /// comma-separated seed nodes of a Redis Cluster. When set, it replaces the rule file's
 /// `[fleet] redis` (the file's other `[fleet]` settings stay), so one file serves every
-/// environment. Read by [`RuleBasedSampler::from_env`] only; a fleet-scoped limit with
-/// no URL in the file or here is a [`ConfigError`].
+/// environment. Read by [`RuleBasedSampler::from_env`](crate::RuleBasedSampler::from_env)
+/// only; a fleet-scoped limit with no URL in the file or here is a [`ConfigError`].
 pub const OTEL_RATE_SAMPLER_REDIS: &str = "OTEL_RATE_SAMPLER_REDIS";
 
 /// The standard variable naming an OpenTelemetry declarative configuration file
