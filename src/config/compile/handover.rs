@@ -27,18 +27,9 @@
 //! removes or moves to another rule, is spread into the new ones, and the new ones that
 //! are not old ones kept stay closed until then.
 //!
-//! What this guarantees: in the window of a reload, a changed local limit admits at
-//! most `max(old N, new N)` in all (the old limiter's admissions, before and after the
-//! snapshot, and the new one's), whatever the decisions running during the swap do.
-//! The spans a changed rule decides between the publication and the settlement
-//! (microseconds, at most [`GRACE`]) are refused: a reload can cost a few traces, never
-//! the cap. A reload that straddles a window boundary carries what the old limiter
-//! counted in the new window (all of it admitted after the snapshot). Not covered: a
-//! decision holding the old rules for longer than [`GRACE`] (descheduled that long)
-//! has its admission, if any, not carried; and for the sliding kinds (log, counter,
-//! bucketed), what leaves their window during the swap itself makes the carried count
-//! that much short (see [`LocalRule::used_since`]). The fixed window, the default, is
-//! exact.
+//! The guarantee this gives, and what it does not cover, is stated once, on
+//! [`RuleBasedSampler::reload`](crate::RuleBasedSampler::reload); here, [`GRACE`] bounds
+//! the swap and [`LocalRule::used_since`] says what the sliding kinds miss.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};

@@ -1,6 +1,9 @@
+//! [`RuleBasedSampler`]: a service's rules applied as an OpenTelemetry sampler, one lock-free
+//! load of the current rule set per decision; replacing the rules is in [`reload`].
+
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 use opentelemetry::trace::{Link, SpanKind, TraceId};
@@ -8,15 +11,19 @@ use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{SamplingResult, ShouldSample};
 
 use crate::clock::{Clock, MonotonicClock};
-use crate::config::compile::handover::{wait_for_readers, Handover};
+use crate::config::compile::handover::Handover;
 use crate::config::compile::rule_limiter::BuildError;
 use crate::config::compile::rule_set::RuleSet;
-use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
+use crate::config::error::{ConfigError, ConfigErrorKind};
 #[cfg(all(test, not(loom)))]
 use crate::config::model::LimitSpec;
 use crate::config::model::SamplingConfig;
 use crate::sampler::apply_parent_policy;
+
+mod reload;
+
 use crate::stats::{ReloadStats, RuleBasedStats};
+pub use reload::ReloadHandle;
 
 /// An OpenTelemetry sampler that applies a [`SamplingConfig`]'s rules for one service:
 /// the first matching rule's limit or probability, under the service's cap.
@@ -130,146 +137,6 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
                 redis,
             }),
         })
-    }
-
-    /// Replaces the rules with `config`'s, atomically.
-    ///
-    /// # Reloads never re-open used permits
-    ///
-    /// Whatever the sequence of reloads, a local limit's window admits at most the
-    /// largest limit in force for it during that window (but see the two cases below).
-    /// Limits are matched by identity: a rule by name (unnamed rules are named by
-    /// position, `rule-3`), a floor by its rule, the cap's shared pool and the default
-    /// as themselves.
-    ///
-    /// * One whose limit and algorithm did not change keeps its limiter: no reset, no
-    ///   burst, an exact bound.
-    /// * A changed one gets a new limiter that starts with what the old one used in its
-    ///   current window, *including* admissions beyond the new limit: lowering 1000/h
-    ///   (1000 used) to 500 and restoring 1000 within the hour admits nothing more
-    ///   that hour.
-    /// * Decisions running during the swap: a changed limit's new limiter starts
-    ///   closed (it refuses), the new rules are published, the reload waits until no
-    ///   decision holds the old rules (decisions take microseconds; the wait is bounded
-    ///   by half a second), moves what the old limiters admitted since the carry-over
-    ///   into the new ones, and opens them. So the old and the new limiter together
-    ///   admit at most `max(old N, new N)` in the window of the reload; the price is
-    ///   that a changed rule refuses for the microseconds of the swap. A swap that
-    ///   straddles a window boundary carries what the old limiter counted in the new
-    ///   window. Not covered: a decision descheduled on the old rules for longer than
-    ///   that half second (its admission is not carried), and, for the sliding kinds
-    ///   (log, counter, bucketed), what leaves their window during the swap itself
-    ///   (the carried count is that much short). The fixed window is exact.
-    /// * A rule removed (or made a probability) and brought back within a window finds
-    ///   its limiter: limits whose identity left the rules are kept aside until their
-    ///   window holds nothing.
-    /// * The cap is carried as a whole: its floors and shared pool together hold what
-    ///   the old ones used, so a floor added, removed, resized or moved re-opens nothing.
-    ///
-    /// Reloads run one at a time (a watcher's, a poller's and direct calls queue).
-    ///
-    /// A fleet-scoped limit whose key, limit and `[fleet]` settings did not change keeps
-    /// its [`FleetLimiter`](crate::FleetLimiter) and its lease. One whose limit changed
-    /// gets a new fleet limiter under the same key and instance id: Redis still counts
-    /// what the fleet was granted in the current window, so the fleet keeps at most
-    /// `max(old N, new N)` in the window of the reload and the new N from the next one.
-    /// This replica then admits nothing for that limit until its new limiter's first
-    /// Redis round trip, and what the old one held unspent is not used in that window.
-    /// A change of scope starts a new limiter with nothing carried over. Spans
-    /// being decided during the swap use the old rules or the new ones, never a mix,
-    /// and never wait.
-    ///
-    /// Each rule's decision counters ([`stats`](Self::stats)) carry over by name too,
-    /// changed or not, so its metric series stay monotonic; a removed rule's go with it.
-    ///
-    /// # Errors
-    ///
-    /// As [`new`](RuleBasedSampler::new); the old rules then stay in force.
-    pub fn reload(&self, config: &SamplingConfig) -> Result<(), ConfigError> {
-        let _one_at_a_time = self
-            .inner
-            .reloading
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let current = self.inner.rules.load_full();
-        let (next, handovers) = compile(
-            config,
-            &self.inner.service,
-            &self.inner.clock,
-            Some(&current),
-        )
-        .inspect_err(|_| self.count_reload(false))?;
-        drop(current);
-        let old = self.inner.rules.swap(Arc::new(next));
-        self.count_reload(true);
-        if !handovers.is_empty() {
-            wait_for_readers(&old);
-            handovers.iter().for_each(Handover::settle);
-        }
-        Ok(())
-    }
-
-    pub(crate) fn count_reload(&self, succeeded: bool) {
-        let counter = if succeeded {
-            &self.inner.reloads_succeeded
-        } else {
-            &self.inner.reloads_failed
-        };
-        // Relaxed: a statistic; it publishes nothing (the rules go through the ArcSwap).
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// A handle that reloads this sampler's rules without being the sampler (as
-    /// `tracing-subscriber`'s `reload::Handle` does for a layer): give the sampler to
-    /// the tracer provider and keep the handle where configuration changes arrive.
-    /// It does not keep the sampler alive.
-    ///
-    /// ```
-    /// use opentelemetry_sdk::trace::SdkTracerProvider;
-    /// use otel_rate_sampler::{ConfigErrorKind, RuleBasedSampler, SamplingConfig};
-    ///
-    /// let v1 = SamplingConfig::from_toml_str("[default]\nrate = 10.0\n", "v1.toml")?;
-    /// let sampler = RuleBasedSampler::new(&v1, "checkout")?;
-    /// let handle = sampler.reload_handle();
-    /// let provider = SdkTracerProvider::builder().with_sampler(sampler).build();
-    ///
-    /// let v2 = SamplingConfig::from_toml_str("[default]\nrate = 5.0\n", "v2.toml")?;
-    /// handle.reload(&v2)?;
-    /// assert_eq!(handle.stats().unwrap().generation, 1);
-    ///
-    /// drop(provider); // and with it the sampler
-    /// let err = handle.reload(&v2).unwrap_err();
-    /// assert_eq!(err.kind(), ConfigErrorKind::SamplerGone);
-    /// # Ok::<(), otel_rate_sampler::ConfigError>(())
-    /// ```
-    pub fn reload_handle(&self) -> ReloadHandle<C> {
-        ReloadHandle {
-            inner: Arc::downgrade(&self.inner),
-        }
-    }
-
-    /// Loads `path` ([`SamplingConfig::from_path`]) and [`reload`](Self::reload)s it.
-    /// A sampler built by [`from_env`](Self::from_env) with
-    /// [`OTEL_RATE_SAMPLER_REDIS`](crate::env::OTEL_RATE_SAMPLER_REDIS) set keeps that
-    /// Redis for the reloaded file's fleet-scoped limits.
-    ///
-    /// # Errors
-    ///
-    /// The file's [`ConfigError`]; the old rules then stay in force.
-    pub fn reload_from_path(&self, path: impl AsRef<std::path::Path>) -> Result<(), ConfigError> {
-        let config = self
-            .load_for_reload(path.as_ref())
-            .inspect_err(|_| self.count_reload(false))?;
-        self.reload(&config)
-    }
-
-    /// Loads `path` as [`reload_from_path`](Self::reload_from_path) does, without
-    /// applying it or counting a failure.
-    pub(crate) fn load_for_reload(
-        &self,
-        path: &std::path::Path,
-    ) -> Result<SamplingConfig, ConfigError> {
-        SamplingConfig::from_path_with(path, self.inner.redis.as_deref())
     }
 
     /// What this sampler (with all its clones) decided so far, per rule, with the
@@ -399,83 +266,6 @@ impl<C: Clock> ShouldSample for RuleBasedSampler<C> {
             Some(&rules.unmatched),
             |origin, state| rules.decide(origin, trace_id, name, span_kind, attributes, state),
         )
-    }
-}
-
-/// Reloads a [`RuleBasedSampler`]'s rules from elsewhere than the sampler
-/// ([`RuleBasedSampler::reload_handle`]). Cheap to clone; it does not keep the sampler
-/// alive: once the sampler and its clones are dropped (with the tracer provider that
-/// holds it), its methods return a [`SamplerGone`](ConfigErrorKind::SamplerGone) error
-/// or `None`.
-pub struct ReloadHandle<C = MonotonicClock> {
-    inner: Weak<Inner<C>>,
-}
-
-impl<C: Clock + Clone> ReloadHandle<C> {
-    /// The sampler, while it lives.
-    fn sampler(&self) -> Option<RuleBasedSampler<C>> {
-        self.inner.upgrade().map(|inner| RuleBasedSampler { inner })
-    }
-
-    fn gone(&self, source: &str) -> ConfigError {
-        ConfigError::new(
-            ConfigErrorKind::SamplerGone,
-            source,
-            Pos::default(),
-            String::new(),
-            "the sampler this handle reloads has been dropped (with its tracer provider); nothing was reloaded".to_owned(),
-        )
-    }
-
-    /// [`RuleBasedSampler::reload`] on the sampler.
-    ///
-    /// # Errors
-    ///
-    /// As [`RuleBasedSampler::reload`], or [`SamplerGone`](ConfigErrorKind::SamplerGone).
-    pub fn reload(&self, config: &SamplingConfig) -> Result<(), ConfigError> {
-        match self.sampler() {
-            Some(sampler) => sampler.reload(config),
-            None => Err(self.gone(&config.source)),
-        }
-    }
-
-    /// [`RuleBasedSampler::reload_from_path`] on the sampler.
-    ///
-    /// # Errors
-    ///
-    /// As [`RuleBasedSampler::reload_from_path`], or
-    /// [`SamplerGone`](ConfigErrorKind::SamplerGone) (the file is then not read).
-    pub fn reload_from_path(&self, path: impl AsRef<std::path::Path>) -> Result<(), ConfigError> {
-        match self.sampler() {
-            Some(sampler) => sampler.reload_from_path(path),
-            None => Err(self.gone(&path.as_ref().display().to_string())),
-        }
-    }
-
-    /// [`RuleBasedSampler::stats`] of the sampler, `None` once it is gone.
-    pub fn stats(&self) -> Option<RuleBasedStats> {
-        self.sampler().map(|s| s.stats())
-    }
-
-    /// Whether the sampler still lives.
-    pub fn is_alive(&self) -> bool {
-        self.inner.strong_count() > 0
-    }
-}
-
-impl<C> Clone for ReloadHandle<C> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: Weak::clone(&self.inner),
-        }
-    }
-}
-
-impl<C> fmt::Debug for ReloadHandle<C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ReloadHandle")
-            .field("alive", &(self.inner.strong_count() > 0))
-            .finish()
     }
 }
 
