@@ -77,18 +77,25 @@ impl Pattern {
     #[inline]
     pub(crate) fn is_match(&self, s: &str) -> bool {
         match &self.shape {
+            Shape::Glob(prefix, m) => starts_with(s.as_bytes(), prefix) && m.is_match(s),
+            _ => self.is_match_bytes(s.as_bytes()),
+        }
+    }
+
+    /// [`is_match`](Self::is_match) on text given as bytes: the shapes that are not a
+    /// general glob compare bytes, so an integer's digits need no UTF-8 check.
+    #[inline]
+    fn is_match_bytes(&self, s: &[u8]) -> bool {
+        match &self.shape {
             Shape::Any => true,
-            Shape::Exact(e) => bytes_eq(s.as_bytes(), e.as_bytes()),
-            Shape::Prefix(p) => s
-                .as_bytes()
-                .get(..p.len())
-                .is_some_and(|head| bytes_eq(head, p.as_bytes())),
+            Shape::Exact(e) => bytes_eq(s, e.as_bytes()),
+            Shape::Prefix(p) => starts_with(s, p),
             Shape::Suffix(p) => s
                 .len()
                 .checked_sub(p.len())
-                .is_some_and(|at| bytes_eq(&s.as_bytes()[at..], p.as_bytes())),
-            Shape::Contains(finder) => finder.find(s.as_bytes()).is_some(),
-            Shape::Glob(prefix, m) => s.starts_with(&**prefix) && m.is_match(s),
+                .is_some_and(|at| bytes_eq(&s[at..], p.as_bytes())),
+            Shape::Contains(finder) => contains(s, finder),
+            Shape::Glob(..) => std::str::from_utf8(s).is_ok_and(|s| self.is_match(s)),
         }
     }
 
@@ -100,8 +107,8 @@ impl Pattern {
     pub(crate) fn matches_value(&self, value: &Value) -> bool {
         match value {
             Value::String(s) => self.is_match(s.as_str()),
-            Value::Bool(b) => self.is_match(if *b { "true" } else { "false" }),
-            Value::I64(i) => self.is_match(format_i64(*i, &mut [0; 20])),
+            Value::Bool(b) => self.is_match_bytes(if *b { b"true" } else { b"false" }),
+            Value::I64(i) => self.is_match_bytes(format_i64(*i, &mut [0; 20])),
             Value::F64(f) => self.matches_display(f),
             other => self.matches_display(other),
         }
@@ -116,6 +123,28 @@ impl Pattern {
         }
     }
 }
+
+/// Whether `needle` (the finder's) occurs in `haystack`. Span names and attribute
+/// values are short: below [`SHORT_HAYSTACK`] bytes, a scan for the needle's first
+/// byte with an inline comparison beats setting up the vectorised searcher.
+#[inline]
+fn contains(haystack: &[u8], finder: &memchr::memmem::Finder<'_>) -> bool {
+    let needle = finder.needle();
+    if haystack.len() >= SHORT_HAYSTACK {
+        return finder.find(haystack).is_some();
+    }
+    let Some((&first, _)) = needle.split_first() else {
+        return true;
+    };
+    let Some(last_start) = haystack.len().checked_sub(needle.len()) else {
+        return false;
+    };
+    (0..=last_start)
+        .any(|at| haystack[at] == first && bytes_eq(&haystack[at..at + needle.len()], needle))
+}
+
+/// See [`contains`].
+const SHORT_HAYSTACK: usize = 64;
 
 /// Byte equality for the short strings of span names and attribute keys, inline:
 /// a call into libc's `memcmp` per comparison was a quarter of a 10-rule decision.
@@ -144,8 +173,16 @@ pub(crate) fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
     }
 }
 
+/// Whether `s` starts with `prefix`.
+#[inline]
+fn starts_with(s: &[u8], prefix: &str) -> bool {
+    s.get(..prefix.len())
+        .is_some_and(|head| bytes_eq(head, prefix.as_bytes()))
+}
+
 /// `value` in decimal, written into `buf` (no formatting machinery, no allocation).
-fn format_i64(value: i64, buf: &mut [u8; 20]) -> &str {
+#[inline]
+fn format_i64(value: i64, buf: &mut [u8; 20]) -> &[u8] {
     let mut n = value.unsigned_abs();
     let mut at = buf.len();
     loop {
@@ -160,8 +197,7 @@ fn format_i64(value: i64, buf: &mut [u8; 20]) -> &str {
         at -= 1;
         buf[at] = b'-';
     }
-    // Only ASCII digits and '-' were written.
-    std::str::from_utf8(&buf[at..]).unwrap_or_default()
+    &buf[at..]
 }
 
 impl fmt::Debug for Pattern {
@@ -239,6 +275,20 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Every shape (the short-haystack substring scan included, on both sides of
+        /// its length threshold) matches what globset matches.
+        #[test]
+        fn every_shape_agrees_with_globset(
+            glob in "[*]?[ab/]{0,4}[*]?",
+            name in "[ab/]{0,80}",
+        ) {
+            let p = Pattern::glob(&glob).unwrap();
+            let g = GlobBuilder::new(&glob).build().unwrap().compile_matcher();
+            proptest::prop_assert_eq!(p.is_match(&name), g.is_match(&name));
+        }
+    }
+
     #[test]
     fn values_match_as_text() {
         let p = Pattern::glob("5*").unwrap();
@@ -312,7 +362,7 @@ mod tests {
     #[test]
     fn integers_format_like_display() {
         for i in [0, 7, -7, 503, i64::MAX, i64::MIN] {
-            assert_eq!(format_i64(i, &mut [0; 20]), i.to_string());
+            assert_eq!(format_i64(i, &mut [0; 20]), i.to_string().as_bytes());
         }
     }
 
