@@ -125,6 +125,44 @@ fn a_rule_removed_and_brought_back_within_its_window_reopens_nothing() {
     assert_eq!(kept_by(&s, "r", 10, "r"), (5, 5));
 }
 
+/// A rule keeps its limiter by what it matches when it has no name, or its name
+/// changed: on main, inserting a rule above an unnamed one or renaming a rule gave a
+/// second N in the window (21 kept in a window of 10).
+#[test]
+fn renaming_inserting_or_reordering_rules_hands_out_no_second_n() {
+    let rule = |name: &str, span: &str| {
+        let name = if name.is_empty() {
+            String::new()
+        } else {
+            format!("name = \"{name}\"\n")
+        };
+        format!("[[default.rule]]\n{name}span_name = \"{span}\"\nlimit = 10\n")
+    };
+    let file = |rules: &[(&str, &str)]| {
+        let rules: String = rules.iter().map(|(n, s)| rule(n, s)).collect();
+        config(&format!("[default]\nlimit = 100\n{rules}"))
+    };
+    let clock = ManualClock::new();
+    clock.set(LAST_TENTH);
+    let s = RuleBasedSampler::with_clock(&file(&[("", "op")]), "svc", clock.clone()).unwrap();
+    assert_eq!(kept(&s, "op", 20), 10);
+    // Inserted above: the unnamed rule for "op" is now rule-2, and rule-1 is new.
+    s.reload(&file(&[("", "other"), ("", "op")])).unwrap();
+    assert_eq!(kept(&s, "op", 20), 0, "a second N after an insert");
+    assert_eq!(kept(&s, "other", 20), 10, "the inserted rule starts fresh");
+    // Named, then renamed, then moved below another rule: the same conditions.
+    s.reload(&file(&[("", "other"), ("checkout", "op")]))
+        .unwrap();
+    assert_eq!(kept(&s, "op", 20), 0, "a second N after naming the rule");
+    s.reload(&file(&[("", "other"), ("cart", "op")])).unwrap();
+    assert_eq!(kept(&s, "op", 20), 0, "a second N after a rename");
+    s.reload(&file(&[("cart", "op"), ("", "other")])).unwrap();
+    assert_eq!(kept(&s, "op", 20) + kept(&s, "other", 20), 0, "reordered");
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(kept(&s, "op", 20), 10, "the next window is a fresh one");
+    assert_eq!(kept(&s, "other", 20), 10);
+}
+
 /// One service: a rule `r` (limit, algorithm, floor; or no rule) under a cap, and the
 /// default.
 #[derive(Clone, Copy, Debug)]

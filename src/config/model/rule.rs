@@ -101,6 +101,9 @@ impl Policy {
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Rule {
     pub(crate) name: String,
+    /// Whether the file named it (else `name` is its position, `rule-N`): a reload
+    /// matches a named rule by name, an unnamed one by what it matches.
+    pub(crate) named: bool,
     pub(crate) span_name: Option<Pattern>,
     pub(crate) kind: Option<SpanKind>,
     pub(crate) parent: Option<Origin>,

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::compiled::{Action, Compiled};
+use super::compiled::{Action, Compiled, Conditions, Identity};
 use super::{floors, RuleSet, DEFAULT_RULE};
 use crate::clock::Clock;
 use crate::config::check::resolution::below_resolution;
@@ -22,8 +22,8 @@ use crate::sampler::{Adaptive, Threshold};
 
 impl<C: Clock + Clone> RuleSet<C> {
     /// Compiles `service`'s settings, reusing `previous`'s limiters where a rule (by
-    /// name, or position when unnamed), a floor (by its rule) or the cap's pool kept its
-    /// limit, and carrying what was used in the current window over where it changed
+    /// name, else by what it matches: see `Build::predecessors`), a floor (by its rule)
+    /// or the cap's pool kept its limit, and carrying what was used in the current window over where it changed
     /// (see [`RuleLimiter::build`]), with the [`Handover`]s to settle once the new set
     /// is published and no decision holds `previous`. Fleet-scoped limits use `fleet`.
     pub(crate) fn compile(
@@ -48,18 +48,32 @@ impl<C: Clock + Clone> RuleSet<C> {
             handovers: Vec::new(),
             by_cap: Vec::new(),
         };
+        let (old_rules, old_default) = build.predecessors();
         let rules = service
             .rules
             .iter()
-            .map(|r| build.rule(Some(r), &r.name, r.policy))
+            .zip(&old_rules)
+            .map(|(r, old)| build.rule(Some(r), &r.name, r.policy, *old))
             .collect::<Result<Vec<_>, _>>()?;
         let default = service
             .policy
-            .map(|p| build.rule(None, DEFAULT_RULE, p))
+            .map(|p| build.rule(None, DEFAULT_RULE, p, old_default))
             .transpose()?;
         let shared = build.shared_pool()?;
         build.hand_over_cap(&rules, shared.as_ref());
-        let retired = previous.map_or_else(Vec::new, |p| retired(p, &rules, default.as_ref()));
+        // The limits a rule with a limit took over.
+        let kept_on: Vec<&Compiled<C>> = old_rules
+            .iter()
+            .zip(&rules)
+            .chain(
+                [(&old_default, default.as_ref())]
+                    .into_iter()
+                    .filter_map(|(old, new)| new.map(|new| (old, new))),
+            )
+            .filter(|(_, new)| new.limits())
+            .filter_map(|(old, _)| *old)
+            .collect();
+        let retired = previous.map_or_else(Vec::new, |p| retired(p, &kept_on));
         let set = Self {
             remote_parents: service.remote_parents,
             matchers: Matchers::new(&service.rules),
@@ -73,6 +87,9 @@ impl<C: Clock + Clone> RuleSet<C> {
         Ok((set, build.handovers))
     }
 }
+
+/// Each new rule's predecessor, in rule order, and the default's.
+type Predecessors<'a, C> = (Vec<Option<&'a Compiled<C>>>, Option<&'a Compiled<C>>);
 
 /// The state of one compilation.
 struct Build<'a, C> {
@@ -88,20 +105,39 @@ struct Build<'a, C> {
 }
 
 impl<'a, C: Clock + Clone> Build<'a, C> {
-    /// A rule's predecessor: the previous rule of the same name (the default's is the
-    /// previous default; a rule may be named "default" too). One with a limit first:
-    /// the current one, else a retired one.
-    fn predecessor(&self, rule: Option<&Rule>, name: &str) -> Option<&'a Compiled<C>> {
+    /// Each new rule's predecessor, whose limiter it takes over, and the default's.
+    /// Identity is by meaning, not position: first a named rule by its name (the
+    /// default by being the default), then any rule left by what it matches, so
+    /// inserting, reordering, naming or renaming rules hands out no second N. Each
+    /// previous rule is the predecessor of one new rule at most.
+    fn predecessors(&self) -> Predecessors<'a, C> {
+        let rules = &self.service.rules;
+        let mut found: Vec<Option<&'a Compiled<C>>> = vec![None; rules.len()];
+        let Some(p) = self.previous else {
+            return (found, None);
+        };
+        let mut taken: Vec<&'a Compiled<C>> = Vec::new();
+        let default = pick(p, &mut taken, None, Identity::Name);
+        for identity in [Identity::Name, Identity::Conditions] {
+            for (rule, old) in rules.iter().zip(found.iter_mut()) {
+                if old.is_none() {
+                    *old = pick(p, &mut taken, Some(rule), identity);
+                }
+            }
+        }
+        (found, default)
+    }
+
+    /// The previous rule of the same name (the default for the default), for its
+    /// decision counters: they go by name, so a rule's metric series stay monotonic.
+    fn same_name(&self, rule: Option<&Rule>, name: &str) -> Option<&'a Compiled<C>> {
         let p = self.previous?;
         let is_default = rule.is_none();
-        let same = |c: &&Compiled<C>| c.is_default == is_default && c.name == name;
-        let current = p.rules.iter().chain(p.default.as_ref());
-        current
-            .clone()
-            .filter(same)
-            .find(|c| c.limits())
-            .or_else(|| p.retired.iter().find(same))
-            .or_else(|| current.clone().find(same))
+        p.rules
+            .iter()
+            .chain(p.default.as_ref())
+            .chain(&p.retired)
+            .find(|c| c.is_default == is_default && c.name == name)
     }
 
     /// A limiter of `spec` replacing `old`; its handover goes to the cap's (dropped)
@@ -121,19 +157,20 @@ impl<'a, C: Clock + Clone> Build<'a, C> {
         RuleLimiter::build(spec, key, self.fleet, self.clock, old, handovers)
     }
 
-    /// The rule of `policy` named `name` (`rule` is `None` for the default).
+    /// The rule of `policy` named `name` (`rule` is `None` for the default), taking
+    /// over `old`'s limiters.
     fn rule(
         &mut self,
         rule: Option<&Rule>,
         name: &str,
         policy: Policy,
+        old: Option<&'a Compiled<C>>,
     ) -> Result<Compiled<C>, BuildError> {
         let of = || LimitOf::Rule(name.to_owned());
-        let old = self.predecessor(rule, name);
         let action = self.action(name, policy, old).map_err(|e| e.of(of))?;
-        let floor = match rule.map_or(0, |r| r.floor) {
-            0 => None,
-            permits => self.floor(name, permits, old).map_err(|e| e.of(of))?,
+        let floor = match rule {
+            Some(r) if r.floor > 0 => self.floor(r, r.floor, old).map_err(|e| e.of(of))?,
+            _ => None,
         };
         let (kind, param) = match policy {
             Policy::Limit(spec) => (RATELIMITING, spec.limit.per_second_rate()),
@@ -143,12 +180,16 @@ impl<'a, C: Clock + Clone> Build<'a, C> {
         Ok(Compiled {
             name: name.to_owned(),
             is_default: rule.is_none(),
+            named: rule.is_some_and(|r| r.named),
+            conditions: rule.map(Conditions::of),
             policy,
             action,
             floor,
             attributes: attributes::kept_by_rule(kind, param, name),
             // By name, also when the rule changed: its metric series stay monotonic.
-            counters: old.map_or_else(Default::default, |o| Arc::clone(&o.counters)),
+            counters: self
+                .same_name(rule, name)
+                .map_or_else(Default::default, |o| Arc::clone(&o.counters)),
         })
     }
 
@@ -195,14 +236,15 @@ impl<'a, C: Clock + Clone> Build<'a, C> {
         })
     }
 
-    /// The floor of `permits` of the rule named `name`: a fixed window in the cap's
-    /// window, with the cap's scope (none without a cap).
+    /// The floor of `permits` of `rule`: a fixed window in the cap's window, with the
+    /// cap's scope (none without a cap).
     fn floor(
         &mut self,
-        name: &str,
+        rule: &Rule,
         permits: u32,
         old: Option<&Compiled<C>>,
     ) -> Result<Option<RuleLimiter<C>>, BuildError> {
+        let name = rule.name.as_str();
         let Some(cap) = self.service.cap else {
             return Ok(None);
         };
@@ -220,13 +262,13 @@ impl<'a, C: Clock + Clone> Build<'a, C> {
             algorithm: Algorithm::FixedWindow,
             ..cap
         };
-        // The floor of the rule in force first (a probability rule can have one), else
-        // the predecessor's.
+        // The floor of the same rule in force first (a probability rule can have one),
+        // else the predecessor's.
         let old_floor = self
             .previous
             .into_iter()
             .flat_map(|p| p.rules.iter())
-            .find(|c| !c.is_default && c.name == name)
+            .find(|c| c.identity(Some(rule)).is_some())
             .and_then(|c| c.floor.as_ref())
             .or_else(|| old.and_then(|o| o.floor.as_ref()));
         let service = self.service;
@@ -292,14 +334,33 @@ impl<'a, C: Clock + Clone> Build<'a, C> {
     }
 }
 
-/// The limits of `previous` (and those it kept aside) whose identity has no limit in
-/// the new rules and whose window still holds admissions: a rule removed (or made a
-/// probability) and brought back within a window finds its limiter.
-fn retired<C: Clock>(
-    previous: &RuleSet<C>,
-    rules: &[Compiled<C>],
-    default: Option<&Compiled<C>>,
-) -> Vec<Compiled<C>> {
+/// Of `previous`'s rules (current first, then retired, one with a limit first among
+/// the current ones), the first not yet `taken` that is the same as `rule` (`None`:
+/// the default) by `identity`; it is taken.
+fn pick<'a, C: Clock>(
+    previous: &'a RuleSet<C>,
+    taken: &mut Vec<&'a Compiled<C>>,
+    rule: Option<&Rule>,
+    identity: Identity,
+) -> Option<&'a Compiled<C>> {
+    let free = |c: &&'a Compiled<C>| {
+        c.identity(rule) == Some(identity) && !taken.iter().any(|t| std::ptr::eq(*t, *c))
+    };
+    let current = previous.rules.iter().chain(previous.default.as_ref());
+    let found = current
+        .clone()
+        .filter(free)
+        .find(|c| c.limits())
+        .or_else(|| previous.retired.iter().find(free))
+        .or_else(|| current.clone().find(free))?;
+    taken.push(found);
+    Some(found)
+}
+
+/// The limits of `previous` (and those it kept aside) that no new rule with a limit
+/// took over (`kept_on`) and whose window still holds admissions: a rule removed (or
+/// made a probability) and brought back within a window finds its limiter.
+fn retired<C: Clock>(previous: &RuleSet<C>, kept_on: &[&Compiled<C>]) -> Vec<Compiled<C>> {
     let mut retired: Vec<Compiled<C>> = Vec::new();
     let candidates = previous
         .rules
@@ -307,12 +368,9 @@ fn retired<C: Clock>(
         .chain(previous.default.as_ref())
         .chain(&previous.retired);
     for c in candidates {
-        let kept_on = rules
-            .iter()
-            .chain(default)
-            .chain(&retired)
-            .any(|n| n.limits() && n.same_identity(c));
-        if c.limits() && !kept_on && c.holds_window() {
+        let kept = kept_on.iter().any(|k| std::ptr::eq(*k, c))
+            || retired.iter().any(|r| r.same_identity(c));
+        if c.limits() && !kept && c.holds_window() {
             retired.push(c.clone());
         }
     }

@@ -3,18 +3,24 @@
 
 use std::sync::Arc;
 
+use opentelemetry::trace::SpanKind;
 use opentelemetry::KeyValue;
 
 use crate::clock::Clock;
 use crate::config::compile::rule_limiter::RuleLimiter;
-use crate::config::model::Policy;
-use crate::sampler::{Adaptive, Threshold};
+use crate::config::model::pattern::Pattern;
+use crate::config::model::{Policy, Rule};
+use crate::sampler::{Adaptive, Origin, Threshold};
 use crate::stats::Counters;
 
 pub(super) struct Compiled<C> {
     pub(super) name: String,
     /// The service's default (which a rule named `default` is not).
     pub(super) is_default: bool,
+    /// Whether the file named the rule (else `name` is its position).
+    pub(super) named: bool,
+    /// What the rule matches (`None` for the default).
+    pub(super) conditions: Option<Conditions>,
     pub(super) policy: Policy,
     pub(super) action: Action<C>,
     /// Permits reserved for this rule in the cap.
@@ -23,6 +29,36 @@ pub(super) struct Compiled<C> {
     pub(super) attributes: Vec<KeyValue>,
     /// This rule's decisions; the previous rule of the same name's, after a reload.
     pub(super) counters: Arc<Counters>,
+}
+
+/// What a rule matches, as written.
+#[derive(Clone, PartialEq)]
+pub(super) struct Conditions {
+    span_name: Option<Pattern>,
+    kind: Option<SpanKind>,
+    parent: Option<Origin>,
+    attributes: Vec<(String, Pattern)>,
+}
+
+impl Conditions {
+    pub(super) fn of(rule: &Rule) -> Self {
+        Self {
+            span_name: rule.span_name.clone(),
+            kind: rule.kind.clone(),
+            parent: rule.parent,
+            attributes: rule.attributes.clone(),
+        }
+    }
+}
+
+/// How a rule of the previous set is the same rule as one of the new set.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Identity {
+    /// The same name, both named by the file (or both the default).
+    Name,
+    /// The same conditions, whatever the names: an unnamed rule moved by an insert, a
+    /// rule named or renamed.
+    Conditions,
 }
 
 pub(super) enum Action<C> {
@@ -67,6 +103,8 @@ impl<C> Clone for Compiled<C> {
         Self {
             name: self.name.clone(),
             is_default: self.is_default,
+            named: self.named,
+            conditions: self.conditions.clone(),
             policy: self.policy,
             action: self.action.clone(),
             floor: self.floor.clone(),
@@ -96,6 +134,21 @@ impl<C: Clock> Compiled<C> {
     /// Whether `other` is the same rule (by name, or both the default).
     pub(super) fn same_identity(&self, other: &Compiled<C>) -> bool {
         self.is_default == other.is_default && self.name == other.name
+    }
+
+    /// How this rule (of the previous set) is the same as `rule` of the new set
+    /// (`None`: the default), if it is.
+    pub(super) fn identity(&self, rule: Option<&Rule>) -> Option<Identity> {
+        match rule {
+            None => self.is_default.then_some(Identity::Name),
+            Some(_) if self.is_default => None,
+            Some(r) if self.named && r.named && self.name == r.name => Some(Identity::Name),
+            Some(r) => self
+                .conditions
+                .as_ref()
+                .is_some_and(|c| *c == Conditions::of(r))
+                .then_some(Identity::Conditions),
+        }
     }
 
     /// Whether one of its local limiters holds admissions in its current window.

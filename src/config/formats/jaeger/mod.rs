@@ -142,6 +142,7 @@ impl Ctx<'_> {
             values::name("operation", operation).map_err(|e| self.err(e, &key))?;
             rules.push(Rule {
                 name: operation.clone(),
+                named: true,
                 span_name: Some(Pattern::literal(operation)),
                 kind: None,
                 parent: None,

@@ -314,6 +314,7 @@ impl Ctx<'_> {
         })?;
         let floor = self.floor(raw, path)?;
         Ok(Rule {
+            named: raw.name.is_some(),
             name,
             span_name,
             kind,

@@ -20,9 +20,11 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     ///
     /// Whatever the sequence of reloads, a local limit's window admits at most the
     /// largest limit in force for it during that window (but see the two cases below).
-    /// Limits are matched by identity: a rule by name (unnamed rules are named by
-    /// position, `rule-3`), a floor by its rule, the cap's shared pool and the default
-    /// as themselves.
+    /// Limits are matched by identity, by meaning and not by position: a named rule
+    /// by its name, then any other rule by what it matches (span name, kind, parent,
+    /// attributes), each previous rule taken over by one new rule at most; a floor by
+    /// its rule, the cap's shared pool and the default as themselves. So inserting,
+    /// reordering, naming or renaming rules hands out no second N in a window.
     ///
     /// * One whose limit and algorithm did not change keeps its limiter: no reset, no
     ///   burst, an exact bound.

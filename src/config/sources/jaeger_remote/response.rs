@@ -243,6 +243,7 @@ pub(crate) fn parse(text: &str, service: &str, source: &str) -> Result<Strategy,
                 };
                 rules.push(Rule {
                     name: name.to_owned(),
+                    named: true,
                     span_name: Some(Pattern::literal(name)),
                     kind: None,
                     parent: None,
