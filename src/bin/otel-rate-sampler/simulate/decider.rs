@@ -7,7 +7,7 @@ use otel_rate_sampler::summary::RulePolicy;
 use otel_rate_sampler::{Algorithm, Limit, ManualClock, RuleBasedSampler, SamplingConfig};
 
 use super::spans::{Span, KEEP_ID};
-use crate::Failure;
+use crate::failure::Failure;
 
 /// What decides the offered spans, as a probe of a fresh sampler showed.
 #[derive(Clone, Debug)]

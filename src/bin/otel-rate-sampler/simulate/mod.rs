@@ -51,7 +51,7 @@ use plan::{memory, Plan};
 use replica::Replica;
 use spans::Span;
 
-use crate::Failure;
+use crate::failure::Failure;
 
 /// Runs `simulate`: probes what decides, plans the ticks within the budget, runs them
 /// for every replica and prints the report.

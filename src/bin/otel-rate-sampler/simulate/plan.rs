@@ -11,7 +11,7 @@ use super::args::SimulateArgs;
 use super::decider::Decider;
 use super::replica::{internal, Replica};
 use super::spans::Span;
-use crate::Failure;
+use crate::failure::Failure;
 
 /// The budget of a run: sampler and limiter calls, summed over replicas.
 pub(crate) const MAX_CALLS: u128 = 50_000_000;

@@ -9,7 +9,7 @@ use otel_rate_sampler::{
 
 use super::decider::Decider;
 use super::spans::{Span, KEEP_ID, REFUSE_ID};
-use crate::Failure;
+use crate::failure::Failure;
 
 /// One replica: its own sampler and, for a limit rule, the twin of the rule's limiter.
 pub(super) struct Replica {
