@@ -3,6 +3,8 @@
 
 use std::num::NonZeroU32;
 
+use opentelemetry::trace::TraceId;
+
 use otel_rate_sampler::{
     Algorithm, AnyLimiter, ManualClock, RateLimiter, RuleBasedSampler, SamplingConfig,
 };
@@ -89,61 +91,64 @@ impl Replica {
         span: &Span,
         capped: bool,
     ) -> Result<(u64, u64), Failure> {
-        let count = |n: usize| n as u64;
         match decider {
             Decider::Drop => Ok((0, 0)),
-            Decider::Limit(..) => {
-                let twin = self
-                    .twin
-                    .as_ref()
-                    .ok_or_else(|| internal("no twin limiter"))?;
-                let admitted = count((0..n).take_while(|_| twin.try_acquire()).count());
-                let kept = count(
-                    (0..admitted)
-                        .filter(|_| span.kept(&self.sampler, KEEP_ID))
-                        .count(),
-                );
-                if !capped && kept != admitted {
-                    return Err(internal(
-                        "the sampler and the twin of its rule's limiter disagree",
-                    ));
-                }
-                Ok((admitted, kept))
-            }
+            Decider::Limit(..) => self.offer_to_limit(n, span, capped),
             Decider::Probability(_, p) => {
                 let passed = self.passed_by(*p, n);
                 Ok((passed, self.offer_passed(passed, span, capped)))
             }
-            Decider::AtLeast(_, p, _) => {
-                let passed = self.passed_by(*p, n);
-                let twin = self
-                    .twin
-                    .as_ref()
-                    .ok_or_else(|| internal("no twin limiter"))?;
-                // The probability's keeps spend the lower bound's permits first; the
-                // other arrivals take what is left.
-                let spending = count((0..passed).take_while(|_| twin.try_acquire()).count());
-                let extra = count((passed..n).take_while(|_| twin.try_acquire()).count());
-                let kept_spending = count(
-                    (0..spending)
-                        .filter(|_| span.kept(&self.sampler, KEEP_ID))
-                        .count(),
-                );
-                let kept_passed = self.offer_passed(passed - spending, span, capped);
-                let kept_extra = count(
-                    (0..extra)
-                        .filter(|_| span.kept(&self.sampler, REFUSE_ID))
-                        .count(),
-                );
-                let (admitted, kept) = (passed + extra, kept_spending + kept_passed + kept_extra);
-                if !capped && kept != admitted {
-                    return Err(internal(
-                        "the sampler and the twin of its rule's lower bound disagree",
-                    ));
-                }
-                Ok((admitted, kept))
-            }
+            Decider::AtLeast(_, p, _) => self.offer_to_lower_bound(*p, n, span, capped),
         }
+    }
+
+    /// A limit rule: as many as its twin admits are offered, and kept.
+    fn offer_to_limit(&self, n: u64, span: &Span, capped: bool) -> Result<(u64, u64), Failure> {
+        let admitted = admits(self.twin()?, n);
+        let kept = self.offer_each(admitted, span, KEEP_ID);
+        if !capped && kept != admitted {
+            return Err(internal(
+                "the sampler and the twin of its rule's limiter disagree",
+            ));
+        }
+        Ok((admitted, kept))
+    }
+
+    /// A probability with a lower bound: the probability's keeps spend the lower
+    /// bound's permits first; the other arrivals take what is left.
+    fn offer_to_lower_bound(
+        &mut self,
+        p: f64,
+        n: u64,
+        span: &Span,
+        capped: bool,
+    ) -> Result<(u64, u64), Failure> {
+        let passed = self.passed_by(p, n);
+        let twin = self.twin()?;
+        let spending = admits(twin, passed);
+        let extra = admits(twin, n - passed);
+        let kept_spending = self.offer_each(spending, span, KEEP_ID);
+        let kept_passed = self.offer_passed(passed - spending, span, capped);
+        let kept_extra = self.offer_each(extra, span, REFUSE_ID);
+        let (admitted, kept) = (passed + extra, kept_spending + kept_passed + kept_extra);
+        if !capped && kept != admitted {
+            return Err(internal(
+                "the sampler and the twin of its rule's lower bound disagree",
+            ));
+        }
+        Ok((admitted, kept))
+    }
+
+    /// The twin of the deciding limiter.
+    fn twin(&self) -> Result<&AnyLimiter<ManualClock>, Failure> {
+        self.twin
+            .as_ref()
+            .ok_or_else(|| internal("no twin limiter"))
+    }
+
+    /// Offers `n` spans with trace id `id`, each one; returns how many are kept.
+    fn offer_each(&self, n: u64, span: &Span, id: TraceId) -> u64 {
+        (0..n).filter(|_| span.kept(&self.sampler, id)).count() as u64
     }
 
     /// How many of `n` arrivals a probability `p` passes: from the running total
@@ -169,6 +174,11 @@ impl Replica {
             0
         }
     }
+}
+
+/// How many of `n` arrivals `twin` admits, asked until it refuses.
+fn admits(twin: &AnyLimiter<ManualClock>, n: u64) -> u64 {
+    (0..n).take_while(|_| twin.try_acquire()).count() as u64
 }
 
 /// An error of `simulate` itself, not of the file.
