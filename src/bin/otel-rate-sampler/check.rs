@@ -8,7 +8,8 @@ use clap::builder::NonEmptyStringValueParser;
 use otel_rate_sampler::lint::{Lint, Severity};
 use otel_rate_sampler::{ConfigErrorKind, DeclarativeSampler, SamplingConfig};
 
-use crate::{args, Failure};
+use crate::args;
+use crate::failure::Failure;
 
 /// The name shown for services the file does not list (they get the file default).
 const ANY_OTHER: &str = "(any other service)";

@@ -12,13 +12,15 @@
 
 mod args;
 mod check;
+mod failure;
 mod simulate;
 
 use std::process::ExitCode;
 
 use clap::error::ErrorKind;
 use clap::{Parser, Subcommand};
-use otel_rate_sampler::{ConfigError, LimitError};
+
+use crate::failure::Failure;
 
 /// Check a sampling rule file (TOML, Jaeger JSON, YAML or an OpenTelemetry declarative
 /// configuration file) and simulate loads against it.
@@ -57,27 +59,6 @@ fn main() -> ExitCode {
             eprintln!("{message}");
             ExitCode::FAILURE
         }
-    }
-}
-
-/// Why a command stopped early.
-#[derive(Debug)]
-enum Failure {
-    /// A bad argument (exit 2).
-    Usage(String),
-    /// The file did not load, or the sampler could not be built from it (exit 1).
-    File(String),
-}
-
-impl From<ConfigError> for Failure {
-    fn from(e: ConfigError) -> Self {
-        Failure::File(e.to_string())
-    }
-}
-
-impl From<LimitError> for Failure {
-    fn from(e: LimitError) -> Self {
-        Failure::File(e.to_string())
     }
 }
 

@@ -7,5 +7,6 @@
 mod http;
 mod poller;
 mod response;
+mod wire;
 
 pub use poller::{JaegerRemote, JaegerRemotePoller, RemoteUpdate};

@@ -1,78 +1,20 @@
 //! A Jaeger sampling strategy response (`GET /api/sampling?service=NAME`, the same JSON
-//! from an agent's `/sampling`), mapped onto the rule model.
+//! from an agent's `/sampling`), mapped onto the rule model: decoded by
+//! [`wire`](super::wire), then each part mapped by a function of its own, every problem
+//! named by its key path in the response.
 //!
 //! The mapping is documented on [`JaegerRemote`](super::JaegerRemote).
 
-use serde::Deserialize;
-
+use super::wire::{
+    self, Operation, PerOperation, Probabilistic, RateLimiting, Response, StrategyType,
+};
+use crate::config::check::names::{self, Listed};
 use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
 use crate::config::model::pattern::Pattern;
 use crate::config::model::values::{self, Invalid};
 use crate::config::model::{FleetSettings, LimitSpec, Policy, Rule, SamplingConfig, ServiceConfig};
 use crate::limiter::Algorithm;
 use crate::sampler::RemoteParents;
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Response {
-    #[serde(default, alias = "strategy_type")]
-    strategy_type: Option<StrategyType>,
-    #[serde(default, alias = "probabilistic_sampling")]
-    probabilistic_sampling: Option<Probabilistic>,
-    #[serde(default, alias = "rate_limiting_sampling")]
-    rate_limiting_sampling: Option<RateLimiting>,
-    #[serde(default, alias = "operation_sampling")]
-    operation_sampling: Option<PerOperation>,
-}
-
-/// The enum as protobuf's JSON mapping writes it (a name) or as Thrift's did (a number).
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum StrategyType {
-    Number(i64),
-    Name(String),
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Probabilistic {
-    /// Absent is protobuf's default, 0.
-    #[serde(default, alias = "sampling_rate")]
-    sampling_rate: Option<f64>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RateLimiting {
-    /// Absent is protobuf's default, 0. Jaeger declares an integer; a fraction is
-    /// honoured.
-    #[serde(default, alias = "max_traces_per_second")]
-    max_traces_per_second: Option<f64>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct PerOperation {
-    #[serde(default, alias = "default_sampling_probability")]
-    default_sampling_probability: Option<f64>,
-    #[serde(default, alias = "default_lower_bound_traces_per_second")]
-    default_lower_bound_traces_per_second: Option<f64>,
-    #[serde(default, alias = "default_upper_bound_traces_per_second")]
-    default_upper_bound_traces_per_second: Option<f64>,
-    #[serde(default, alias = "per_operation_strategies")]
-    per_operation_strategies: Option<Vec<Operation>>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Operation {
-    #[serde(default)]
-    operation: Option<String>,
-    #[serde(default, alias = "probabilistic_sampling")]
-    probabilistic_sampling: Option<Probabilistic>,
-    #[serde(default, alias = "rate_limiting_sampling")]
-    rate_limiting_sampling: Option<RateLimiting>,
-}
 
 /// A strategy response, mapped: the rules for `service`.
 pub(crate) struct Strategy {
@@ -86,197 +28,242 @@ impl Strategy {
     }
 }
 
+/// What is wrong with a value of the response, and its key path there.
+type Problem = (Invalid, String);
+
+/// The parts of the service's settings a strategy gives.
+struct Mapped {
+    policy: Policy,
+    rules: Vec<Rule>,
+    cap: Option<LimitSpec>,
+}
+
+/// The key of the per-operation strategies in a response.
+const PER_OPERATION: &str = "operationSampling";
+
 /// Parses a strategy response for `service`; `source` (the URL asked) names it in errors.
 pub(crate) fn parse(text: &str, service: &str, source: &str) -> Result<Strategy, ConfigError> {
-    let raw: Response = serde_json::from_str(text).map_err(|e| {
-        let pos = Pos {
-            line: e.line(),
-            column: e.column(),
-        };
-        let message = e.to_string();
-        let message = message.split(" at line ").next().unwrap_or_default();
-        ConfigError::new(
-            ConfigErrorKind::Syntax,
-            source,
-            pos,
-            "",
-            format!("not a Jaeger sampling strategy response: {message}"),
-        )
-        .with_source(e)
-    })?;
-    let err = |invalid: Invalid, key: &str| invalid.at(source, Pos::default(), key);
-    let rate_limiting = match raw.strategy_type {
-        None | Some(StrategyType::Number(0)) => false,
-        Some(StrategyType::Number(1)) => true,
-        Some(StrategyType::Name(ref n)) if n.eq_ignore_ascii_case("PROBABILISTIC") => false,
-        Some(StrategyType::Name(ref n)) if n.eq_ignore_ascii_case("RATE_LIMITING") => true,
+    let raw = wire::decode(text, source)?;
+    let Mapped { policy, rules, cap } =
+        map(&raw).map_err(|(invalid, key)| invalid.at(source, Pos::default(), &key))?;
+    Ok(Strategy {
+        config: config(source, service, policy, rules, cap),
+    })
+}
+
+/// The whole response: a top-level strategy, refined per operation when it lists them.
+fn map(raw: &Response) -> Result<Mapped, Problem> {
+    let top_rate = if is_rate_limiting(raw.strategy_type.as_ref())? {
+        let r = raw.rate_limiting_sampling.as_ref().ok_or_else(|| {
+            problem(
+                ConfigErrorKind::MissingKey,
+                "strategy type RATE_LIMITING without `rateLimitingSampling`",
+                "rateLimitingSampling".into(),
+            )
+        })?;
+        Some(rate_policy(r, "rateLimitingSampling")?)
+    } else {
+        None
+    };
+    match (&raw.operation_sampling, top_rate) {
+        (Some(ops), top_rate) => per_operation(ops, top_rate),
+        (None, Some(policy)) => Ok(Mapped {
+            policy,
+            rules: Vec::new(),
+            cap: None,
+        }),
+        (None, None) => {
+            let p = raw.probabilistic_sampling.as_ref().ok_or_else(|| {
+                problem(
+                    ConfigErrorKind::MissingKey,
+                    "strategy type PROBABILISTIC without `probabilisticSampling`",
+                    "probabilisticSampling".into(),
+                )
+            })?;
+            Ok(Mapped {
+                policy: probability_policy(p, "probabilisticSampling")?,
+                rules: Vec::new(),
+                cap: None,
+            })
+        }
+    }
+}
+
+/// Whether the strategy type is RATE_LIMITING (else PROBABILISTIC, its default).
+fn is_rate_limiting(strategy_type: Option<&StrategyType>) -> Result<bool, Problem> {
+    match strategy_type {
+        None | Some(StrategyType::Number(0)) => Ok(false),
+        Some(StrategyType::Number(1)) => Ok(true),
+        Some(StrategyType::Name(n)) if n.eq_ignore_ascii_case("PROBABILISTIC") => Ok(false),
+        Some(StrategyType::Name(n)) if n.eq_ignore_ascii_case("RATE_LIMITING") => Ok(true),
         Some(other) => {
             let shown = match other {
                 StrategyType::Number(n) => n.to_string(),
                 StrategyType::Name(n) => format!("{n:?}"),
             };
-            return Err(err(
-                Invalid::new(
-                    ConfigErrorKind::UnknownType,
-                    format!("unknown strategy type {shown}; expected \"PROBABILISTIC\" (0) or \"RATE_LIMITING\" (1)"),
-                ),
-                "strategyType",
-            ));
+            Err(problem(
+                ConfigErrorKind::UnknownType,
+                format!("unknown strategy type {shown}; expected \"PROBABILISTIC\" (0) or \"RATE_LIMITING\" (1)"),
+                "strategyType".into(),
+            ))
         }
-    };
-    let top_rate = if rate_limiting {
-        let r = raw.rate_limiting_sampling.as_ref().ok_or_else(|| {
-            err(
-                Invalid::new(
-                    ConfigErrorKind::MissingKey,
-                    "strategy type RATE_LIMITING without `rateLimitingSampling`",
-                ),
-                "rateLimitingSampling",
-            )
-        })?;
-        Some(rate_policy(r, "rateLimitingSampling").map_err(|(e, k)| err(e, &k))?)
-    } else {
-        None
-    };
-    let (policy, rules, cap) = match &raw.operation_sampling {
-        Some(ops) => {
-            let at = "operationSampling";
-            let default = values::probability(ops.default_sampling_probability.unwrap_or(0.0))
-                .map_err(|e| err(e, &format!("{at}.defaultSamplingProbability")))?;
-            let bound = |v: Option<f64>, key: &str| -> Result<Option<f64>, ConfigError> {
-                match v.unwrap_or(0.0) {
-                    0.0 => Ok(None),
-                    v if v.is_finite() && v > 0.0 => Ok(Some(v)),
-                    v => Err(err(
-                        Invalid::new(
-                            ConfigErrorKind::InvalidLimit,
-                            format!("{v} is not a rate; use 0 (none) or a positive number of traces per second"),
-                        ),
-                        &format!("{at}.{key}"),
-                    )),
-                }
-            };
-            let lower_key = "defaultLowerBoundTracesPerSecond";
-            let lower_bound = bound(ops.default_lower_bound_traces_per_second, lower_key)?
-                .map(|rate| {
-                    values::rate(rate)
-                        .map(|limit| LimitSpec::local(limit, Algorithm::FixedWindow))
-                        .map_err(|e| err(e, &format!("{at}.{lower_key}")))
-                })
-                .transpose()?;
-            // A probability gets the lower bound, as in Jaeger's guaranteed-throughput
-            // sampler: each listed operation its own limiter, the default one limiter
-            // for every other operation.
-            let at_least = |policy: Policy| match (policy, lower_bound) {
-                (Policy::Probability(probability), Some(lower_bound)) => Policy::AtLeast {
-                    probability,
-                    lower_bound,
-                },
-                (policy, _) => policy,
-            };
-            let upper = bound(
-                ops.default_upper_bound_traces_per_second,
-                "defaultUpperBoundTracesPerSecond",
-            )?;
-            // The service cap: the upper bound and a top-level rate limit, the smaller.
-            let cap_rate = match (upper, top_rate) {
-                (Some(u), Some(Policy::Limit(l))) => Some(u.min(l.limit.per_second_rate())),
-                (Some(u), _) => Some(u),
-                (None, Some(Policy::Limit(l))) => Some(l.limit.per_second_rate()),
-                (None, _) => None,
-            };
-            let cap = match (cap_rate, top_rate) {
-                // A top-level rate limit of 0 keeps nothing: no cap expresses that.
-                (_, Some(Policy::Probability(_))) => {
-                    return Ok(Strategy {
-                        config: config(source, service, Policy::Probability(0.0), vec![], None),
-                    })
-                }
-                (Some(rate), _) => Some(LimitSpec::local(
-                    values::rate(rate)
-                        .map_err(|e| err(e, &format!("{at}.defaultUpperBoundTracesPerSecond")))?,
-                    Algorithm::FixedWindow,
-                )),
-                (None, _) => None,
-            };
-            let mut rules: Vec<Rule> = Vec::new();
-            let listed = ops.per_operation_strategies.as_deref().unwrap_or_default();
-            for (i, op) in listed.iter().enumerate() {
-                let here = format!("{at}.perOperationStrategies[{i}]");
-                let name = op.operation.as_deref().unwrap_or_default();
-                values::name("operation", name)
-                    .map_err(|e| err(e, &format!("{here}.operation")))?;
-                if rules.iter().any(|r| r.name == name) {
-                    return Err(err(
-                        Invalid::new(
-                            ConfigErrorKind::DuplicateRule,
-                            format!("operation {name:?} is listed twice"),
-                        ),
-                        &format!("{here}.operation"),
-                    ));
-                }
-                let policy = match (&op.probabilistic_sampling, &op.rate_limiting_sampling) {
-                    (Some(p), None) => at_least(
-                        probability_policy(p, &format!("{here}.probabilisticSampling"))
-                            .map_err(|(e, k)| err(e, &k))?,
-                    ),
-                    (None, Some(r)) => rate_policy(r, &format!("{here}.rateLimitingSampling"))
-                        .map_err(|(e, k)| err(e, &k))?,
-                    (Some(_), Some(_)) => {
-                        return Err(err(
-                            Invalid::new(
-                                ConfigErrorKind::ConflictingKeys,
-                                "an operation takes `probabilisticSampling` or `rateLimitingSampling`, not both",
-                            ),
-                            &here,
-                        ))
-                    }
-                    (None, None) => {
-                        return Err(err(
-                            Invalid::new(
-                                ConfigErrorKind::MissingKey,
-                                "an operation needs `probabilisticSampling` or `rateLimitingSampling`",
-                            ),
-                            &here,
-                        ))
-                    }
-                };
-                rules.push(Rule {
-                    name: name.to_owned(),
-                    named: true,
-                    span_name: Some(Pattern::literal(name)),
-                    kind: None,
-                    parent: None,
-                    attributes: Vec::new(),
-                    policy,
-                    floor: 0,
-                    inherited: false,
-                });
-            }
-            (at_least(Policy::Probability(default)), rules, cap)
+    }
+}
+
+/// Per-operation strategies: a rule per operation, the default probability (with the
+/// default lower bound) for every other, under a cap from the upper bound and a
+/// top-level rate limit.
+fn per_operation(ops: &PerOperation, top_rate: Option<Policy>) -> Result<Mapped, Problem> {
+    let default = values::probability(ops.default_sampling_probability.unwrap_or(0.0))
+        .map_err(|e| (e, format!("{PER_OPERATION}.defaultSamplingProbability")))?;
+    let lower_bound = lower_bound(ops)?;
+    let upper = bound(
+        ops.default_upper_bound_traces_per_second,
+        "defaultUpperBoundTracesPerSecond",
+    )?;
+    let cap = match top_rate {
+        // A top-level rate limit of 0 keeps nothing: no cap expresses that.
+        Some(Policy::Probability(_)) => {
+            return Ok(Mapped {
+                policy: Policy::Probability(0.0),
+                rules: vec![],
+                cap: None,
+            })
         }
-        None => {
-            let policy = match top_rate {
-                Some(policy) => policy,
-                None => {
-                    let p = raw.probabilistic_sampling.as_ref().ok_or_else(|| {
-                        err(
-                            Invalid::new(
-                                ConfigErrorKind::MissingKey,
-                                "strategy type PROBABILISTIC without `probabilisticSampling`",
-                            ),
-                            "probabilisticSampling",
-                        )
-                    })?;
-                    probability_policy(p, "probabilisticSampling").map_err(|(e, k)| err(e, &k))?
-                }
-            };
-            (policy, Vec::new(), None)
-        }
+        top_rate => cap(upper, top_rate)?,
     };
-    Ok(Strategy {
-        config: config(source, service, policy, rules, cap),
+    let listed = ops.per_operation_strategies.as_deref().unwrap_or_default();
+    Ok(Mapped {
+        policy: at_least(Policy::Probability(default), lower_bound),
+        rules: operation_rules(listed, lower_bound)?,
+        cap,
     })
+}
+
+/// A default bound of the per-operation strategies: 0 (or absent) is none.
+fn bound(v: Option<f64>, key: &str) -> Result<Option<f64>, Problem> {
+    match v.unwrap_or(0.0) {
+        0.0 => Ok(None),
+        v if v.is_finite() && v > 0.0 => Ok(Some(v)),
+        v => Err(problem(
+            ConfigErrorKind::InvalidLimit,
+            format!("{v} is not a rate; use 0 (none) or a positive number of traces per second"),
+            format!("{PER_OPERATION}.{key}"),
+        )),
+    }
+}
+
+/// The default lower bound, as a limiter of its own.
+fn lower_bound(ops: &PerOperation) -> Result<Option<LimitSpec>, Problem> {
+    let key = "defaultLowerBoundTracesPerSecond";
+    bound(ops.default_lower_bound_traces_per_second, key)?
+        .map(|rate| {
+            values::rate(rate)
+                .map(|limit| LimitSpec::local(limit, Algorithm::FixedWindow))
+                .map_err(|e| (e, format!("{PER_OPERATION}.{key}")))
+        })
+        .transpose()
+}
+
+/// The service cap: the upper bound and a top-level rate limit, the smaller.
+fn cap(upper: Option<f64>, top_rate: Option<Policy>) -> Result<Option<LimitSpec>, Problem> {
+    let top = match top_rate {
+        Some(Policy::Limit(l)) => Some(l.limit.per_second_rate()),
+        _ => None,
+    };
+    let rate = match (upper, top) {
+        (Some(u), Some(t)) => u.min(t),
+        (Some(r), None) | (None, Some(r)) => r,
+        (None, None) => return Ok(None),
+    };
+    let limit = values::rate(rate).map_err(|e| {
+        (
+            e,
+            format!("{PER_OPERATION}.defaultUpperBoundTracesPerSecond"),
+        )
+    })?;
+    Ok(Some(LimitSpec::local(limit, Algorithm::FixedWindow)))
+}
+
+/// A probability gets the lower bound, as in Jaeger's guaranteed-throughput sampler:
+/// each listed operation its own limiter, the default one limiter for every other
+/// operation.
+fn at_least(policy: Policy, lower_bound: Option<LimitSpec>) -> Policy {
+    match (policy, lower_bound) {
+        (Policy::Probability(probability), Some(lower_bound)) => Policy::AtLeast {
+            probability,
+            lower_bound,
+        },
+        (policy, _) => policy,
+    }
+}
+
+/// A rule per listed operation, each operation listed once.
+fn operation_rules(
+    listed: &[Operation],
+    lower_bound: Option<LimitSpec>,
+) -> Result<Vec<Rule>, Problem> {
+    let rules = listed
+        .iter()
+        .enumerate()
+        .map(|(i, op)| operation_rule(op, &operation_key(i), lower_bound))
+        .collect::<Result<Vec<_>, _>>()?;
+    names::distinct(rules.iter().map(|r| r.name.as_str())).map_err(|repeat| {
+        let key = format!("{}.operation", operation_key(repeat.at));
+        (repeat.problem(Listed::Operation), key)
+    })?;
+    Ok(rules)
+}
+
+/// The key path of the `i`th listed operation.
+fn operation_key(i: usize) -> String {
+    format!("{PER_OPERATION}.perOperationStrategies[{i}]")
+}
+
+/// One operation, at key path `here`: a rule matching its name exactly.
+fn operation_rule(
+    op: &Operation,
+    here: &str,
+    lower_bound: Option<LimitSpec>,
+) -> Result<Rule, Problem> {
+    let name = op.operation.as_deref().unwrap_or_default();
+    values::name("operation", name).map_err(|e| (e, format!("{here}.operation")))?;
+    let policy =
+        match (&op.probabilistic_sampling, &op.rate_limiting_sampling) {
+            (Some(p), None) => at_least(
+                probability_policy(p, &format!("{here}.probabilisticSampling"))?,
+                lower_bound,
+            ),
+            (None, Some(r)) => rate_policy(r, &format!("{here}.rateLimitingSampling"))?,
+            (Some(_), Some(_)) => return Err(problem(
+                ConfigErrorKind::ConflictingKeys,
+                "an operation takes `probabilisticSampling` or `rateLimitingSampling`, not both",
+                here.to_owned(),
+            )),
+            (None, None) => {
+                return Err(problem(
+                    ConfigErrorKind::MissingKey,
+                    "an operation needs `probabilisticSampling` or `rateLimitingSampling`",
+                    here.to_owned(),
+                ))
+            }
+        };
+    Ok(Rule {
+        name: name.to_owned(),
+        named: true,
+        span_name: Some(Pattern::literal(name)),
+        kind: None,
+        parent: None,
+        attributes: Vec::new(),
+        policy,
+        floor: 0,
+        inherited: false,
+    })
+}
+
+/// A problem of `kind` at key path `key`.
+fn problem(kind: ConfigErrorKind, message: impl Into<String>, key: String) -> Problem {
+    (Invalid::new(kind, message), key)
 }
 
 /// A configuration listing `service` alone.
@@ -491,10 +478,10 @@ mod tests {
         assert_eq!(s.policy, Some(Policy::Probability(0.0)));
     }
 
-    #[test]
-    fn bad_responses_are_typed_errors_naming_the_key() {
+    /// Responses a poll may get wrong: (text, the error's kind, the key it names).
+    const BAD_RESPONSES: &[(&str, ConfigErrorKind, &str)] = {
         use ConfigErrorKind::*;
-        let cases: &[(&str, ConfigErrorKind, &str)] = &[
+        &[
             ("<html>502 Bad Gateway</html>", Syntax, ""),
             ("", Syntax, ""),
             (
@@ -565,16 +552,20 @@ mod tests {
             ),
             (
                 r#"{"operationSampling": {"perOperationStrategies": [
-                {"operation": "a", "probabilisticSampling": {}}, {"operation": "a", "probabilisticSampling": {}}]}}"#,
+            {"operation": "a", "probabilisticSampling": {}}, {"operation": "a", "probabilisticSampling": {}}]}}"#,
                 DuplicateRule,
                 "operationSampling.perOperationStrategies[1].operation",
             ),
-        ];
-        for (text, kind, key) in cases {
+        ]
+    };
+
+    #[test]
+    fn bad_responses_are_typed_errors_naming_the_key() {
+        for (text, kind, key) in BAD_RESPONSES {
             assert_eq!(error(text), (*kind, (*key).to_owned()), "{text}");
         }
         let e = parse("{\n  \"strategyType\": [", "svc", URL).err().unwrap();
-        assert_eq!((e.kind(), e.line()), (Syntax, 2));
+        assert_eq!((e.kind(), e.line()), (ConfigErrorKind::Syntax, 2));
         assert!(e.to_string().starts_with(URL), "{e}");
     }
 }

@@ -1,0 +1,90 @@
+//! `simulate`: a steady load of root spans offered to the real `RuleBasedSampler` on a
+//! `ManualClock`, in time and memory bounded by the rules and the windows, never by the
+//! number of traces offered.
+//!
+//! # How
+//!
+//! Time advances in ticks (at most 100 per shortest window involved, 1 to 10 ms, each
+//! dividing a second); the arrivals of a tick are offered at its start. At a fixed
+//! clock time nothing frees a permit, so:
+//!
+//! * **Limit rule.** A twin limiter (the same algorithm, limit and clock as the rule's)
+//!   is asked until it refuses: that is how many of the tick's arrivals the rule's own
+//!   limiter admits. Exactly that many spans are then offered to the sampler (its
+//!   limiter admits them all, and the cap keeps a prefix; the ones the cap refuses
+//!   still spend the rule's permits, as in a real process). The rest are refused by the
+//!   rule and counted without a call.
+//! * **Probability rule.** The tick passes its expected share: the running total
+//!   `floor(offered so far × p)` less what already passed. Those are offered with a
+//!   trace id every probability keeps until the cap refuses one (without a cap, one is
+//!   offered and the rest counted).
+//! * **Probability with a lower bound (`at_least`).** The probability passes its
+//!   expected share, as above; a twin of the lower bound's limiter is asked for each of
+//!   them (the sampler's lower bound spends a permit on each while it has one), then
+//!   for the tick's other arrivals until it refuses. The passed spans that spend a
+//!   permit are offered one by one (the rest as for a probability), then the other
+//!   arrivals the twin admitted, each with a trace id no probability below 1 keeps.
+//!
+//! So the calls per tick are at most the permits admitted plus 3, and the whole run
+//! makes at most `K × (3 × ticks + 2 × admissions)` calls, `admissions` being the
+//! permits of the deciding limit (or the cap, or the lower bound and the cap) times
+//! their windows in the run. A run over [`MAX_CALLS`](plan::MAX_CALLS) or
+//! [`MAX_BYTES`](plan::MAX_BYTES) is refused before it starts.
+//!
+//! A file by role: the command's `args`, the `spans` it offers, the `decider` a probe
+//! finds, a `replica`'s sampler and twin, the `plan` of ticks within the budget, and
+//! the `report` printed.
+
+mod args;
+mod decider;
+mod plan;
+mod replica;
+mod report;
+mod spans;
+
+use std::process::ExitCode;
+
+pub(crate) use args::SimulateArgs;
+use decider::probe;
+use otel_rate_sampler::{ManualClock, SamplingConfig};
+use plan::{memory, Plan};
+use replica::Replica;
+use spans::Span;
+
+use crate::failure::Failure;
+
+/// Runs `simulate`: probes what decides, plans the ticks within the budget, runs them
+/// for every replica and prints the report.
+pub(crate) fn run(a: &SimulateArgs) -> Result<ExitCode, Failure> {
+    let config = SamplingConfig::from_path(&a.file)?;
+    let span = Span::of(a);
+    let rules = config.effective_rules(&a.service);
+    // Before the probe builds a sampler.
+    memory(&rules, a.replicas)?;
+    let decider = probe(&config, &a.service, &span)?;
+    let plan = Plan::new(a, &decider, &rules)?;
+    let clock = ManualClock::new();
+    let mut replicas = (0..a.replicas.get())
+        .map(|j| {
+            Replica::new(
+                &config,
+                &a.service,
+                &clock,
+                &decider,
+                (j, a.replicas),
+                a.rate,
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let rows = plan.run(
+        &clock,
+        &mut replicas,
+        &decider,
+        &span,
+        rules.cap().is_some(),
+    )?;
+    report::header(a, &decider, &rules, &plan);
+    report::rows(&plan, &decider, &rows);
+    report::totals(&plan, &replicas);
+    Ok(ExitCode::SUCCESS)
+}
