@@ -370,3 +370,76 @@ fn polling_alone_follows_a_configmap_swap_and_a_replaced_directory() {
     }
     assert_eq!(f.limit(), 4);
 }
+
+#[test]
+fn after_a_directory_is_replaced_edits_are_seen_by_notification_again() {
+    // On main the new directory was never watched (its path was, as the old one's):
+    // edits after a replacement were seen only by the polling fallback. Here polling is
+    // an hour away, so only notifications can deliver them.
+    let tmp = TempDir::new("replaced-notify");
+    let conf = tmp.0.join("conf");
+    std::fs::create_dir(&conf).unwrap();
+    std::fs::write(conf.join("sampling.toml"), limit(3)).unwrap();
+    let f = Followed::new(
+        &conf.join("sampling.toml"),
+        WatchOptions::new()
+            .debounce(Duration::from_millis(300))
+            .poll_interval(Duration::from_secs(3600)),
+    );
+    for (round, n) in [(1, 8), (2, 5)] {
+        // Moved away, and a new directory in its place.
+        let old = tmp.0.join(format!("conf.old{round}"));
+        std::fs::rename(&conf, &old).unwrap();
+        let next = tmp.0.join("conf.next");
+        std::fs::create_dir(&next).unwrap();
+        std::fs::write(next.join("sampling.toml"), limit(n)).unwrap();
+        std::fs::rename(&next, &conf).unwrap();
+        f.reloaded();
+        assert_eq!(f.limit(), n as usize, "replacement {round}");
+        // Edited in place in the new directory.
+        save(&conf.join("sampling.toml"), &limit(n + 1));
+        f.reloaded();
+        assert_eq!(f.limit(), n as usize + 1, "edit after replacement {round}");
+    }
+}
+
+#[test]
+fn a_callback_that_panics_is_caught_and_the_watcher_goes_on() {
+    // On main the panic ended the watcher's thread silently: nothing was applied again.
+    let tmp = TempDir::new("panicking");
+    let path = tmp.0.join("sampling.toml");
+    std::fs::write(&path, limit(3)).unwrap();
+    let clock = ManualClock::new();
+    let config = SamplingConfig::from_path(&path).unwrap();
+    let sampler = RuleBasedSampler::with_clock(&config, "svc", clock.clone()).unwrap();
+    let (tx, outcomes) = mpsc::channel();
+    let calls = std::sync::atomic::AtomicUsize::new(0);
+    let _watcher = sampler
+        .watch_with(
+            &path,
+            WatchOptions::new()
+                .debounce(Duration::from_millis(50))
+                .poll_interval(Duration::from_millis(500)),
+            move |outcome| {
+                if calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0 {
+                    panic!("a callback bug");
+                }
+                let _ = tx.send(outcome);
+            },
+        )
+        .unwrap();
+    save(&path, &limit(5));
+    // The first reload is applied, then its callback panics.
+    let until = Instant::now() + DEADLINE;
+    while sampler.stats().reloads.succeeded == 0 {
+        assert!(Instant::now() < until, "the first edit was never applied");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    save(&path, &limit(7));
+    match outcomes.recv_timeout(DEADLINE) {
+        Ok(Ok(())) => {}
+        other => panic!("expected the second edit delivered, got {other:?}"),
+    }
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(kept(&sampler, 1000), 7);
+}

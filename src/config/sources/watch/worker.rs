@@ -2,8 +2,9 @@
 //! re-resolves the path, re-arms the watches and reloads if the contents changed.
 
 use std::collections::hash_map::DefaultHasher;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
@@ -61,8 +62,9 @@ pub(super) struct Worker<C> {
     on_reload: Callback,
     tx: mpsc::Sender<Message>,
     backend: Option<RecommendedWatcher>,
-    /// The directories watched now.
-    armed: BTreeSet<PathBuf>,
+    /// The directories watched now, with their identity when they were armed: one
+    /// replaced by another of the same path (moved away and recreated) is armed again.
+    armed: BTreeMap<PathBuf, Option<DirIdentity>>,
     resolved: Resolved,
     stat: Option<(PathBuf, Stat)>,
     /// A digest of the contents last seen (`None`: unreadable).
@@ -88,7 +90,7 @@ impl<C: Clock + Clone + Send + Sync + 'static> Worker<C> {
             on_reload,
             tx,
             backend: None,
-            armed: BTreeSet::new(),
+            armed: BTreeMap::new(),
             stat: first.map(|(stat, _)| (resolved.file.clone(), stat)),
             seen: first.map(|(_, digest)| digest),
             resolved,
@@ -110,6 +112,9 @@ impl<C: Clock + Clone + Send + Sync + 'static> Worker<C> {
             }
         }
         self.arm();
+        // What changed between the first read (when the watch was asked for) and the
+        // watches being armed sent no event: look once now.
+        self.check(Check::Poll);
         let debounce = self.options.debounce_period();
         let poll = self
             .options
@@ -228,7 +233,24 @@ impl<C: Clock + Clone + Send + Sync + 'static> Worker<C> {
                 crate::config::log::warn(&format!("{e}; the rules in force stay"));
             }
         }
-        (self.on_reload)(outcome);
+        self.deliver(outcome);
+    }
+
+    /// Gives `outcome` to the callback. A callback that panics is reported through
+    /// `tracing` and the watcher goes on: the next change is applied and delivered.
+    fn deliver(&self, outcome: Result<(), ConfigError>) {
+        let called = catch_unwind(AssertUnwindSafe(|| (self.on_reload)(outcome)));
+        if let Err(panic) = called {
+            let why = panic
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+                .unwrap_or("a panic");
+            crate::config::log::warn(&format!(
+                "the reload callback for {} panicked ({why}); the watcher goes on",
+                self.path.display()
+            ));
+        }
     }
 
     /// Watches the directories the path's lookup depends on (for one that does not
@@ -249,22 +271,27 @@ impl<C: Clock + Clone + Send + Sync + 'static> Worker<C> {
         if let Some(parent) = self.resolved.file.parent().and_then(Path::parent) {
             wanted.extend(existing(parent));
         }
-        for gone in self.armed.difference(&wanted) {
-            // It may have been removed with its directory already.
-            let _ = backend.unwatch(gone);
+        let mut armed = BTreeMap::new();
+        for (dir, identity) in std::mem::take(&mut self.armed) {
+            let same = identity == dir_identity(&dir);
+            if same && wanted.contains(&dir) {
+                armed.insert(dir, identity);
+            } else {
+                // Gone, or replaced: a watch follows the directory it was set on, not
+                // the path. It may have been removed with its directory already.
+                let _ = backend.unwatch(&dir);
+            }
         }
-        self.armed.retain(|d| wanted.contains(d));
         let mut failed = Vec::new();
         let mut vanished = false;
-        let mut armed = BTreeSet::new();
         for dir in wanted {
-            if self.armed.contains(&dir) {
-                armed.insert(dir);
+            if armed.contains_key(&dir) {
                 continue;
             }
+            let identity = dir_identity(&dir);
             match backend.watch(&dir, RecursiveMode::NonRecursive) {
                 Ok(()) => {
-                    armed.insert(dir);
+                    armed.insert(dir, identity);
                 }
                 Err(_) if !dir.is_dir() => vanished = true,
                 // Tried again on the next check.
@@ -290,13 +317,31 @@ impl<C: Clock + Clone + Send + Sync + 'static> Worker<C> {
         let error = watch_error(&self.path, message.clone(), WatchFailure(message.clone()));
         crate::config::log::warn(&error.to_string());
         self.last_error = Some(message);
-        (self.on_reload)(Err(error));
+        self.deliver(Err(error));
     }
 }
 
 /// `dir`, or its nearest existing ancestor.
 fn existing(dir: &Path) -> Option<PathBuf> {
     dir.ancestors().find(|d| d.is_dir()).map(Path::to_path_buf)
+}
+
+/// What tells a directory from another at the same path (device and inode on Unix).
+type DirIdentity = (u64, u64);
+
+/// The identity of the directory `dir` (`None` where the platform has none to give: a
+/// directory there is armed once per path).
+fn dir_identity(dir: &Path) -> Option<DirIdentity> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        None
+    }
 }
 
 fn stat(file: &Path) -> Option<Stat> {
