@@ -215,20 +215,26 @@ fn a_deploy_tools_current_link_swap_is_followed() {
     assert_eq!(f.limit(), 5);
 }
 
-#[test]
-fn a_replaced_or_removed_directory_is_followed_once_it_is_back() {
-    // On main: the watcher died silently with its directory.
-    let tmp = TempDir::new("replaced");
+/// `tmp/conf/sampling.toml` (a limit of 3), followed with a quiet period long enough
+/// to hold a directory's replacement in one burst, and polled every `poll`.
+fn followed_in_a_directory(tmp: &TempDir, poll: Duration) -> (PathBuf, Followed) {
     let conf = tmp.0.join("conf");
     std::fs::create_dir(&conf).unwrap();
     std::fs::write(conf.join("sampling.toml"), limit(3)).unwrap();
-    // A quiet period long enough to hold the replacement in one burst.
     let f = Followed::new(
         &conf.join("sampling.toml"),
         WatchOptions::new()
             .debounce(Duration::from_millis(300))
-            .poll_interval(Duration::from_millis(500)),
+            .poll_interval(poll),
     );
+    (conf, f)
+}
+
+#[test]
+fn a_replaced_or_removed_directory_is_followed_once_it_is_back() {
+    // On main: the watcher died silently with its directory.
+    let tmp = TempDir::new("replaced");
+    let (conf, f) = followed_in_a_directory(&tmp, Duration::from_millis(500));
     // Renamed away, and a new directory in its place.
     std::fs::rename(&conf, tmp.0.join("conf.old")).unwrap();
     let next = tmp.0.join("conf.next");
@@ -377,15 +383,7 @@ fn after_a_directory_is_replaced_edits_are_seen_by_notification_again() {
     // edits after a replacement were seen only by the polling fallback. Here polling is
     // an hour away, so only notifications can deliver them.
     let tmp = TempDir::new("replaced-notify");
-    let conf = tmp.0.join("conf");
-    std::fs::create_dir(&conf).unwrap();
-    std::fs::write(conf.join("sampling.toml"), limit(3)).unwrap();
-    let f = Followed::new(
-        &conf.join("sampling.toml"),
-        WatchOptions::new()
-            .debounce(Duration::from_millis(300))
-            .poll_interval(Duration::from_secs(3600)),
-    );
+    let (conf, f) = followed_in_a_directory(&tmp, Duration::from_secs(3600));
     for (round, n) in [(1, 8), (2, 5)] {
         // Moved away, and a new directory in its place.
         let old = tmp.0.join(format!("conf.old{round}"));
