@@ -184,7 +184,8 @@ pub(crate) fn service_name(lookup: &dyn Fn(&str) -> Option<String>) -> Result<St
 }
 
 /// Decodes `%XX` escapes (the W3C Baggage encoding the specification uses for resource
-/// attribute values); `None` for a malformed escape or bytes that are not UTF-8.
+/// attribute values); `None` for a malformed escape (two hexadecimal digits, no sign),
+/// bytes that are not UTF-8, or a control character (`%00` included).
 /// (Hand-written: the `percent-encoding` crate passes malformed escapes through, and the
 /// specification asks for the value to be refused then.)
 #[cfg_attr(not(feature = "config"), allow(dead_code))]
@@ -193,7 +194,9 @@ fn percent_decode(text: &str) -> Option<String> {
     let mut rest = text.as_bytes();
     while let Some((&b, tail)) = rest.split_first() {
         if b == b'%' {
-            let hex = tail.get(..2)?;
+            let hex = tail
+                .get(..2)
+                .filter(|h| h.iter().all(u8::is_ascii_hexdigit))?;
             let hex = std::str::from_utf8(hex).ok()?;
             bytes.push(u8::from_str_radix(hex, 16).ok()?);
             rest = &tail[2..];
@@ -202,7 +205,9 @@ fn percent_decode(text: &str) -> Option<String> {
             rest = tail;
         }
     }
-    String::from_utf8(bytes).ok()
+    String::from_utf8(bytes)
+        .ok()
+        .filter(|s| !s.chars().any(char::is_control))
 }
 
 /// What a lenient reader does with a problem by default: a `tracing` warning (target
@@ -311,6 +316,13 @@ mod tests {
         assert_eq!(percent_decode("a%20b%2Cc").as_deref(), Some("a b,c"));
         assert_eq!(percent_decode("caf%C3%A9").as_deref(), Some("café"));
         assert_eq!(percent_decode("50%"), None);
+        // from_str_radix alone takes a sign; a NUL or another control character is
+        // not a service name.
+        assert_eq!(percent_decode("a%+f"), None);
+        assert_eq!(percent_decode("a%-1"), None);
+        assert_eq!(percent_decode("a%00b"), None);
+        assert_eq!(percent_decode("a%0Ab"), None);
+        assert_eq!(percent_decode("a%7Fb"), None);
         assert_eq!(percent_decode("%zz"), None);
         assert_eq!(percent_decode("%FF"), None);
     }

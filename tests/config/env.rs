@@ -171,6 +171,34 @@ fn strict_entry_points_report_bad_values() {
     )
     .unwrap_err();
     assert_eq!(both.kind(), ConfigErrorKind::ConflictingKeys);
+    // On main the file silently won over another sampler.
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/sampling.toml");
+    for other in ["always_off", "parentbased_traceidratio"] {
+        let conflict = RuleBasedSampler::from_lookup(
+            "svc",
+            env(&[
+                (OTEL_TRACES_SAMPLER, other),
+                (OTEL_RATE_SAMPLER_CONFIG, path),
+            ]),
+        )
+        .unwrap_err();
+        assert_eq!(
+            (conflict.kind(), conflict.key()),
+            (ConfigErrorKind::ConflictingKeys, OTEL_TRACES_SAMPLER),
+            "{conflict}"
+        );
+        assert!(conflict.to_string().contains(other), "{conflict}");
+    }
+    for ours in ["parentbased_ratelimiting", "RATELIMITING"] {
+        let s = RuleBasedSampler::from_lookup(
+            "svc",
+            env(&[
+                (OTEL_TRACES_SAMPLER, ours),
+                (OTEL_RATE_SAMPLER_CONFIG, path),
+            ]),
+        );
+        assert!(s.unwrap().is_some(), "{ours}");
+    }
     let missing = RuleBasedSampler::from_lookup(
         "svc",
         env(&[(OTEL_RATE_SAMPLER_CONFIG, "/nonexistent.toml")]),

@@ -56,7 +56,8 @@ impl RuleBasedSampler {
     /// # Errors
     ///
     /// A [`ConfigError`] for a bad file, a bad `OTEL_TRACES_SAMPLER_ARG`, both a file
-    /// and a rate set at once, an `OTEL_RESOURCE_ATTRIBUTES` that does not decode (when
+    /// and a rate set at once, a file beside an `OTEL_TRACES_SAMPLER` that names another
+    /// sampler (`always_off`, say: which should win is not ours to guess), an `OTEL_RESOURCE_ATTRIBUTES` that does not decode (when
     /// it is read), or a fleet-scoped limit with no Redis URL (neither
     /// [`OTEL_RATE_SAMPLER_REDIS`] nor the file's `[fleet] redis`).
     pub fn from_env(service: &str) -> Result<Option<Self>, ConfigError> {
@@ -89,6 +90,13 @@ impl RuleBasedSampler {
         let lookup: &dyn Fn(&str) -> Option<String> = &lookup;
         let ours = chosen(lookup);
         if let Some(path) = var(lookup, OTEL_RATE_SAMPLER_CONFIG) {
+            if let (None, Some(other)) = (ours, var(lookup, OTEL_TRACES_SAMPLER)) {
+                return Err(env_error(
+                    ConfigErrorKind::ConflictingKeys,
+                    OTEL_TRACES_SAMPLER,
+                    format!("{OTEL_TRACES_SAMPLER}={other:?} asks for another sampler beside {OTEL_RATE_SAMPLER_CONFIG}; set it to {PARENTBASED_RATELIMITING} (or unset it) to use the file, or unset {OTEL_RATE_SAMPLER_CONFIG}"),
+                ));
+            }
             if ours.is_some() {
                 if let Some(arg) = var(lookup, OTEL_TRACES_SAMPLER_ARG) {
                     return Err(env_error(

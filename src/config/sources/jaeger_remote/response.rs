@@ -348,6 +348,8 @@ mod tests {
             r#"{"strategyType": 0, "probabilisticSampling": {"samplingRate": 0.25}}"#,
             r#"{"probabilisticSampling": {"samplingRate": 0.25}}"#,
             r#"{"strategy_type": "probabilistic", "probabilistic_sampling": {"sampling_rate": 0.25}}"#,
+            // A UTF-8 byte-order mark, as the file readers accept it.
+            "\u{feff}{\"probabilisticSampling\": {\"samplingRate\": 0.25}}",
         ] {
             let s = service(text);
             assert_eq!(s.name, "svc");

@@ -7,8 +7,10 @@ use serde::Deserialize;
 
 use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
 
-/// Decodes a strategy response; `source` (the URL asked) names it in errors.
+/// Decodes a strategy response; `source` (the URL asked) names it in errors. A UTF-8
+/// byte-order mark is skipped, as the file readers skip it.
 pub(super) fn decode(text: &str, source: &str) -> Result<Response, ConfigError> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     serde_json::from_str(text).map_err(|e| {
         let pos = Pos {
             line: e.line(),
