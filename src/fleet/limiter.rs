@@ -7,9 +7,11 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::error::{redact, FleetError};
+use super::lease::Shared;
 use super::time::TimeMap;
+use super::transport::Target;
 use super::word::LeaseWord;
-use super::worker::{self, Target, WorkerConfig};
+use super::worker::{self, WorkerConfig};
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::Limit;
 use crate::limiter::RateLimiter;
@@ -87,6 +89,17 @@ pub(crate) struct Inner<C> {
     key: String,
     instance_id: String,
     sync_interval: Duration,
+}
+
+impl<C> Inner<C> {
+    /// What the lease state machine writes.
+    pub(crate) fn shared(&self) -> Shared<'_> {
+        Shared {
+            lease: &self.lease,
+            time: &self.time,
+            stats: &self.stats,
+        }
+    }
 }
 
 impl<C> Drop for Inner<C> {

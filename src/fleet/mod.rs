@@ -5,7 +5,10 @@
 //! * `share.rs`: fallback shares and chunk sizes (pure arithmetic).
 //! * `script.rs`: the Lua lease script and its reply.
 //! * `time.rs`: Redis `TIME` mapped onto the local clock.
-//! * `worker.rs`: the background thread, its runtime and connection.
+//! * `lease.rs`: the lease state machine (planning, window roll, fallback, accounting),
+//!   without I/O or a clock of its own.
+//! * `transport.rs`: the connection to Redis and one call, with typed errors.
+//! * `worker.rs`: the background thread and its runtime, driving the two.
 //! * `limiter.rs`: the public handle, builder and statistics.
 //! * `error.rs`: `FleetError`.
 
@@ -18,6 +21,8 @@ mod word;
 #[cfg(feature = "redis")]
 mod error;
 #[cfg(feature = "redis")]
+mod lease;
+#[cfg(feature = "redis")]
 mod limiter;
 #[cfg(feature = "redis")]
 mod script;
@@ -25,6 +30,8 @@ mod script;
 mod share;
 #[cfg(feature = "redis")]
 mod time;
+#[cfg(feature = "redis")]
+mod transport;
 #[cfg(feature = "redis")]
 mod worker;
 

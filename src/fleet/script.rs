@@ -125,7 +125,7 @@ return {g, total, k, rank, since, young, tonumber(t[1]), tonumber(t[2]), 0}
 "#;
 
 /// The arguments of one lease call.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct LeaseRequest {
     pub(crate) window: u64,
     pub(crate) want: u64,

@@ -54,6 +54,48 @@ impl TimeMap {
     }
 }
 
+/// Which samples of Redis `TIME` to keep: those whose round trip is within twice the
+/// fastest recent one plus 1 ms, or any when the mapping is older than the age given (a
+/// call slowed by a pause or a queue would move the mapping by half its round trip).
+#[derive(Debug)]
+pub(crate) struct SampleFilter {
+    fastest_round_trip: u64,
+    last_sample_at: Option<u64>,
+}
+
+impl SampleFilter {
+    pub(crate) fn new() -> Self {
+        Self {
+            fastest_round_trip: u64::MAX,
+            last_sample_at: None,
+        }
+    }
+
+    /// Whether to keep the sample of a call made from local time `t0` to `t1`, given
+    /// that a mapping older than `max_age` is replaced by any sample.
+    pub(crate) fn keep(&mut self, t0: u64, t1: u64, max_age: u64) -> bool {
+        let round_trip = t1.saturating_sub(t0);
+        let old = self
+            .last_sample_at
+            .is_none_or(|t| t1.saturating_sub(t) >= max_age);
+        let fast = round_trip
+            <= self
+                .fastest_round_trip
+                .saturating_mul(2)
+                .saturating_add(1_000_000);
+        if !(old || fast) {
+            return false;
+        }
+        self.fastest_round_trip = if old {
+            round_trip
+        } else {
+            self.fastest_round_trip.min(round_trip)
+        };
+        self.last_sample_at = Some(t1);
+        true
+    }
+}
+
 /// Redis `TIME` (seconds, microseconds) as Unix nanoseconds.
 pub(crate) fn time_to_nanos(seconds: u64, micros: u64) -> u64 {
     seconds

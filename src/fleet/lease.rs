@@ -1,0 +1,407 @@
+//! The lease state machine: which call to make next, what a reply or a failure changes,
+//! the window roll and the fallback. No I/O and no clock of its own: the transport
+//! (`transport.rs`) makes the calls, the worker (`worker.rs`) reads the clock and passes
+//! the local time in. What it changes is in memory only: the lease word the decisions
+//! spend, the fleet-time mapping and the statistics (`Shared`).
+//!
+//! # Bounds it keeps (per fleet window id, for this replica)
+//!
+//! * It installs in the lease word for window `w` only what Redis granted for `w`, plus,
+//!   in fallback, its share `N/k` of `w` (rotated, see `share.rs`), at most once per
+//!   window and only for a window later than every window it reported to Redis.
+//! * While a call is failing it makes one attempt per sync interval.
+
+use std::sync::atomic::Ordering;
+
+use super::limiter::StatCells;
+use super::script::{LeaseReply, LeaseRequest};
+use super::share::{chunk, low_water, share};
+use super::time::{SampleFilter, TimeMap};
+use super::word::{Added, LeaseWord};
+
+/// Sync intervals without a successful call after which an instance falls back.
+pub(crate) const FALLBACK_AFTER_INTERVALS: u64 = 3;
+/// A mapping of Redis time older than this many sync intervals takes any sample.
+const RESAMPLE_AFTER_INTERVALS: u64 = 10;
+
+/// The in-memory state the machine writes, shared with the decision path.
+#[derive(Clone, Copy)]
+pub(crate) struct Shared<'a> {
+    pub(crate) lease: &'a LeaseWord,
+    pub(crate) time: &'a TimeMap,
+    pub(crate) stats: &'a StatCells,
+}
+
+/// The rule's fixed parameters, in nanoseconds of the local clock.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Settings {
+    /// `N`, the fleet's permits per window.
+    pub(crate) permits: u64,
+    pub(crate) window_nanos: u64,
+    /// Heartbeats and retries while failing: one per interval.
+    pub(crate) interval_nanos: u64,
+    /// How often the worker plans when it has nothing to call.
+    pub(crate) tick_nanos: u64,
+}
+
+/// What to ask Redis next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Call {
+    /// Sample the server's clock (before the first lease: window ids need it).
+    SampleTime,
+    /// Run the lease script (a heartbeat and report when `want` is 0).
+    Lease(LeaseRequest),
+}
+
+/// Redis's answer to a [`Call`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reply {
+    /// The server's `TIME`, in Unix nanoseconds.
+    Time(u64),
+    Lease(LeaseReply),
+}
+
+/// What the replica last learnt from Redis about the fleet: `instances` live members
+/// (`k`) and its rank among them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Membership {
+    pub(crate) instances: u64,
+    pub(crate) rank: u64,
+}
+
+/// Changes of state an operator should hear about; the worker logs them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Notice {
+    /// Fell back to spending the local share `N/instances`.
+    FellBack { instances: u64 },
+    /// Redis answered again: leasing resumed.
+    Resumed,
+}
+
+/// The lease state machine of one replica and rule.
+#[derive(Debug)]
+pub(crate) struct LeaseMachine {
+    settings: Settings,
+    /// The fleet window the machine accounts for.
+    window: u64,
+    /// What it installed in the lease word for `window` (grants plus fallback share):
+    /// what it reports to Redis as held.
+    held: u64,
+    /// Of `held`, what the decisions had spent when last looked at.
+    spent: u64,
+    /// What was spent in the window before `window` (0 if that was not the one before).
+    spent_previous: u64,
+    /// A lease granted for the window after `window`: (window, permits).
+    prefetched: Option<(u64, u64)>,
+    /// No lease call for `window` before this local time (Redis was short).
+    retry_lease_at: u64,
+    last_success: Option<u64>,
+    last_attempt: Option<u64>,
+    /// Whether the last call failed (calls are then paced to one per interval).
+    failing: bool,
+    /// The newest window this replica talked to Redis about: the fallback share is
+    /// spent only in later windows.
+    newest_window_reported: u64,
+    /// From the last reply outside a restart's recovery (young) windows.
+    membership: Option<Membership>,
+    /// Whether `membership` came from a reply outside the young windows. A brand-new
+    /// rule's first replies see the instances registered so far, so their views
+    /// disagree (1, 2, 3 for three instances starting together) and their shares would
+    /// add up to more than N: the fallback spends a share only from a settled view.
+    membership_settled: bool,
+    in_fallback: bool,
+    /// The first window the current fallback may spend in, and the last one it did.
+    fallback_first_window: u64,
+    fallback_spent_for: u64,
+    last_round_trip: u64,
+    samples: SampleFilter,
+    notices: Vec<Notice>,
+}
+
+impl LeaseMachine {
+    pub(crate) fn new(settings: Settings) -> Self {
+        Self {
+            settings,
+            window: 0,
+            held: 0,
+            spent: 0,
+            spent_previous: 0,
+            prefetched: None,
+            retry_lease_at: 0,
+            last_success: None,
+            last_attempt: None,
+            failing: false,
+            newest_window_reported: 0,
+            membership: None,
+            membership_settled: false,
+            in_fallback: false,
+            fallback_first_window: u64::MAX,
+            fallback_spent_for: 0,
+            last_round_trip: 0,
+            samples: SampleFilter::new(),
+            notices: Vec::new(),
+        }
+    }
+
+    /// Whether the replica spends its fallback share.
+    #[cfg(test)]
+    pub(crate) fn in_fallback(&self) -> bool {
+        self.in_fallback
+    }
+
+    /// The notices since the last call.
+    pub(crate) fn take_notices(&mut self) -> Vec<Notice> {
+        std::mem::take(&mut self.notices)
+    }
+
+    fn paced(&self, last: Option<u64>, now: u64) -> bool {
+        last.is_none_or(|t| now.saturating_sub(t) >= self.settings.interval_nanos)
+    }
+
+    /// Window bookkeeping and fallback at local time `now`; returns the call to make
+    /// now, if any.
+    pub(crate) fn plan(&mut self, shared: Shared<'_>, now: u64) -> Option<Call> {
+        if self.failing && !self.paced(self.last_attempt, now) {
+            // While failing, one attempt per sync interval.
+            if let Some(fleet) = shared.time.fleet_nanos(now) {
+                self.advance(shared, now, fleet / self.settings.window_nanos);
+            }
+            return None;
+        }
+        let Some(fleet) = shared.time.fleet_nanos(now) else {
+            return self
+                .paced(self.last_attempt, now)
+                .then_some(Call::SampleTime);
+        };
+        let current = fleet / self.settings.window_nanos;
+        self.advance(shared, now, current);
+        let remaining = self.look_at_word(shared);
+        let sent_ms = fleet / 1_000_000;
+        let lease = |window, want| Some(Call::Lease(self.request(window, want, sent_ms)));
+        if self.failing || self.in_fallback {
+            // Paced above: one attempt per interval, a heartbeat that also reports.
+            return lease(current, 0);
+        }
+        let wanted = chunk(self.settings.permits, self.spent_previous, self.spent);
+        if remaining <= low_water(wanted) && now >= self.retry_lease_at {
+            return lease(current, wanted);
+        }
+        let to_edge = (current + 1)
+            .saturating_mul(self.settings.window_nanos)
+            .saturating_sub(fleet);
+        let lead = (4 * self.last_round_trip).max(2 * self.settings.tick_nanos);
+        if to_edge <= lead && self.prefetched.is_none_or(|(w, _)| w != current + 1) {
+            return lease(current + 1, chunk(self.settings.permits, self.spent, 0));
+        }
+        if self.paced(self.last_success, now) {
+            return lease(current, 0);
+        }
+        None
+    }
+
+    /// Falls back if due, rolls to window `current` and installs a fallback share.
+    fn advance(&mut self, shared: Shared<'_>, now: u64, current: u64) {
+        self.update_fallback(shared, now, current);
+        self.roll(shared, current);
+        self.spend_fallback_share(shared, current);
+    }
+
+    /// What remains in the lease word for `window` (0 if it names another window), and
+    /// the statistics of the window.
+    fn look_at_word(&mut self, shared: Shared<'_>) -> u64 {
+        let (word_window, remaining) = shared.lease.snapshot();
+        let remaining = if word_window == self.window {
+            self.spent = self.held.saturating_sub(remaining);
+            remaining
+        } else {
+            0
+        };
+        // Relaxed: display values (see `StatCells`).
+        shared.stats.window.store(self.window, Ordering::Relaxed);
+        shared.stats.granted.store(self.held, Ordering::Relaxed);
+        remaining
+    }
+
+    /// Enters fallback after [`FALLBACK_AFTER_INTERVALS`] without a successful call. The
+    /// share is spent only from the next window on (`current + 1`): Redis starts
+    /// reserving this instance's share (its stale age) one interval before this, so
+    /// every lease the others got for a window that starts later already left the share
+    /// out; in the current window they may not have.
+    fn update_fallback(&mut self, shared: Shared<'_>, now: u64, current: u64) {
+        let fallback_after = FALLBACK_AFTER_INTERVALS * self.settings.interval_nanos;
+        let stale = self
+            .last_success
+            .is_none_or(|t| now.saturating_sub(t) >= fallback_after);
+        if stale && !self.in_fallback && self.membership_settled {
+            self.in_fallback = true;
+            self.fallback_first_window = current + 1;
+            // Relaxed: a display value (see `StatCells`).
+            shared.stats.fallback.store(true, Ordering::Relaxed);
+            let instances = self.membership.map_or(1, |m| m.instances);
+            self.notices.push(Notice::FellBack { instances });
+        }
+    }
+
+    /// Moves the accounting to window `current` if it is newer.
+    fn roll(&mut self, shared: Shared<'_>, current: u64) {
+        if current <= self.window {
+            return;
+        }
+        self.spent_previous = if self.window + 1 == current {
+            self.spent
+        } else {
+            0
+        };
+        self.held = match self.prefetched {
+            Some((window, granted)) if window == current => {
+                // Installed by a decision already, or now by us: at most once either way.
+                shared.lease.roll_to(current, granted);
+                granted
+            }
+            _ => 0,
+        };
+        self.window = current;
+        self.prefetched = None;
+        self.spent = 0;
+        self.retry_lease_at = 0;
+    }
+
+    /// In fallback, installs this replica's share of window `current`, once.
+    fn spend_fallback_share(&mut self, shared: Shared<'_>, current: u64) {
+        if self.in_fallback
+            && current == self.window
+            && current > self.newest_window_reported
+            && current >= self.fallback_first_window
+            && self.fallback_spent_for < current
+        {
+            if let Some(m) = self.membership {
+                let permits = share(self.settings.permits, m.instances, m.rank, current);
+                if shared.lease.add(current, permits) == Added::Installed {
+                    self.held += permits;
+                }
+            }
+            self.fallback_spent_for = current;
+        }
+    }
+
+    fn request(&self, window: u64, want: u64, sent_ms: u64) -> LeaseRequest {
+        let held = if window == self.window {
+            self.held
+        } else {
+            match self.prefetched {
+                Some((w, granted)) if w == window => granted,
+                _ => 0,
+            }
+        };
+        let m = self.membership.unwrap_or(Membership {
+            instances: 0,
+            rank: 0,
+        });
+        LeaseRequest {
+            window,
+            want,
+            held,
+            known_instances: m.instances,
+            known_rank: m.rank,
+            sent_ms,
+        }
+    }
+
+    /// A call made at local time `t0` failed (at `t1`).
+    pub(crate) fn on_failure(&mut self, shared: Shared<'_>, t0: u64) {
+        // Relaxed (stats): display counters.
+        shared.stats.redis_calls.fetch_add(1, Ordering::Relaxed);
+        shared.stats.lease_errors.fetch_add(1, Ordering::Relaxed);
+        self.last_attempt = Some(t0);
+        self.failing = true;
+    }
+
+    /// Redis answered `call`, made from local time `t0` to `t1`, with `reply`.
+    pub(crate) fn on_reply(
+        &mut self,
+        shared: Shared<'_>,
+        call: Call,
+        reply: Reply,
+        t0: u64,
+        t1: u64,
+    ) {
+        let reply = match reply {
+            Reply::Lease(reply) if reply.expired => return self.on_failure(shared, t0),
+            Reply::Lease(reply) => reply,
+            Reply::Time(server) => {
+                self.on_success(shared, t0, t1);
+                self.sample_time(shared, server, t0, t1);
+                return;
+            }
+        };
+        self.on_success(shared, t0, t1);
+        self.sample_time(shared, reply.server_unix_nanos, t0, t1);
+        if self.in_fallback {
+            self.in_fallback = false;
+            shared.stats.fallback.store(false, Ordering::Relaxed);
+            self.notices.push(Notice::Resumed);
+        }
+        shared
+            .stats
+            .instances
+            .store(reply.instances, Ordering::Relaxed);
+        if !reply.young || self.membership.is_none() {
+            self.membership = Some(Membership {
+                instances: reply.instances,
+                rank: reply.rank,
+            });
+            self.membership_settled |= !reply.young;
+        }
+        if let Call::Lease(request) = call {
+            self.install(shared, &request, &reply, t1);
+        }
+    }
+
+    fn on_success(&mut self, shared: Shared<'_>, t0: u64, t1: u64) {
+        // Relaxed (stats): display counters.
+        shared.stats.redis_calls.fetch_add(1, Ordering::Relaxed);
+        self.last_attempt = Some(t0);
+        self.failing = false;
+        self.last_success = Some(t1);
+        self.last_round_trip = t1.saturating_sub(t0);
+    }
+
+    /// Installs what Redis granted for `request.window`.
+    fn install(&mut self, shared: Shared<'_>, request: &LeaseRequest, reply: &LeaseReply, t1: u64) {
+        self.newest_window_reported = self.newest_window_reported.max(request.window);
+        if reply.granted > 0 {
+            shared.stats.leases.fetch_add(1, Ordering::Relaxed);
+        }
+        if request.window == self.window {
+            if reply.granted > 0 && shared.lease.add(self.window, reply.granted) == Added::Installed
+            {
+                self.held += reply.granted;
+            }
+            if request.want > reply.granted {
+                // Short: the window is spent (wait for the next) or held back for
+                // members that may be in fallback (ask again in an interval).
+                self.retry_lease_at = if reply.total >= self.settings.permits {
+                    u64::MAX
+                } else {
+                    t1.saturating_add(self.settings.interval_nanos)
+                };
+            }
+        } else if request.window == self.window + 1
+            && self.prefetched.is_none_or(|(w, _)| w != request.window)
+        {
+            self.prefetched = Some((request.window, reply.granted));
+            shared.lease.publish_next(request.window, reply.granted);
+        }
+    }
+
+    /// Maps the local clock onto the server's `TIME` from this call (see `SampleFilter`).
+    fn sample_time(&mut self, shared: Shared<'_>, server: u64, t0: u64, t1: u64) {
+        let max_age = RESAMPLE_AFTER_INTERVALS * self.settings.interval_nanos;
+        if self.samples.keep(t0, t1, max_age) {
+            shared.time.sample(server, t0, t1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
