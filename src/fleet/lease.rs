@@ -16,7 +16,7 @@ use std::sync::atomic::Ordering;
 use super::limiter::StatCells;
 use super::script::{LeaseReply, LeaseRequest};
 use super::share::{chunk, low_water, share};
-use super::time::{SampleFilter, TimeMap};
+use super::time::{SampleFilter, TimeMap, Verdict};
 use super::word::{Added, LeaseWord};
 
 /// Sync intervals without a successful call after which an instance falls back.
@@ -76,6 +76,9 @@ pub(crate) enum Notice {
     FellBack { instances: u64 },
     /// Redis answered again: leasing resumed.
     Resumed,
+    /// The mapping of Redis time was off by this many nanoseconds (Redis later than
+    /// the replica thought when positive): a clock stepped, Redis's or this replica's.
+    ClockStep { nanos: i128 },
 }
 
 /// The lease state machine of one replica and rule.
@@ -115,6 +118,8 @@ pub(crate) struct LeaseMachine {
     fallback_spent_for: u64,
     last_round_trip: u64,
     samples: SampleFilter,
+    /// Set by a refusal for lateness: sample Redis time before the next call.
+    resample_first: bool,
     notices: Vec<Notice>,
 }
 
@@ -139,6 +144,7 @@ impl LeaseMachine {
             fallback_spent_for: 0,
             last_round_trip: 0,
             samples: SampleFilter::new(),
+            resample_first: false,
             notices: Vec::new(),
         }
     }
@@ -161,6 +167,9 @@ impl LeaseMachine {
     /// Window bookkeeping and fallback at local time `now`; returns the call to make
     /// now, if any.
     pub(crate) fn plan(&mut self, shared: Shared<'_>, now: u64) -> Option<Call> {
+        if self.resample_first {
+            return Some(Call::SampleTime);
+        }
         if self.failing && !self.paced(self.last_attempt, now) {
             // While failing, one attempt per sync interval.
             if let Some(fleet) = shared.time.fleet_nanos(now) {
@@ -174,9 +183,15 @@ impl LeaseMachine {
                 .then_some(Call::SampleTime);
         };
         let current = fleet / self.settings.window_nanos;
+        let sent_ms = fleet / 1_000_000;
+        if current < self.window && !self.resync(shared, current) {
+            // The lease word names a window the fleet has not reached (this replica's
+            // clock ran ahead): no lease for an older one, a heartbeat per interval.
+            let due = self.paced(self.last_attempt, now);
+            return due.then(|| Call::Lease(self.request(current, 0, sent_ms)));
+        }
         self.advance(shared, now, current);
         let remaining = self.look_at_word(shared);
-        let sent_ms = fleet / 1_000_000;
         let lease = |window, want| Some(Call::Lease(self.request(window, want, sent_ms)));
         if self.failing || self.in_fallback {
             // Paced above: one attempt per interval, a heartbeat that also reports.
@@ -197,6 +212,21 @@ impl LeaseMachine {
             return lease(current, 0);
         }
         None
+    }
+
+    /// Moves the accounting back to window `current`, older than `window` (the mapping
+    /// of Redis time went back), unless the lease word names a newer window than
+    /// `current`: it cannot go back, and holds only what was granted for that window.
+    fn resync(&mut self, shared: Shared<'_>, current: u64) -> bool {
+        if shared.lease.snapshot().0 > current {
+            return false;
+        }
+        self.window = current;
+        self.held = 0;
+        self.spent = 0;
+        self.spent_previous = 0;
+        self.retry_lease_at = 0;
+        true
     }
 
     /// Falls back if due, rolls to window `current` and installs a fallback share.
@@ -314,6 +344,7 @@ impl LeaseMachine {
         shared.stats.lease_errors.fetch_add(1, Ordering::Relaxed);
         self.last_attempt = Some(t0);
         self.failing = true;
+        self.resample_first = false;
     }
 
     /// Redis answered `call`, made from local time `t0` to `t1`, with `reply`.
@@ -326,16 +357,31 @@ impl LeaseMachine {
         t1: u64,
     ) {
         let reply = match reply {
-            Reply::Lease(reply) if reply.expired => return self.on_failure(shared, t0),
+            Reply::Lease(reply) if reply.expired => {
+                // Refused as late: Redis wrote nothing (a failure), but its time says
+                // how far off the mapping is. Take it, and sample again before the
+                // next call with a round trip of its own.
+                self.on_failure(shared, t0);
+                self.sample_time(shared, reply.server_unix_nanos, (t0, t1), true);
+                self.resample_first = true;
+                return;
+            }
+            Reply::Time(server) if self.resample_first => {
+                self.resample_first = false;
+                // Relaxed (stats): a display counter.
+                shared.stats.redis_calls.fetch_add(1, Ordering::Relaxed);
+                self.sample_time(shared, server, (t0, t1), true);
+                return;
+            }
             Reply::Lease(reply) => reply,
             Reply::Time(server) => {
                 self.on_success(shared, t0, t1);
-                self.sample_time(shared, server, t0, t1);
+                self.sample_time(shared, server, (t0, t1), false);
                 return;
             }
         };
         self.on_success(shared, t0, t1);
-        self.sample_time(shared, reply.server_unix_nanos, t0, t1);
+        self.sample_time(shared, reply.server_unix_nanos, (t0, t1), false);
         if self.in_fallback {
             self.in_fallback = false;
             shared.stats.fallback.store(false, Ordering::Relaxed);
@@ -394,11 +440,17 @@ impl LeaseMachine {
         }
     }
 
-    /// Maps the local clock onto the server's `TIME` from this call (see `SampleFilter`).
-    fn sample_time(&mut self, shared: Shared<'_>, server: u64, t0: u64, t1: u64) {
+    /// Maps the local clock onto the server's `TIME` from this call made from local
+    /// time `t0` to `t1`, if `SampleFilter` keeps it (always when `forced`).
+    fn sample_time(&mut self, shared: Shared<'_>, server: u64, call: (u64, u64), forced: bool) {
         let max_age = RESAMPLE_AFTER_INTERVALS * self.settings.interval_nanos;
-        if self.samples.keep(t0, t1, max_age) {
-            shared.time.sample(server, t0, t1);
+        let verdict = self
+            .samples
+            .judge(shared.time, server, call, max_age, forced);
+        if let Verdict::Step(nanos) = verdict {
+            if nanos.unsigned_abs() >= u128::from(self.settings.interval_nanos) {
+                self.notices.push(Notice::ClockStep { nanos });
+            }
         }
     }
 }

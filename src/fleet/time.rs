@@ -55,12 +55,24 @@ impl TimeMap {
 }
 
 /// Which samples of Redis `TIME` to keep: those whose round trip is within twice the
-/// fastest recent one plus 1 ms, or any when the mapping is older than the age given (a
-/// call slowed by a pause or a queue would move the mapping by half its round trip).
+/// fastest recent one plus 1 ms (a call slowed by a pause or a queue would move the
+/// mapping by half its round trip); any when the mapping is older than the age given;
+/// and any that shows the mapping wrong by more than the sample's own error (half its
+/// round trip plus 1 ms): Redis time or the local clock stepped.
 #[derive(Debug)]
 pub(crate) struct SampleFilter {
     fastest_round_trip: u64,
     last_sample_at: Option<u64>,
+}
+
+/// What [`SampleFilter::judge`] says of a sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    Drop,
+    Keep,
+    /// Keep: the mapping was off by this many nanoseconds (fleet time later than the
+    /// mapping said when positive).
+    Step(i128),
 }
 
 impl SampleFilter {
@@ -71,20 +83,35 @@ impl SampleFilter {
         }
     }
 
-    /// Whether to keep the sample of a call made from local time `t0` to `t1`, given
-    /// that a mapping older than `max_age` is replaced by any sample.
-    pub(crate) fn keep(&mut self, t0: u64, t1: u64, max_age: u64) -> bool {
+    /// Judges the sample `server` of a call made from local time `t0` to `t1`, against
+    /// the mapping `map`; a mapping older than `max_age`, or a `forced` sample, is
+    /// replaced whatever the round trip.
+    pub(crate) fn judge(
+        &mut self,
+        map: &TimeMap,
+        server: u64,
+        (t0, t1): (u64, u64),
+        max_age: u64,
+        forced: bool,
+    ) -> Verdict {
         let round_trip = t1.saturating_sub(t0);
-        let old = self
-            .last_sample_at
-            .is_none_or(|t| t1.saturating_sub(t) >= max_age);
+        let mid = t0 + round_trip / 2;
+        let off = map
+            .fleet_nanos(mid)
+            .map_or(0, |estimate| i128::from(server) - i128::from(estimate));
+        let stepped = off.unsigned_abs() > u128::from(round_trip / 2 + 1_000_000);
+        let old = forced
+            || stepped
+            || self
+                .last_sample_at
+                .is_none_or(|t| t1.saturating_sub(t) >= max_age);
         let fast = round_trip
             <= self
                 .fastest_round_trip
                 .saturating_mul(2)
                 .saturating_add(1_000_000);
         if !(old || fast) {
-            return false;
+            return Verdict::Drop;
         }
         self.fastest_round_trip = if old {
             round_trip
@@ -92,7 +119,12 @@ impl SampleFilter {
             self.fastest_round_trip.min(round_trip)
         };
         self.last_sample_at = Some(t1);
-        true
+        map.sample(server, t0, t1);
+        if stepped {
+            Verdict::Step(off)
+        } else {
+            Verdict::Keep
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{IntoConnectionInfo, RedisError, Script};
 
 use super::lease::{Call, Reply};
-use super::script::{LeaseReply, LeaseRequest, LEASE_LUA};
+use super::script::{LeaseReply, LeaseRequest, CLOCK_LUA, LEASE_LUA};
 use super::time::time_to_nanos;
 use super::worker::Stop;
 
@@ -120,6 +120,7 @@ pub(crate) struct TransportConfig {
 pub(crate) struct Transport {
     config: TransportConfig,
     script: Script,
+    clock_script: Script,
     /// `{p}:members`, `{p}:meta`, `{p}:seen`.
     keys: [String; 3],
     connection: Option<Connection>,
@@ -135,6 +136,7 @@ impl Transport {
         Self {
             config,
             script: Script::new(LEASE_LUA),
+            clock_script: Script::new(CLOCK_LUA),
             keys,
             connection: None,
         }
@@ -168,9 +170,10 @@ impl Transport {
         let connection = connect(&mut self.connection, &self.config.target).await?;
         match call {
             Call::SampleTime => {
+                let invocation = self.clock_script.key(&self.keys[1]);
                 let (seconds, micros): (u64, u64) = match connection {
-                    Connection::Single(c) => redis::cmd("TIME").query_async(c).await,
-                    Connection::Cluster(c) => redis::cmd("TIME").query_async(c).await,
+                    Connection::Single(c) => invocation.invoke_async(c).await,
+                    Connection::Cluster(c) => invocation.invoke_async(c).await,
                 }
                 .map_err(CallError::Redis)?;
                 Ok(Reply::Time(time_to_nanos(seconds, micros)))

@@ -222,6 +222,16 @@ impl<C: Clock> Worker<C> {
                         "no successful Redis call for {FALLBACK_AFTER_INTERVALS} sync intervals: \
                          spending the local share N/{instances}");
                 }
+                Notice::ClockStep { nanos } => {
+                    let by = Duration::from_nanos(
+                        u64::try_from(nanos.unsigned_abs()).unwrap_or(u64::MAX),
+                    );
+                    let direction = if nanos > 0 { "later" } else { "earlier" };
+                    tracing::warn!(target: "otel_rate_sampler::fleet",
+                        key = %self.transport.tag(),
+                        "clock step detected: Redis time is {by:?} {direction} than this \
+                         replica's mapping; mapping corrected");
+                }
                 Notice::Resumed => {
                     tracing::warn!(target: "otel_rate_sampler::fleet",
                         key = %self.transport.tag(), "Redis answers again: leasing resumed");

@@ -23,6 +23,11 @@ enum Event {
     Fail { after_ms: u64 },
     /// Time passes with no call answered (the machine may plan none).
     Wait { ms: u64 },
+    /// Redis `TIME` steps by `ms` (forward when positive), or this replica's clock
+    /// stalls for `ms` (the same to the replica).
+    Step { ms: i64 },
+    /// This replica's monotonic clock jumps ahead by `ms`.
+    Jump { ms: u64 },
 }
 
 /// One replica and the fake Redis it talks to.
@@ -35,13 +40,23 @@ struct Harness {
     now: u64,
     /// Redis `TIME` minus local time.
     server_offset: i128,
+    /// The fake script's fleet clock: `shift` added to Redis `TIME`, never below `high`.
+    shift: u64,
+    high: u64,
     instances: u64,
     rank: u64,
     /// Per window id: what the fake Redis granted this replica, and its total.
     granted: BTreeMap<u64, u64>,
+    /// Per window id: what the fake Redis counts (reported holdings and grants).
+    counted: BTreeMap<u64, u64>,
     /// Per window id: what the greedy decisions spent.
     spent: BTreeMap<u64, u64>,
     calls: u64,
+    /// How far this replica's clock jumped ahead in all.
+    jumped_ms: u64,
+    /// Fleet time lived twice: Redis `TIME` stepped back by more than the time since
+    /// the rule's last call, and the fleet clock went on from that call.
+    relived: u64,
 }
 
 impl Harness {
@@ -58,11 +73,16 @@ impl Harness {
             }),
             now: 1_000 * MS,
             server_offset: i128::from(time_to_nanos(1_700_000_000, 0)),
+            shift: 0,
+            high: 0,
             instances,
             rank,
             granted: BTreeMap::new(),
+            counted: BTreeMap::new(),
             spent: BTreeMap::new(),
             calls: 0,
+            jumped_ms: 0,
+            relived: 0,
         }
     }
 
@@ -80,26 +100,45 @@ impl Harness {
         u64::try_from(i128::from(local) + self.server_offset).expect("positive")
     }
 
-    /// Redis's current window.
-    fn redis_window(&self) -> u64 {
-        self.server_time(self.now) / WINDOW
+    /// The fleet clock of the scripts at local time `local`: Redis `TIME` plus the
+    /// shift, never going back.
+    fn fleet_clock(&mut self, local: u64) -> u64 {
+        let raw = self.server_time(local) + self.shift;
+        if raw < self.high {
+            self.shift += self.high - raw;
+            self.relived += self.high - raw;
+        }
+        self.high = raw.max(self.high);
+        self.high
     }
 
-    /// The fake lease script: grants up to `grant` for the window asked, never more
-    /// than N for a window id in total (this replica alone).
+    /// Redis's current window.
+    fn redis_window(&mut self) -> u64 {
+        self.fleet_clock(self.now) / WINDOW
+    }
+
+    /// The fake lease script: grants up to `grant` for the window asked if it is within
+    /// one of Redis's, never more than N for a window id in total (this replica alone).
     fn answer(&mut self, request: &LeaseRequest, grant: u64, t0: u64, t1: u64) -> LeaseReply {
-        let server = self.server_time(t0 + (t1 - t0) / 2);
+        let server = self.fleet_clock(t0 + (t1 - t0) / 2);
         let expired = (server / MS).saturating_sub(request.sent_ms) > INTERVAL / MS / 2;
-        let total = self.granted.entry(request.window).or_default();
-        let g = if expired {
+        let redis_window = server / WINDOW;
+        let in_reach = request.window + 1 >= redis_window && request.window <= redis_window + 1;
+        // What Redis counts for the window: what the replica reported holding (a
+        // fallback share included) and the grants.
+        let total = self.counted.entry(request.window).or_default();
+        let g = if expired || !in_reach {
             0
         } else {
-            request.want.min(grant).min(N - *total)
+            *total = (*total).max(request.held);
+            request.want.min(grant).min(N.saturating_sub(*total))
         };
         *total += g;
+        let total = *total;
+        *self.granted.entry(request.window).or_default() += g;
         LeaseReply {
             granted: g,
-            total: *total,
+            total,
             instances: self.instances,
             rank: self.rank,
             since: 0,
@@ -114,6 +153,16 @@ impl Harness {
         let call = match event {
             Event::Wait { ms } => {
                 self.now += ms * MS;
+                None
+            }
+            Event::Step { ms } => {
+                self.server_offset += i128::from(ms) * i128::from(MS);
+                None
+            }
+            Event::Jump { ms } => {
+                self.jumped_ms += ms;
+                self.now += ms * MS;
+                self.server_offset -= i128::from(ms * MS);
                 None
             }
             _ => {
@@ -133,7 +182,7 @@ impl Harness {
                 Event::Answer { rtt_ms, grant } => {
                     let t1 = t0 + rtt_ms * MS;
                     let reply = match call {
-                        Call::SampleTime => Reply::Time(self.server_time(t0 + (t1 - t0) / 2)),
+                        Call::SampleTime => Reply::Time(self.fleet_clock(t0 + (t1 - t0) / 2)),
                         Call::Lease(request) => Reply::Lease(self.answer(&request, grant, t0, t1)),
                     };
                     self.now = t1;
@@ -145,7 +194,7 @@ impl Harness {
                     let (machine, shared) = self.parts();
                     machine.on_failure(shared, t0);
                 }
-                Event::Wait { .. } => unreachable!(),
+                _ => unreachable!("plans only for calls"),
             }
         }
         self.spend_all();
@@ -245,12 +294,15 @@ fn an_unsettled_membership_spends_no_share() {
     assert!(h.spent.is_empty());
 }
 
-/// Random rounds without clock steps: replies of any size and delay, failures, pauses.
+/// Random rounds: replies of any size and delay, failures, pauses, steps of Redis time
+/// either way, stalls and jumps of the replica's clock.
 fn event() -> impl Strategy<Value = Event> {
     prop_oneof![
         4 => (0u64..30, 0u64..=N).prop_map(|(rtt_ms, grant)| Event::Answer { rtt_ms, grant }),
         2 => (0u64..80).prop_map(|after_ms| Event::Fail { after_ms }),
         1 => (0u64..400).prop_map(|ms| Event::Wait { ms }),
+        1 => (-3_000i64..3_000).prop_map(|ms| Event::Step { ms }),
+        1 => (0u64..300).prop_map(|ms| Event::Jump { ms }),
     ]
 }
 
@@ -270,11 +322,68 @@ proptest! {
             h.step(e);
         }
         h.assert_bounded();
-        h.good(4 * (WINDOW / TICK) as usize);
+        // Never stuck: good replies fill a whole window again within 3 windows, plus
+        // however far this replica's clock jumped ahead and the fleet time lived twice
+        // (a lease or a fallback share installed for a window the fleet has not reached
+        // yet is spent in that window: the lease word does not go back).
+        let start = h.redis_window();
+        let relived = h.relived;
+        let bound = 3 * WINDOW + h.jumped_ms * MS + relived;
+        let deadline = h.now + bound;
+        let filled = |h: &mut Harness| {
+            let current = h.redis_window();
+            current > start + 1 && h.spent.range(start + 1..current).any(|(_, &n)| n == N)
+        };
+        while h.now < deadline && !filled(&mut h) {
+            h.good(1);
+        }
+        prop_assert!(filled(&mut h), "not leasing again: {:?}", h.spent);
         prop_assert!(!h.machine.in_fallback());
-        let w = h.redis_window();
-        let recent = h.spent.get(&(w - 1)).copied().unwrap_or(0);
-        prop_assert_eq!(recent, N, "not leasing again: {:?}", h.spent);
         h.assert_bounded();
     }
+}
+
+/// Calls and under-used windows after `event`, for the step tests.
+fn after_a_step(event: Event) -> (u64, usize) {
+    let mut h = Harness::new(2, 0);
+    h.good(200);
+    let calls = h.calls;
+    h.step(event);
+    // A step forward skips window ids: count the windows real time went through.
+    let first = h.redis_window();
+    // Three windows of good replies at one call per tick at most.
+    h.good(3 * (WINDOW / TICK) as usize);
+    let last = h.redis_window();
+    h.assert_bounded();
+    let under_used = (first + 1..last)
+        .filter(|w| h.spent.get(w).copied().unwrap_or(0) < N)
+        .count();
+    assert!(!h.machine.in_fallback());
+    (h.calls - calls, under_used)
+}
+
+/// Redis time 3 s back: the fleet clock goes on from where it was; nothing is lost.
+#[test]
+fn redis_time_stepping_back_costs_no_window() {
+    let (calls, under_used) = after_a_step(Event::Step { ms: -3_000 });
+    assert_eq!(under_used, 0);
+    assert!(calls < 3 * (WINDOW / TICK), "{calls} calls");
+}
+
+/// Redis time 3 s forward (or this replica stalled 3 s): the late call is refused, its
+/// time corrects the mapping, a re-sample follows, and leasing resumes at once.
+#[test]
+fn redis_time_stepping_forward_costs_at_most_one_window() {
+    let (calls, under_used) = after_a_step(Event::Step { ms: 3_000 });
+    assert!(under_used <= 1, "{under_used} windows under-used");
+    assert!(calls < 3 * (WINDOW / TICK), "{calls} calls");
+}
+
+/// This replica's clock 2 s ahead: Redis grants nothing that far ahead, the reply's
+/// time corrects the mapping and the replica re-syncs to Redis's window.
+#[test]
+fn a_replica_clock_jumping_ahead_costs_at_most_one_window() {
+    let (calls, under_used) = after_a_step(Event::Jump { ms: 2_000 });
+    assert!(under_used <= 1, "{under_used} windows under-used");
+    assert!(calls < 3 * (WINDOW / TICK), "{calls} calls");
 }
