@@ -9,15 +9,37 @@
 //! * It installs in the lease word for window `w` only what Redis granted for `w`, plus,
 //!   in fallback, its share `N/k` of `w` (rotated, see `share.rs`), at most once per
 //!   window and only for a window later than every window it reported to Redis.
-//! * While a call is failing it makes one attempt per sync interval.
+//! * While a call is failing it makes one attempt per sync interval; a refusal for
+//!   lateness adds one re-sample of the clock: at most 2 calls per interval.
+//! * It never asks for a lease of a window older than the one it accounts for.
+//!
+//! # Steps of time (see also the fleet clock in `script.rs`)
+//!
+//! * **Redis time steps back:** the fleet clock goes on from the highest time it
+//!   answered, so replicas see no step at all while the rule is called at least once
+//!   per interval (any live replica heartbeats that often): no window is lost. If
+//!   nobody called for a while, the fleet lives again `min(step, time since the last
+//!   call)`, never a window id twice.
+//! * **Redis time steps forward, or this replica's clock stalls:** its next call is
+//!   refused as late; the refusal's time corrects the mapping, one re-sample follows,
+//!   and the next lease (one interval after the refusal) is for the right window: at
+//!   most one window of under-use for this replica.
+//! * **This replica's clock jumps ahead by `D`:** Redis grants no lease further than
+//!   one window from its own and its time corrects the mapping at the next reply;
+//!   the machine re-syncs to Redis's window at once, unless the lease word already
+//!   names a later window (a prefetch, or a fallback share installed while it was
+//!   ahead), which it then waits for: at most one window, or `D` of its own fallback
+//!   share if the jump came while it was in fallback.
+//! * Never a window over its grants plus one fallback share, whatever the steps:
+//!   checked by the property test in `lease/tests.rs`.
 
 use std::sync::atomic::Ordering;
 
 use super::limiter::StatCells;
 use super::script::{LeaseReply, LeaseRequest};
-use super::share::{chunk, low_water, share};
-use super::time::{SampleFilter, TimeMap, Verdict};
-use super::word::{Added, LeaseWord};
+use super::share::{chunk, low_water};
+use super::time::{SampleFilter, TimeMap};
+use super::word::LeaseWord;
 
 /// Sync intervals without a successful call after which an instance falls back.
 pub(crate) const FALLBACK_AFTER_INTERVALS: u64 = 3;
@@ -214,21 +236,6 @@ impl LeaseMachine {
         None
     }
 
-    /// Moves the accounting back to window `current`, older than `window` (the mapping
-    /// of Redis time went back), unless the lease word names a newer window than
-    /// `current`: it cannot go back, and holds only what was granted for that window.
-    fn resync(&mut self, shared: Shared<'_>, current: u64) -> bool {
-        if shared.lease.snapshot().0 > current {
-            return false;
-        }
-        self.window = current;
-        self.held = 0;
-        self.spent = 0;
-        self.spent_previous = 0;
-        self.retry_lease_at = 0;
-        true
-    }
-
     /// Falls back if due, rolls to window `current` and installs a fallback share.
     fn advance(&mut self, shared: Shared<'_>, now: u64, current: u64) {
         self.update_fallback(shared, now, current);
@@ -250,26 +257,6 @@ impl LeaseMachine {
         shared.stats.window.store(self.window, Ordering::Relaxed);
         shared.stats.granted.store(self.held, Ordering::Relaxed);
         remaining
-    }
-
-    /// Enters fallback after [`FALLBACK_AFTER_INTERVALS`] without a successful call. The
-    /// share is spent only from the next window on (`current + 1`): Redis starts
-    /// reserving this instance's share (its stale age) one interval before this, so
-    /// every lease the others got for a window that starts later already left the share
-    /// out; in the current window they may not have.
-    fn update_fallback(&mut self, shared: Shared<'_>, now: u64, current: u64) {
-        let fallback_after = FALLBACK_AFTER_INTERVALS * self.settings.interval_nanos;
-        let stale = self
-            .last_success
-            .is_none_or(|t| now.saturating_sub(t) >= fallback_after);
-        if stale && !self.in_fallback && self.membership_settled {
-            self.in_fallback = true;
-            self.fallback_first_window = current + 1;
-            // Relaxed: a display value (see `StatCells`).
-            shared.stats.fallback.store(true, Ordering::Relaxed);
-            let instances = self.membership.map_or(1, |m| m.instances);
-            self.notices.push(Notice::FellBack { instances });
-        }
     }
 
     /// Moves the accounting to window `current` if it is newer.
@@ -296,24 +283,6 @@ impl LeaseMachine {
         self.retry_lease_at = 0;
     }
 
-    /// In fallback, installs this replica's share of window `current`, once.
-    fn spend_fallback_share(&mut self, shared: Shared<'_>, current: u64) {
-        if self.in_fallback
-            && current == self.window
-            && current > self.newest_window_reported
-            && current >= self.fallback_first_window
-            && self.fallback_spent_for < current
-        {
-            if let Some(m) = self.membership {
-                let permits = share(self.settings.permits, m.instances, m.rank, current);
-                if shared.lease.add(current, permits) == Added::Installed {
-                    self.held += permits;
-                }
-            }
-            self.fallback_spent_for = current;
-        }
-    }
-
     fn request(&self, window: u64, want: u64, sent_ms: u64) -> LeaseRequest {
         let held = if window == self.window {
             self.held
@@ -336,124 +305,10 @@ impl LeaseMachine {
             sent_ms,
         }
     }
-
-    /// A call made at local time `t0` failed (at `t1`).
-    pub(crate) fn on_failure(&mut self, shared: Shared<'_>, t0: u64) {
-        // Relaxed (stats): display counters.
-        shared.stats.redis_calls.fetch_add(1, Ordering::Relaxed);
-        shared.stats.lease_errors.fetch_add(1, Ordering::Relaxed);
-        self.last_attempt = Some(t0);
-        self.failing = true;
-        self.resample_first = false;
-    }
-
-    /// Redis answered `call`, made from local time `t0` to `t1`, with `reply`.
-    pub(crate) fn on_reply(
-        &mut self,
-        shared: Shared<'_>,
-        call: Call,
-        reply: Reply,
-        t0: u64,
-        t1: u64,
-    ) {
-        let reply = match reply {
-            Reply::Lease(reply) if reply.expired => {
-                // Refused as late: Redis wrote nothing (a failure), but its time says
-                // how far off the mapping is. Take it, and sample again before the
-                // next call with a round trip of its own.
-                self.on_failure(shared, t0);
-                self.sample_time(shared, reply.server_unix_nanos, (t0, t1), true);
-                self.resample_first = true;
-                return;
-            }
-            Reply::Time(server) if self.resample_first => {
-                self.resample_first = false;
-                // Relaxed (stats): a display counter.
-                shared.stats.redis_calls.fetch_add(1, Ordering::Relaxed);
-                self.sample_time(shared, server, (t0, t1), true);
-                return;
-            }
-            Reply::Lease(reply) => reply,
-            Reply::Time(server) => {
-                self.on_success(shared, t0, t1);
-                self.sample_time(shared, server, (t0, t1), false);
-                return;
-            }
-        };
-        self.on_success(shared, t0, t1);
-        self.sample_time(shared, reply.server_unix_nanos, (t0, t1), false);
-        if self.in_fallback {
-            self.in_fallback = false;
-            shared.stats.fallback.store(false, Ordering::Relaxed);
-            self.notices.push(Notice::Resumed);
-        }
-        shared
-            .stats
-            .instances
-            .store(reply.instances, Ordering::Relaxed);
-        if !reply.young || self.membership.is_none() {
-            self.membership = Some(Membership {
-                instances: reply.instances,
-                rank: reply.rank,
-            });
-            self.membership_settled |= !reply.young;
-        }
-        if let Call::Lease(request) = call {
-            self.install(shared, &request, &reply, t1);
-        }
-    }
-
-    fn on_success(&mut self, shared: Shared<'_>, t0: u64, t1: u64) {
-        // Relaxed (stats): display counters.
-        shared.stats.redis_calls.fetch_add(1, Ordering::Relaxed);
-        self.last_attempt = Some(t0);
-        self.failing = false;
-        self.last_success = Some(t1);
-        self.last_round_trip = t1.saturating_sub(t0);
-    }
-
-    /// Installs what Redis granted for `request.window`.
-    fn install(&mut self, shared: Shared<'_>, request: &LeaseRequest, reply: &LeaseReply, t1: u64) {
-        self.newest_window_reported = self.newest_window_reported.max(request.window);
-        if reply.granted > 0 {
-            shared.stats.leases.fetch_add(1, Ordering::Relaxed);
-        }
-        if request.window == self.window {
-            if reply.granted > 0 && shared.lease.add(self.window, reply.granted) == Added::Installed
-            {
-                self.held += reply.granted;
-            }
-            if request.want > reply.granted {
-                // Short: the window is spent (wait for the next) or held back for
-                // members that may be in fallback (ask again in an interval).
-                self.retry_lease_at = if reply.total >= self.settings.permits {
-                    u64::MAX
-                } else {
-                    t1.saturating_add(self.settings.interval_nanos)
-                };
-            }
-        } else if request.window == self.window + 1
-            && self.prefetched.is_none_or(|(w, _)| w != request.window)
-        {
-            self.prefetched = Some((request.window, reply.granted));
-            shared.lease.publish_next(request.window, reply.granted);
-        }
-    }
-
-    /// Maps the local clock onto the server's `TIME` from this call made from local
-    /// time `t0` to `t1`, if `SampleFilter` keeps it (always when `forced`).
-    fn sample_time(&mut self, shared: Shared<'_>, server: u64, call: (u64, u64), forced: bool) {
-        let max_age = RESAMPLE_AFTER_INTERVALS * self.settings.interval_nanos;
-        let verdict = self
-            .samples
-            .judge(shared.time, server, call, max_age, forced);
-        if let Verdict::Step(nanos) = verdict {
-            if nanos.unsigned_abs() >= u128::from(self.settings.interval_nanos) {
-                self.notices.push(Notice::ClockStep { nanos });
-            }
-        }
-    }
 }
 
+mod clock;
+mod fallback;
+mod reply;
 #[cfg(test)]
 mod tests;

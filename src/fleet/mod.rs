@@ -9,7 +9,8 @@
 //!   without I/O or a clock of its own.
 //! * `transport.rs`: the connection to Redis and one call, with typed errors.
 //! * `worker.rs`: the background thread and its runtime, driving the two.
-//! * `limiter.rs`: the public handle, builder and statistics.
+//! * `limiter.rs`: the public handle and its statistics.
+//! * `builder.rs`: its builder, where the options are checked.
 //! * `error.rs`: `FleetError`.
 
 // Under loom without the feature only the word is built, for its model; the rest of
@@ -18,6 +19,8 @@
 
 mod word;
 
+#[cfg(feature = "redis")]
+mod builder;
 #[cfg(feature = "redis")]
 mod error;
 #[cfg(feature = "redis")]
@@ -36,6 +39,8 @@ mod transport;
 mod worker;
 
 #[cfg(feature = "redis")]
+pub use builder::{FleetLimiterBuilder, RedisUrls};
+#[cfg(feature = "redis")]
 pub use error::FleetError;
 #[cfg(feature = "redis")]
-pub use limiter::{FleetLimiter, FleetLimiterBuilder, FleetStats, RedisUrls, DEFAULT_FLEET_PREFIX};
+pub use limiter::{FleetLimiter, FleetStats, DEFAULT_FLEET_PREFIX};

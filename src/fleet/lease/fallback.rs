@@ -1,0 +1,48 @@
+//! The fallback of the lease state machine: when to spend the local share, and
+//! installing it.
+
+use std::sync::atomic::Ordering;
+
+use super::{LeaseMachine, Notice, Shared, FALLBACK_AFTER_INTERVALS};
+use crate::fleet::share::share;
+use crate::fleet::word::Added;
+
+impl LeaseMachine {
+    /// Enters fallback after [`FALLBACK_AFTER_INTERVALS`] without a successful call. The
+    /// share is spent only from the next window on (`current + 1`): Redis starts
+    /// reserving this instance's share (its stale age) one interval before this, so
+    /// every lease the others got for a window that starts later already left the share
+    /// out; in the current window they may not have.
+    pub(super) fn update_fallback(&mut self, shared: Shared<'_>, now: u64, current: u64) {
+        let fallback_after = FALLBACK_AFTER_INTERVALS * self.settings.interval_nanos;
+        let stale = self
+            .last_success
+            .is_none_or(|t| now.saturating_sub(t) >= fallback_after);
+        if stale && !self.in_fallback && self.membership_settled {
+            self.in_fallback = true;
+            self.fallback_first_window = current + 1;
+            // Relaxed: a display value (see `StatCells`).
+            shared.stats.fallback.store(true, Ordering::Relaxed);
+            let instances = self.membership.map_or(1, |m| m.instances);
+            self.notices.push(Notice::FellBack { instances });
+        }
+    }
+
+    /// In fallback, installs this replica's share of window `current`, once.
+    pub(super) fn spend_fallback_share(&mut self, shared: Shared<'_>, current: u64) {
+        if self.in_fallback
+            && current == self.window
+            && current > self.newest_window_reported
+            && current >= self.fallback_first_window
+            && self.fallback_spent_for < current
+        {
+            if let Some(m) = self.membership {
+                let permits = share(self.settings.permits, m.instances, m.rank, current);
+                if shared.lease.add(current, permits) == Added::Installed {
+                    self.held += permits;
+                }
+            }
+            self.fallback_spent_for = current;
+        }
+    }
+}
