@@ -10,7 +10,8 @@
 //!   in fallback, its share `N/k` of `w` (rotated, see `share.rs`), at most once per
 //!   window and only for a window later than every window it reported to Redis.
 //! * While a call is failing it makes one attempt per sync interval; a refusal for
-//!   lateness adds one re-sample of the clock: at most 2 calls per interval.
+//!   lateness adds one re-sample of the clock and, once per interval, a lease right
+//!   after it: at most 4 calls per interval while every lease is refused as late.
 //! * It never asks for a lease of a window older than the one it accounts for.
 //!
 //! # Steps of time (see also the fleet clock in `script.rs`)
@@ -22,8 +23,8 @@
 //!   call)`, never a window id twice.
 //! * **Redis time steps forward, or this replica's clock stalls:** its next call is
 //!   refused as late; the refusal's time corrects the mapping, one re-sample follows,
-//!   and the next lease (one interval after the refusal) is for the right window: at
-//!   most one window of under-use for this replica.
+//!   and the lease right after it is for the right window: at most one interval and
+//!   two round trips after its first call, within one window of under-use.
 //! * **This replica's clock jumps ahead by `D`:** Redis grants no lease further than
 //!   one window from its own and its time corrects the mapping at the next reply;
 //!   the machine re-syncs to Redis's window at once, unless the lease word already
@@ -142,6 +143,8 @@ pub(crate) struct LeaseMachine {
     samples: SampleFilter,
     /// Set by a refusal for lateness: sample Redis time before the next call.
     resample_first: bool,
+    /// When a re-sample last let the next lease go without waiting its interval.
+    last_quick_retry: Option<u64>,
     notices: Vec<Notice>,
 }
 
@@ -167,6 +170,7 @@ impl LeaseMachine {
             last_round_trip: 0,
             samples: SampleFilter::new(),
             resample_first: false,
+            last_quick_retry: None,
             notices: Vec::new(),
         }
     }

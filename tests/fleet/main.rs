@@ -13,3 +13,4 @@ mod load;
 mod proxy;
 mod server;
 mod single;
+mod time_steps;

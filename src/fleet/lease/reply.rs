@@ -41,6 +41,17 @@ impl LeaseMachine {
                 // Relaxed (stats): a display counter.
                 shared.stats.redis_calls.fetch_add(1, Ordering::Relaxed);
                 self.sample_time(shared, server, (t0, t1), true);
+                // With the mapping right again, lease at once rather than an interval
+                // later, once per interval (a call that is late for another reason,
+                // such as a slow network, must not make a loop of calls).
+                let interval = self.settings.interval_nanos;
+                if self
+                    .last_quick_retry
+                    .is_none_or(|t| t1.saturating_sub(t) >= interval)
+                {
+                    self.last_quick_retry = Some(t1);
+                    self.failing = false;
+                }
                 return;
             }
             Reply::Lease(reply) => reply,
