@@ -44,6 +44,19 @@ use super::word::LeaseWord;
 
 /// Sync intervals without a successful call after which an instance falls back.
 pub(crate) const FALLBACK_AFTER_INTERVALS: u64 = 3;
+/// Sync intervals after which Redis counts a member as stale (it may be in fallback):
+/// below [`FALLBACK_AFTER_INTERVALS`], so Redis reserves a share before it is spent.
+pub(crate) const STALE_AFTER_INTERVALS: u64 = 2;
+/// Sync intervals (of Redis's live clock, which never runs faster than real time)
+/// after which Redis forgets a member that stopped calling, and with it the share it
+/// reserved. One rule for both sides: a replica spends its fallback share only in
+/// windows that end before this age, less [`FALLBACK_MARGIN_INTERVALS`], has passed
+/// since it sent its last heartbeat that Redis answered.
+pub(crate) const PRUNE_AFTER_INTERVALS: u64 = 20;
+/// The replica's side of the clock uncertainty in that rule: its mapping of a window
+/// end is off by at most half a round trip (under the response timeout, itself at
+/// most an interval by default) plus drift, far below one interval.
+pub(crate) const FALLBACK_MARGIN_INTERVALS: u64 = 1;
 /// A mapping of Redis time older than this many sync intervals takes any sample.
 const RESAMPLE_AFTER_INTERVALS: u64 = 10;
 
@@ -99,6 +112,9 @@ pub(crate) enum Notice {
     FellBack { instances: u64 },
     /// Redis answered again: leasing resumed.
     Resumed,
+    /// Cut off longer than Redis keeps this replica's share: it admits nothing more
+    /// until Redis answers.
+    ShareExpired,
     /// The mapping of Redis time was off by this many nanoseconds (Redis later than
     /// the replica thought when positive): a clock stepped, Redis's or this replica's.
     ClockStep { nanos: i128 },
@@ -122,6 +138,8 @@ pub(crate) struct LeaseMachine {
     /// No lease call for `window` before this local time (Redis was short).
     retry_lease_at: u64,
     last_success: Option<u64>,
+    /// When the last lease call Redis answered (a heartbeat it wrote) was sent.
+    last_heartbeat_sent: Option<u64>,
     last_attempt: Option<u64>,
     /// Whether the last call failed (calls are then paced to one per interval).
     failing: bool,
@@ -139,6 +157,8 @@ pub(crate) struct LeaseMachine {
     /// The first window the current fallback may spend in, and the last one it did.
     fallback_first_window: u64,
     fallback_spent_for: u64,
+    /// Whether this fallback outlived Redis's reservation of its share (told once).
+    share_expired: bool,
     last_round_trip: u64,
     samples: SampleFilter,
     /// Set by a refusal for lateness: sample Redis time before the next call.
@@ -159,6 +179,7 @@ impl LeaseMachine {
             prefetched: None,
             retry_lease_at: 0,
             last_success: None,
+            last_heartbeat_sent: None,
             last_attempt: None,
             failing: false,
             newest_window_reported: 0,
@@ -167,6 +188,7 @@ impl LeaseMachine {
             in_fallback: false,
             fallback_first_window: u64::MAX,
             fallback_spent_for: 0,
+            share_expired: false,
             last_round_trip: 0,
             samples: SampleFilter::new(),
             resample_first: false,

@@ -53,6 +53,17 @@ pub const DEFAULT_FLEET_PREFIX: &str = "otel-rate";
 ///   seen Redis during its young windows (when `k` counts only the instances registered
 ///   so far) has no settled `k` and spends no share: it admits nothing until Redis
 ///   answers.
+/// * **Partitions, of any length:** Redis forgets a silent instance, and stops
+///   reserving its share, 20 sync intervals (of its live clock, never faster than real
+///   time) after its last heartbeat. An instance spends its fallback share only in
+///   windows that end within 19 intervals of sending its last heartbeat Redis
+///   answered, then admits nothing until Redis answers: at most `N` per window through
+///   a partition of one instance, of several or of all, however long. The price: a
+///   fleet cut off from Redis for longer keeps nothing from then on.
+/// * **Steps of time:** see `lease.rs`. A step of Redis `TIME` back costs no window
+///   (the scripts' fleet clock never goes back), a step forward or a replica's clock
+///   stalling at most one window of under-use for that replica, never a window over
+///   `N`, with at most 4 Redis calls per interval per replica meanwhile.
 /// * **Not paced**: the fleet window is not cut into sub-windows, whatever
 ///   [`Limit::is_paced`](crate::Limit::is_paced) says: a lease may be spent as soon as it
 ///   is granted, so under overload the fleet's `N` tend to fall early in each fleet

@@ -9,17 +9,10 @@ use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::{IntoConnectionInfo, RedisError, Script};
 
-use super::lease::{Call, Reply};
+use super::lease::{Call, Reply, PRUNE_AFTER_INTERVALS, STALE_AFTER_INTERVALS};
 use super::script::{LeaseReply, LeaseRequest, CLOCK_LUA, LEASE_LUA};
 use super::time::time_to_nanos;
 use super::worker::Stop;
-
-/// Sync intervals after which Redis counts a member as stale (it may be in fallback):
-/// below the fallback's [`FALLBACK_AFTER_INTERVALS`](super::lease::FALLBACK_AFTER_INTERVALS),
-/// so Redis reserves a share before it is spent.
-const STALE_AFTER_INTERVALS: u64 = 2;
-/// Sync intervals after which Redis forgets a member that stopped calling.
-const PRUNE_AFTER_INTERVALS: u64 = 20;
 
 /// Why a call to Redis gave no usable answer.
 #[derive(Debug, thiserror::Error)]

@@ -18,7 +18,10 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::lease::{Call, LeaseMachine, Notice, Settings, FALLBACK_AFTER_INTERVALS};
+use super::lease::{
+    Call, LeaseMachine, Notice, Settings, FALLBACK_AFTER_INTERVALS, FALLBACK_MARGIN_INTERVALS,
+    PRUNE_AFTER_INTERVALS,
+};
 use super::limiter::Inner;
 use super::transport::{CallError, Target, Transport, TransportConfig};
 use crate::clock::Clock;
@@ -231,6 +234,14 @@ impl<C: Clock> Worker<C> {
                         key = %self.transport.tag(),
                         "clock step detected: Redis time is {by:?} {direction} than this \
                          replica's mapping; mapping corrected");
+                }
+                Notice::ShareExpired => {
+                    tracing::warn!(target: "otel_rate_sampler::fleet",
+                        key = %self.transport.tag(),
+                        "no heartbeat reached Redis for {} sync intervals: Redis may have \
+                         given this replica's share to the others; admitting nothing until \
+                         Redis answers (a partition, or Redis down)",
+                        PRUNE_AFTER_INTERVALS - FALLBACK_MARGIN_INTERVALS);
                 }
                 Notice::Resumed => {
                     tracing::warn!(target: "otel_rate_sampler::fleet",

@@ -10,6 +10,7 @@ mod demo;
 mod config_rules;
 mod faults;
 mod load;
+mod partition;
 mod proxy;
 mod server;
 mod single;

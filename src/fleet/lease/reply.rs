@@ -62,9 +62,11 @@ impl LeaseMachine {
             }
         };
         self.on_success(shared, t0, t1);
+        self.last_heartbeat_sent = Some(t0);
         self.sample_time(shared, reply.server_unix_nanos, (t0, t1), false);
         if self.in_fallback {
             self.in_fallback = false;
+            self.share_expired = false;
             shared.stats.fallback.store(false, Ordering::Relaxed);
             self.notices.push(Notice::Resumed);
         }

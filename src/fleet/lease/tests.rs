@@ -252,13 +252,19 @@ fn leases_what_redis_grants_and_spends_no_more() {
     assert!(!h.machine.in_fallback());
 }
 
+/// Fails for `intervals` sync intervals of local time.
+fn fail_for(h: &mut Harness, intervals: u64) {
+    let until = h.now + intervals * INTERVAL;
+    while h.now < until {
+        h.step(Event::Fail { after_ms: 10 });
+    }
+}
+
 #[test]
 fn falls_back_to_its_share_after_three_intervals_and_resumes() {
     let mut h = Harness::new(4, 1);
     h.good(200);
-    for _ in 0..200 {
-        h.step(Event::Fail { after_ms: 10 });
-    }
+    fail_for(&mut h, 10);
     assert!(h.machine.in_fallback());
     let fell_back = h.machine.take_notices();
     assert!(
@@ -282,6 +288,36 @@ fn falls_back_to_its_share_after_three_intervals_and_resumes() {
     assert!(!h.machine.in_fallback());
     assert!(h.machine.take_notices().contains(&Notice::Resumed));
     h.assert_bounded();
+}
+
+/// The partition bound: cut off for 40 intervals, the replica spends its share only in
+/// windows that end before Redis may forget it (20 intervals after its last heartbeat,
+/// less a margin of one), then nothing until Redis answers.
+#[test]
+fn the_fallback_share_ends_before_redis_forgets_the_replica() {
+    let mut h = Harness::new(4, 1);
+    h.good(200);
+    let last_heartbeat = h.now;
+    fail_for(&mut h, 40);
+    assert!(h.machine.in_fallback());
+    assert!(h.machine.take_notices().contains(&Notice::ShareExpired));
+    let reserved_until = last_heartbeat + (PRUNE_AFTER_INTERVALS - 1) * INTERVAL;
+    let mut shares = 0;
+    for (&w, &spent) in &h.spent {
+        let end = h.time.local_nanos((w + 1) * WINDOW).expect("synced");
+        if w > h.machine.newest_window_reported && spent > 0 {
+            assert!(
+                end <= reserved_until,
+                "window {w} spent {spent} after {end}"
+            );
+            shares += 1;
+        }
+    }
+    assert!(shares >= 2, "the share was spent in {shares} windows");
+    let w = h.redis_window();
+    assert_eq!(h.spent.get(&(w - 1)), None);
+    h.good(50);
+    assert!(!h.machine.in_fallback());
 }
 
 #[test]

@@ -1,0 +1,82 @@
+//! Partitions longer than Redis keeps a silent replica's share (20 sync intervals):
+//! the cut-off replicas stop spending their fallback share before Redis can hand it to
+//! the others, so no window passes N however long the partition lasts.
+
+use std::thread;
+
+use otel_rate_sampler::FleetLimiter;
+
+use crate::load::{self, assert_capped, drive, inner_windows, INTERVAL, N, WINDOW};
+use crate::proxy::Proxy;
+use crate::server::Server;
+
+fn behind(proxy: &Proxy, key: &str, i: usize) -> FleetLimiter {
+    FleetLimiter::builder(proxy.url(), key, load::limit())
+        .sync_interval(INTERVAL)
+        .response_timeout(INTERVAL)
+        .instance_id(format!("{key}-{i}"))
+        .build()
+        .expect("build")
+}
+
+/// One replica of four cut off for 40 intervals (twice the prune age): before, it
+/// spent its share for as long as the partition lasted while Redis had given that
+/// share to the others (63 per window of 50).
+#[test]
+fn one_replica_cut_off_for_forty_intervals_stays_under_n() {
+    let server = Server::start();
+    let proxy = Proxy::start(server.port);
+    let mut fleet = load::fleet(&[server.url()], "longcut", 3);
+    fleet.push(behind(&proxy, "longcut", 3));
+    load::warm_up(&fleet, 4);
+    let mut spent_late = 0;
+    let (per_window, first, last) = drive(&fleet, 3.0 * f64::from(N), WINDOW * 16, || {
+        thread::sleep(WINDOW * 2);
+        proxy.freeze();
+        thread::sleep(INTERVAL * 30);
+        let before = fleet[3].stats();
+        thread::sleep(INTERVAL * 10);
+        let after = fleet[3].stats();
+        // Past the prune age: the cut-off replica admits nothing.
+        spent_late = if after.window == before.window {
+            after.window_spent - before.window_spent
+        } else {
+            after.window_spent
+        };
+        proxy.thaw();
+    });
+    let max = assert_capped(&per_window, "one replica cut off for 40 intervals");
+    println!(
+        "long partition: windows {:?}, max {max}",
+        inner_windows(&per_window, first, last)
+    );
+    assert_eq!(spent_late, 0, "{:?}", fleet[3].stats());
+}
+
+/// Every replica cut off (Redis unreachable for all) for 40 intervals: each spends its
+/// share while Redis would still reserve it, then nothing; never over N.
+#[test]
+fn the_whole_fleet_cut_off_for_forty_intervals_stays_under_n() {
+    let server = Server::start();
+    let proxy = Proxy::start(server.port);
+    let fleet: Vec<FleetLimiter> = (0..4).map(|i| behind(&proxy, "allcut", i)).collect();
+    load::warm_up(&fleet, 4);
+    let (per_window, first, last) = drive(&fleet, 3.0 * f64::from(N), WINDOW * 16, || {
+        thread::sleep(WINDOW * 2);
+        proxy.freeze();
+        thread::sleep(INTERVAL * 40);
+        proxy.thaw();
+    });
+    let max = assert_capped(&per_window, "the whole fleet cut off for 40 intervals");
+    let inner = inner_windows(&per_window, first, last);
+    println!("whole fleet cut off: windows {inner:?}, max {max}");
+    // It kept sampling in fallback for a while, and leases again after.
+    assert!(
+        inner.iter().any(|&n| n > 0 && n < u64::from(N)),
+        "{inner:?}"
+    );
+    assert!(
+        inner.last().is_some_and(|&n| n * 10 >= u64::from(N) * 9),
+        "{inner:?}"
+    );
+}
