@@ -53,6 +53,32 @@ fn one_replica_cut_off_for_forty_intervals_stays_under_n() {
     assert_eq!(spent_late, 0, "{:?}", fleet[3].stats());
 }
 
+/// One replica whose replies are cut off for 40 intervals: its calls still reach Redis
+/// (heartbeats and reports), it hears nothing and falls back. Never over N.
+#[test]
+fn one_replica_without_replies_for_forty_intervals_stays_under_n() {
+    let server = Server::start();
+    let proxy = Proxy::start(server.port);
+    let mut fleet = load::fleet(&[server.url()], "repliescut", 3);
+    fleet.push(behind(&proxy, "repliescut", 3));
+    load::warm_up(&fleet, 4);
+    let mut fell_back = false;
+    let (per_window, first, last) = drive(&fleet, 12.0 * f64::from(N), WINDOW * 16, || {
+        thread::sleep(WINDOW * 2);
+        proxy.freeze_replies();
+        thread::sleep(INTERVAL * 10);
+        fell_back = fleet[3].stats().fallback_active;
+        thread::sleep(INTERVAL * 30);
+        proxy.thaw();
+    });
+    let max = assert_capped(&per_window, "one replica without replies for 40 intervals");
+    println!(
+        "replies cut off: windows {:?}, max {max}",
+        inner_windows(&per_window, first, last)
+    );
+    assert!(fell_back, "{:?}", fleet[3].stats());
+}
+
 /// Every replica cut off (Redis unreachable for all) for 40 intervals: each spends its
 /// share while Redis would still reserve it, then nothing; never over N.
 #[test]
