@@ -12,7 +12,7 @@ use redis::{IntoConnectionInfo, RedisError, Script};
 use super::lease::{Call, Reply, PRUNE_AFTER_INTERVALS, STALE_AFTER_INTERVALS};
 use super::script::{LeaseReply, LeaseRequest, CLOCK_LUA, LEASE_LUA};
 use super::time::time_to_nanos;
-use super::worker::Stop;
+use super::worker::{Stop, WorkerConfig};
 
 /// Why a call to Redis gave no usable answer.
 #[derive(Debug, thiserror::Error)]
@@ -93,25 +93,11 @@ enum Connection {
     Cluster(ClusterConnection),
 }
 
-/// What the transport needs to know, fixed at build time.
-#[derive(Debug)]
-pub(crate) struct TransportConfig {
-    pub(crate) target: Target,
-    /// The hash tag `{prefix:key}` every key starts with.
-    pub(crate) tag: String,
-    pub(crate) instance_id: String,
-    pub(crate) permits: u64,
-    pub(crate) window_nanos: u64,
-    pub(crate) interval: Duration,
-    pub(crate) response_timeout: Duration,
-    pub(crate) connect_timeout: Duration,
-    /// Windows after Redis's memory starts in which grants are capped at the shares.
-    pub(crate) young_windows: u64,
-}
-
 /// The connection to Redis and the lease script.
 pub(crate) struct Transport {
-    config: TransportConfig,
+    config: WorkerConfig,
+    /// Windows after Redis's memory starts in which grants are capped at the shares.
+    young_windows: u64,
     script: Script,
     clock_script: Script,
     /// `{p}:members`, `{p}:meta`, `{p}:seen`.
@@ -120,7 +106,7 @@ pub(crate) struct Transport {
 }
 
 impl Transport {
-    pub(crate) fn new(config: TransportConfig) -> Self {
+    pub(crate) fn new(config: WorkerConfig, young_windows: u64) -> Self {
         let keys = [
             format!("{}:members", config.tag),
             format!("{}:meta", config.tag),
@@ -128,6 +114,7 @@ impl Transport {
         ];
         Self {
             config,
+            young_windows,
             script: Script::new(LEASE_LUA),
             clock_script: Script::new(CLOCK_LUA),
             keys,
@@ -175,6 +162,7 @@ impl Transport {
                 let script = Invocation {
                     script: &self.script,
                     config: &self.config,
+                    young_windows: self.young_windows,
                     keys: &self.keys,
                     request: &request,
                 };
@@ -224,7 +212,8 @@ fn expiry_ms(response_timeout: Duration) -> u64 {
 /// One run of the lease script.
 struct Invocation<'a> {
     script: &'a Script,
-    config: &'a TransportConfig,
+    config: &'a WorkerConfig,
+    young_windows: u64,
     keys: &'a [String; 3],
     request: &'a LeaseRequest,
 }
@@ -251,7 +240,7 @@ impl Invocation<'_> {
             .arg(request.known_instances)
             .arg(request.known_rank)
             .arg(window_ms)
-            .arg(config.young_windows)
+            .arg(self.young_windows)
             .arg(STALE_AFTER_INTERVALS * interval_ms)
             .arg(PRUNE_AFTER_INTERVALS * interval_ms)
             .arg(request.sent_ms)

@@ -23,7 +23,7 @@ use super::lease::{
     PRUNE_AFTER_INTERVALS,
 };
 use super::limiter::Inner;
-use super::transport::{CallError, Target, Transport, TransportConfig};
+use super::transport::{CallError, Target, Transport};
 use crate::clock::Clock;
 
 /// The stop signal shared by the handles and the thread.
@@ -65,7 +65,7 @@ impl Stop {
     }
 }
 
-/// What the thread needs to know, fixed at build time.
+/// What the thread and its transport need to know, fixed at build time.
 #[derive(Debug)]
 pub(crate) struct WorkerConfig {
     pub(crate) target: Target,
@@ -138,17 +138,7 @@ impl<C: Clock> Worker<C> {
             interval_nanos,
             tick_nanos: nanos(tick),
         };
-        let transport = Transport::new(TransportConfig {
-            target: config.target,
-            tag: config.tag,
-            instance_id: config.instance_id,
-            permits: config.permits,
-            window_nanos: config.window_nanos,
-            interval: config.interval,
-            response_timeout: config.response_timeout,
-            connect_timeout: config.connect_timeout,
-            young_windows,
-        });
+        let transport = Transport::new(config, young_windows);
         Self {
             inner,
             stop,

@@ -64,6 +64,23 @@ fn lagging_fleet(
     (fleet, clocks)
 }
 
+/// Waits until `pred` holds for `limiter` (at most 10 s); returns the time since `start`.
+fn wait_since<C: Clock>(
+    start: Instant,
+    limiter: &FleetLimiter<C>,
+    pred: impl Fn(&FleetLimiter<C>) -> bool,
+) -> Duration {
+    while !pred(limiter) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            limiter.stats()
+        );
+        thread::sleep(Duration::from_millis(1));
+    }
+    start.elapsed()
+}
+
 /// Moves the fleet clock of rule `key` by `micros` (a step of Redis `TIME`).
 fn step_redis_time(server: &Server, key: &str, micros: i64) {
     let meta = format!("{{otel-rate:{key}}}:meta");
@@ -161,26 +178,10 @@ fn a_replica_two_seconds_behind_stays_under_n_and_leases_again() {
         let in_time = |l: &FleetLimiter<Arc<LaggingClock>>| {
             !l.stats().fallback_active && l.current_window() == fleet[0].current_window()
         };
-        while !in_time(&fleet[3]) {
-            assert!(
-                resumed.elapsed() < Duration::from_secs(10),
-                "{:?}",
-                fleet[3].stats()
-            );
-            thread::sleep(Duration::from_millis(1));
-        }
-        recovery = resumed.elapsed();
+        recovery = wait_since(resumed, &fleet[3], in_time);
         // And granted again (the window it came back in may be spent already).
         let leases = fleet[3].stats().leases;
-        while fleet[3].stats().leases == leases {
-            assert!(
-                resumed.elapsed() < Duration::from_secs(10),
-                "{:?}",
-                fleet[3].stats()
-            );
-            thread::sleep(Duration::from_millis(1));
-        }
-        granted_again = resumed.elapsed();
+        granted_again = wait_since(resumed, &fleet[3], |l| l.stats().leases > leases);
     });
     let max = assert_capped(&per_window, "one replica 2 s behind");
     let inner = inner_windows(&per_window, first, last);
