@@ -50,11 +50,12 @@
 //! timeout), and a heartbeat it wrote would make Redis think an instance that is by
 //! now spending its fallback share is live, and lease that share to others.
 //!
-//! The grant is `min(want, N − total − reserved, young cap)`, where `reserved` is a
-//! share `⌈N/k⌉` for every other member whose last call is older than the stale age:
-//! it may be in fallback, spending its share unrecorded.
+//! The grant is `min(want, N − total − reserved, young cap)` (0 for a window out of
+//! reach), where `reserved` is a share `⌈N/k⌉` for every other member whose last call
+//! is older than the stale age: it may be in fallback, spending its share unrecorded.
 //!
-//! Reply: `{granted, total, k, rank, since, young, seconds, microseconds, expired}`.
+//! Reply: `{granted, total, k, rank, since, young, seconds, microseconds, expired}`,
+//! the time being the fleet clock's; a refusal for lateness carries it too.
 
 /// The fleet clock, shared by both scripts: Redis `TIME` plus the rule's `shift`, never
 /// below the highest fleet time this rule has answered (`high`). Leaves `now_us`,

@@ -1,13 +1,16 @@
 //! The fleet's time: Redis `TIME`, carried between samples by the local monotonic clock.
 //!
-//! Every lease call returns the server's `TIME`. With `t0`/`t1` the local clock read
+//! Every lease call returns the fleet clock (the server's `TIME` plus the rule's shift,
+//! never going back: see `script.rs`), refusals included. With `t0`/`t1` the local clock read
 //! before and after the call, the server time is taken to be at the midpoint, so
 //! `offset = server_unix_nanos − (t0 + t1) / 2` and `fleet_now = local_now + offset`.
 //! The error of one sample is at most half the round trip (`(t1 − t0) / 2`), plus the
 //! drift of the local clock against the server's until the next sample (a few µs per
 //! second at typical crystal drift). The worker keeps only samples whose round trip is
 //! within twice the fastest recent one plus 1 ms (or when the mapping is 10 sync
-//! intervals old), so a call slowed by a pause or a queue does not drag the mapping. That error moves the *edges* of a
+//! intervals old, or the sample shows the mapping off by more than its own error: a
+//! step; see `SampleFilter`), so a call slowed by a pause or a queue does not drag the
+//! mapping. That error moves the *edges* of a
 //! window by at most that much for this instance; it never changes how many permits are
 //! counted per window id: a lease names its window id, and a decision spends only the
 //! lease of the window id it computes (or, when its reading is behind, of the newer one
