@@ -6,10 +6,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::error::{redact, FleetError};
+use super::builder::{FleetLimiterBuilder, RedisUrls};
+use super::lease::Shared;
 use super::time::TimeMap;
 use super::word::LeaseWord;
-use super::worker::{self, Target, WorkerConfig};
+use super::worker;
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::Limit;
 use crate::limiter::RateLimiter;
@@ -52,6 +53,17 @@ pub const DEFAULT_FLEET_PREFIX: &str = "otel-rate";
 ///   seen Redis during its young windows (when `k` counts only the instances registered
 ///   so far) has no settled `k` and spends no share: it admits nothing until Redis
 ///   answers.
+/// * **Partitions, of any length:** Redis forgets a silent instance, and stops
+///   reserving its share, 20 sync intervals (of its live clock, never faster than real
+///   time) after its last heartbeat. An instance spends its fallback share only in
+///   windows that end within 19 intervals of sending its last heartbeat Redis
+///   answered, then admits nothing until Redis answers: at most `N` per window through
+///   a partition of one instance, of several or of all, however long. The price: a
+///   fleet cut off from Redis for longer keeps nothing from then on.
+/// * **Steps of time:** see `lease.rs`. A step of Redis `TIME` back costs no window
+///   (the scripts' fleet clock never goes back), a step forward or a replica's clock
+///   stalling at most one window of under-use for that replica, never a window over
+///   `N`, with at most 4 Redis calls per interval per replica meanwhile.
 /// * **Not paced**: the fleet window is not cut into sub-windows, whatever
 ///   [`Limit::is_paced`](crate::Limit::is_paced) says: a lease may be spent as soon as it
 ///   is granted, so under overload the fleet's `N` tend to fall early in each fleet
@@ -65,7 +77,7 @@ pub const DEFAULT_FLEET_PREFIX: &str = "otel-rate";
 /// spends the lease word by compare-exchange from the exact value read (`Relaxed`: the
 /// word publishes nothing else; see `word.rs`).
 pub struct FleetLimiter<C = MonotonicClock> {
-    inner: Arc<Inner<C>>,
+    pub(super) inner: Arc<Inner<C>>,
 }
 
 impl<C> Clone for FleetLimiter<C> {
@@ -83,10 +95,21 @@ pub(crate) struct Inner<C> {
     pub(crate) limit: Limit,
     pub(crate) stats: StatCells,
     pub(crate) stop: Arc<worker::Stop>,
-    thread: Mutex<Option<JoinHandle<()>>>,
-    key: String,
-    instance_id: String,
-    sync_interval: Duration,
+    pub(super) thread: Mutex<Option<JoinHandle<()>>>,
+    pub(super) key: String,
+    pub(super) instance_id: String,
+    pub(super) sync_interval: Duration,
+}
+
+impl<C> Inner<C> {
+    /// What the lease state machine writes.
+    pub(crate) fn shared(&self) -> Shared<'_> {
+        Shared {
+            lease: &self.lease,
+            time: &self.time,
+            stats: &self.stats,
+        }
+    }
 }
 
 impl<C> Drop for Inner<C> {
@@ -148,18 +171,7 @@ impl FleetLimiter {
         key: impl Into<String>,
         limit: Limit,
     ) -> FleetLimiterBuilder {
-        FleetLimiterBuilder {
-            urls: redis.into_urls(),
-            key: key.into(),
-            limit,
-            prefix: DEFAULT_FLEET_PREFIX.to_owned(),
-            cluster: false,
-            sync_interval: None,
-            response_timeout: None,
-            connect_timeout: None,
-            instance_id: None,
-            clock: MonotonicClock::new(),
-        }
+        FleetLimiterBuilder::new(redis.into_urls(), key.into(), limit)
     }
 }
 
@@ -305,236 +317,4 @@ impl<C: fmt::Debug> fmt::Debug for FleetLimiter<C> {
             .field("clock", &self.inner.clock)
             .finish_non_exhaustive()
     }
-}
-
-/// One Redis URL or several (the seed nodes of a cluster), for
-/// [`FleetLimiter::builder`]. Implemented for `&str`, `String`, and slices, arrays and
-/// vectors of them.
-pub trait RedisUrls {
-    /// The URLs.
-    fn into_urls(self) -> Vec<String>;
-}
-
-impl RedisUrls for &str {
-    fn into_urls(self) -> Vec<String> {
-        vec![self.to_owned()]
-    }
-}
-
-impl RedisUrls for String {
-    fn into_urls(self) -> Vec<String> {
-        vec![self]
-    }
-}
-
-impl<S: AsRef<str>> RedisUrls for &[S] {
-    fn into_urls(self) -> Vec<String> {
-        self.iter().map(|s| s.as_ref().to_owned()).collect()
-    }
-}
-
-impl<S: AsRef<str>, const K: usize> RedisUrls for [S; K] {
-    fn into_urls(self) -> Vec<String> {
-        self.iter().map(|s| s.as_ref().to_owned()).collect()
-    }
-}
-
-impl<S: AsRef<str>> RedisUrls for Vec<S> {
-    fn into_urls(self) -> Vec<String> {
-        self.iter().map(|s| s.as_ref().to_owned()).collect()
-    }
-}
-
-/// Builds a [`FleetLimiter`]; from [`FleetLimiter::builder`].
-#[must_use]
-pub struct FleetLimiterBuilder<C = MonotonicClock> {
-    urls: Vec<String>,
-    key: String,
-    limit: Limit,
-    prefix: String,
-    cluster: bool,
-    sync_interval: Option<Duration>,
-    response_timeout: Option<Duration>,
-    connect_timeout: Option<Duration>,
-    instance_id: Option<String>,
-    clock: C,
-}
-
-impl<C: Clock> FleetLimiterBuilder<C> {
-    /// How often the instance heartbeats and, while Redis fails, retries. Default: a
-    /// quarter of the window, between 10 ms and 1 s. Fallback starts after 3 intervals
-    /// without a successful call; recovery takes at most one interval plus the response
-    /// timeout once Redis answers.
-    pub fn sync_interval(mut self, interval: Duration) -> Self {
-        self.sync_interval = Some(interval);
-        self
-    }
-
-    /// The longest a Redis call may take before it counts as failed. Default: half the
-    /// sync interval.
-    pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = Some(timeout);
-        self
-    }
-
-    /// The longest a connection attempt may take. Default: the response timeout.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = Some(timeout);
-        self
-    }
-
-    /// This instance's id among the replicas (unique per process). Default: the process
-    /// id, the start time and a counter.
-    pub fn instance_id(mut self, id: impl Into<String>) -> Self {
-        self.instance_id = Some(id.into());
-        self
-    }
-
-    /// The key prefix, [`DEFAULT_FLEET_PREFIX`] by default: keys are `{prefix:key}:...`.
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// Treats the URL(s) as seed nodes of a Redis Cluster (implied by several URLs).
-    pub fn cluster(mut self, cluster: bool) -> Self {
-        self.cluster = cluster;
-        self
-    }
-
-    /// The local clock the decisions read (windows are still Redis's; this clock carries
-    /// Redis `TIME` between samples). Default: [`MonotonicClock`]. It must advance with
-    /// real time: the worker maps it onto Redis `TIME` at every call, so a
-    /// [`ManualClock`](crate::ManualClock) only makes sense in a test that drives it
-    /// in step with the wall clock.
-    pub fn clock<C2: Clock>(self, clock: C2) -> FleetLimiterBuilder<C2> {
-        FleetLimiterBuilder {
-            urls: self.urls,
-            key: self.key,
-            limit: self.limit,
-            prefix: self.prefix,
-            cluster: self.cluster,
-            sync_interval: self.sync_interval,
-            response_timeout: self.response_timeout,
-            connect_timeout: self.connect_timeout,
-            instance_id: self.instance_id,
-            clock,
-        }
-    }
-
-    /// Checks the options, starts the background thread and returns at once, without
-    /// waiting for Redis.
-    ///
-    /// # Errors
-    ///
-    /// [`FleetError::NoUrl`], [`FleetError::InvalidUrl`], [`FleetError::InvalidKey`] (or
-    /// a bad prefix),
-    /// [`FleetError::InvalidOption`] for a zero interval or timeout, and
-    /// [`FleetError::Spawn`] if the thread cannot start.
-    pub fn build(self) -> Result<FleetLimiter<C>, FleetError> {
-        if self.urls.is_empty() {
-            return Err(FleetError::NoUrl);
-        }
-        let bad_part =
-            |s: &str| s.is_empty() || s.contains(['{', '}']) || s.chars().any(char::is_whitespace);
-        if bad_part(&self.key) {
-            return Err(FleetError::InvalidKey { key: self.key });
-        }
-        if bad_part(&self.prefix) {
-            return Err(FleetError::InvalidKey { key: self.prefix });
-        }
-        let window = self.limit.window();
-        let interval = self.sync_interval.unwrap_or_else(|| {
-            (window / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
-        });
-        if interval < Duration::from_millis(1) {
-            return Err(FleetError::InvalidOption {
-                option: "sync_interval",
-                reason: "must be at least 1 ms",
-            });
-        }
-        let response_timeout = self.response_timeout.unwrap_or(interval / 2);
-        let connect_timeout = self.connect_timeout.unwrap_or(response_timeout);
-        if response_timeout.is_zero() || connect_timeout.is_zero() {
-            return Err(FleetError::InvalidOption {
-                option: "response_timeout / connect_timeout",
-                reason: "must be above zero",
-            });
-        }
-        let target = Target::parse(
-            &self.urls,
-            self.cluster || self.urls.len() > 1,
-            response_timeout,
-            connect_timeout,
-        )
-        .map_err(|(url, reason)| FleetError::InvalidUrl {
-            url: redact(&url),
-            reason,
-        })?;
-        let instance_id = self.instance_id.unwrap_or_else(default_instance_id);
-        if bad_part(&instance_id) {
-            return Err(FleetError::InvalidOption {
-                option: "instance_id",
-                reason: "must be non-empty, without '{', '}' or whitespace",
-            });
-        }
-        let inner = Arc::new(Inner {
-            lease: LeaseWord::new(),
-            time: TimeMap::default(),
-            clock: self.clock,
-            limit: self.limit,
-            stats: StatCells::default(),
-            stop: Arc::new(worker::Stop::default()),
-            thread: Mutex::new(None),
-            key: self.key.clone(),
-            instance_id: instance_id.clone(),
-            sync_interval: interval,
-        });
-        let config = WorkerConfig {
-            target,
-            tag: format!("{{{}:{}}}", self.prefix, self.key),
-            instance_id,
-            permits: u64::from(self.limit.permits()),
-            window_nanos: self.limit.window_nanos(),
-            interval,
-            response_timeout,
-            connect_timeout,
-        };
-        let handle = worker::spawn(Arc::downgrade(&inner), config).map_err(FleetError::Spawn)?;
-        match inner.thread.lock() {
-            Ok(mut guard) => *guard = Some(handle),
-            Err(poisoned) => *poisoned.into_inner() = Some(handle),
-        }
-        Ok(FleetLimiter { inner })
-    }
-}
-
-impl<C: fmt::Debug> fmt::Debug for FleetLimiterBuilder<C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // URLs with their passwords masked.
-        let urls: Vec<String> = self.urls.iter().map(|u| redact(u)).collect();
-        f.debug_struct("FleetLimiterBuilder")
-            .field("urls", &urls)
-            .field("key", &self.key)
-            .field("limit", &self.limit)
-            .field("prefix", &self.prefix)
-            .field("cluster", &self.cluster)
-            .field("sync_interval", &self.sync_interval)
-            .field("response_timeout", &self.response_timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("instance_id", &self.instance_id)
-            .field("clock", &self.clock)
-            .finish()
-    }
-}
-
-fn default_instance_id() -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let since_epoch = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_micros())
-        .unwrap_or(0);
-    // Relaxed: a counter for uniqueness within the process.
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("{}-{since_epoch}-{n}", std::process::id())
 }

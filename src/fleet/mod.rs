@@ -5,8 +5,12 @@
 //! * `share.rs`: fallback shares and chunk sizes (pure arithmetic).
 //! * `script.rs`: the Lua lease script and its reply.
 //! * `time.rs`: Redis `TIME` mapped onto the local clock.
-//! * `worker.rs`: the background thread, its runtime and connection.
-//! * `limiter.rs`: the public handle, builder and statistics.
+//! * `lease.rs`: the lease state machine (planning, window roll, fallback, accounting),
+//!   without I/O or a clock of its own.
+//! * `transport.rs`: the connection to Redis and one call, with typed errors.
+//! * `worker.rs`: the background thread and its runtime, driving the two.
+//! * `limiter.rs`: the public handle and its statistics.
+//! * `builder.rs`: its builder, where the options are checked.
 //! * `error.rs`: `FleetError`.
 
 // Under loom without the feature only the word is built, for its model; the rest of
@@ -16,7 +20,11 @@
 mod word;
 
 #[cfg(feature = "redis")]
+mod builder;
+#[cfg(feature = "redis")]
 mod error;
+#[cfg(feature = "redis")]
+mod lease;
 #[cfg(feature = "redis")]
 mod limiter;
 #[cfg(feature = "redis")]
@@ -26,9 +34,13 @@ mod share;
 #[cfg(feature = "redis")]
 mod time;
 #[cfg(feature = "redis")]
+mod transport;
+#[cfg(feature = "redis")]
 mod worker;
 
 #[cfg(feature = "redis")]
+pub use builder::{FleetLimiterBuilder, RedisUrls};
+#[cfg(feature = "redis")]
 pub use error::FleetError;
 #[cfg(feature = "redis")]
-pub use limiter::{FleetLimiter, FleetLimiterBuilder, FleetStats, RedisUrls, DEFAULT_FLEET_PREFIX};
+pub use limiter::{FleetLimiter, FleetStats, DEFAULT_FLEET_PREFIX};

@@ -21,6 +21,24 @@
 //!   that silences every member barely moves it, so it forgets no one: they may all be
 //!   spending fallback shares that must stay reserved.
 //!
+//!   `shift` and `high`: the fleet clock (below).
+//!
+//! **The fleet clock.** Both scripts read time as Redis `TIME` plus `shift`
+//! (microseconds), never below `high`, the highest fleet time the rule has answered:
+//! when Redis `TIME` steps back (an NTP step, a failover to a host whose clock is
+//! behind), `shift` grows by the step and the fleet's time goes on from where it was,
+//! so no window id is used twice and no replica is left with a lease for a window the
+//! fleet has already passed. A step forward is kept (it cannot be told apart from
+//! Redis being idle): the fleet skips the windows in between, and the replicas, whose
+//! calls are then refused as late, correct their mapping from the refusal's time. Tests
+//! step the fleet clock by writing `shift` directly. `CLOCK_LUA` answers the fleet time
+//! alone (the replica's first sample and its re-samples).
+//!
+//! **Reach.** A lease is granted only for Redis's own window, the one before it or the
+//! one after it (a prefetch): a replica whose mapping is further off gets nothing and
+//! corrects its mapping from the reply, so no replica holds a grant for a window far
+//! from the fleet's.
+//!
 //! Arguments: instance id, window id, N, permits wanted (0: heartbeat and report only),
 //! what the instance holds for the window, its last known `k` and rank (0, 0: none),
 //! window length (ms), young windows, stale age (ms), prune age (ms), the fleet time
@@ -32,36 +50,52 @@
 //! timeout), and a heartbeat it wrote would make Redis think an instance that is by
 //! now spending its fallback share is live, and lease that share to others.
 //!
-//! The grant is `min(want, N − total − reserved, young cap)`, where `reserved` is a
-//! share `⌈N/k⌉` for every other member whose last call is older than the stale age:
-//! it may be in fallback, spending its share unrecorded.
+//! The grant is `min(want, N − total − reserved, young cap)` (0 for a window out of
+//! reach), where `reserved` is a share `⌈N/k⌉` for every other member whose last call
+//! is older than the stale age: it may be in fallback, spending its share unrecorded.
 //!
-//! Reply: `{granted, total, k, rank, since, young, seconds, microseconds, expired}`.
+//! Reply: `{granted, total, k, rank, since, young, seconds, microseconds, expired}`,
+//! the time being the fleet clock's; a refusal for lateness carries it too.
 
-/// The script's source.
-pub(crate) const LEASE_LUA: &str = r#"
+/// The fleet clock, shared by both scripts: Redis `TIME` plus the rule's `shift`, never
+/// below the highest fleet time this rule has answered (`high`). Leaves `now_us`,
+/// `now_ms`, `shift` and `high` defined; expects the meta key in `meta`.
+macro_rules! fleet_clock_lua {
+    () => {
+        r#"
 local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if now_ms - tonumber(ARGV[12]) > tonumber(ARGV[13]) then
-  return {0, 0, 0, 0, 0, 0, tonumber(t[1]), tonumber(t[2]), 1}
+local shift = tonumber(redis.call('HGET', meta, 'shift') or '0')
+local high = tonumber(redis.call('HGET', meta, 'high') or '0')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2]) + shift
+if now_us < high then
+  shift = shift + high - now_us
+  now_us = high
 end
-local id = ARGV[1]
-local w = tonumber(ARGV[2])
-local n = tonumber(ARGV[3])
-local want = tonumber(ARGV[4])
-local held = tonumber(ARGV[5])
-local krep = tonumber(ARGV[6])
-local rrep = tonumber(ARGV[7])
-local wms = tonumber(ARGV[8])
-local young_windows = tonumber(ARGV[9])
-local stale_ms = tonumber(ARGV[10])
-local prune_ms = tonumber(ARGV[11])
+high = now_us
+redis.call('HSET', meta, 'shift', shift, 'high', high)
+if redis.call('PTTL', meta) == -1 then redis.call('PEXPIRE', meta, 3600000) end
+local now_ms = math.floor(now_us / 1000)
+local now_s = math.floor(now_us / 1000000)
+local now_sub_us = now_us - now_s * 1000000
+"#
+    };
+}
 
+/// The clock script: the fleet time alone. `KEYS[1]`: the meta key.
+pub(crate) const CLOCK_LUA: &str = concat!(
+    "local meta = KEYS[1]\n",
+    fleet_clock_lua!(),
+    "return {now_s, now_sub_us}\n"
+);
+
+/// The lease script after its clock and arguments: membership, accounting, the grant.
+macro_rules! lease_body_lua {
+    () => {
+        r#"
 -- The live clock: Redis time that passed while the fleet was calling, i.e. with the
 -- gaps between calls capped at the stale age. An outage or a pause that silences
 -- everyone barely moves it, so nobody is pruned for it: the members may all be
 -- spending their fallback shares, and must stay counted and reserved.
-local meta = KEYS[3]
 local live = tonumber(redis.call('HGET', meta, 'live') or '0')
 local last = tonumber(redis.call('HGET', meta, 'last') or tostring(now_ms))
 live = live + math.min(math.max(now_ms - last, 0), stale_ms)
@@ -88,8 +122,10 @@ redis.call('ZADD', KEYS[4], live, id)
 local since = redis.call('HGET', meta, 'since')
 if since then
   since = tonumber(since)
-else
+elseif in_reach then
   since = w
+else
+  since = redis_w
 end
 redis.call('HSET', meta, 'since', since, 'live', live, 'last', now_ms)
 local keep = math.max(3600000, prune_ms * 2, wms * 4)
@@ -121,11 +157,41 @@ mine = mine + g
 total = total + g
 redis.call('HSET', KEYS[1], id, mine, '#', total)
 redis.call('PEXPIRE', KEYS[1], wms * 3)
-return {g, total, k, rank, since, young, tonumber(t[1]), tonumber(t[2]), 0}
-"#;
+return {g, total, k, rank, since, young, now_s, now_sub_us, 0}
+"#
+    };
+}
+
+/// The lease script's source.
+pub(crate) const LEASE_LUA: &str = concat!(
+    "local meta = KEYS[3]\n",
+    fleet_clock_lua!(),
+    r#"
+if now_ms - tonumber(ARGV[12]) > tonumber(ARGV[13]) then
+  return {0, 0, 0, 0, 0, 0, now_s, now_sub_us, 1}
+end
+local id = ARGV[1]
+local w = tonumber(ARGV[2])
+local n = tonumber(ARGV[3])
+local want = tonumber(ARGV[4])
+local held = tonumber(ARGV[5])
+local krep = tonumber(ARGV[6])
+local rrep = tonumber(ARGV[7])
+local wms = tonumber(ARGV[8])
+local young_windows = tonumber(ARGV[9])
+local stale_ms = tonumber(ARGV[10])
+local prune_ms = tonumber(ARGV[11])
+-- Leases only for Redis's own window, the one before or the one after: a replica
+-- whose clock is off by more gets nothing (and corrects its clock from this reply).
+local redis_w = math.floor(now_ms / wms)
+local in_reach = w >= redis_w - 1 and w <= redis_w + 1
+if not in_reach then want = 0 end
+"#,
+    lease_body_lua!()
+);
 
 /// The arguments of one lease call.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct LeaseRequest {
     pub(crate) window: u64,
     pub(crate) want: u64,

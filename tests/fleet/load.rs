@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use otel_rate_sampler::{FleetLimiter, Limit, RateLimiter};
+use otel_rate_sampler::{Clock, FleetLimiter, Limit, RateLimiter};
 
 /// Test timing: short windows so a run takes seconds.
 pub(crate) const WINDOW: Duration = Duration::from_millis(250);
@@ -30,7 +30,7 @@ pub(crate) fn fleet(urls: &[String], key: &str, k: usize) -> Vec<FleetLimiter> {
 }
 
 /// Waits until every limiter has synced its clock and `windows` more windows passed.
-pub(crate) fn warm_up(fleet: &[FleetLimiter], windows: u32) {
+pub(crate) fn warm_up<C: Clock>(fleet: &[FleetLimiter<C>], windows: u32) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !fleet.iter().all(|l| l.stats().clock_synced) {
         assert!(Instant::now() < deadline, "the fleet never reached Redis");
@@ -45,8 +45,8 @@ pub(crate) type PerWindow = BTreeMap<u64, u64>;
 /// Offers `per_window` calls per window in total (split evenly, paced every ms) to the
 /// fleet for `run`, while `during` runs on the test thread. Returns the admissions per
 /// window id and the first and last window ids of the load.
-pub(crate) fn drive(
-    fleet: &[FleetLimiter],
+pub(crate) fn drive<C: Clock>(
+    fleet: &[FleetLimiter<C>],
     per_window: f64,
     run: Duration,
     during: impl FnOnce(),

@@ -10,6 +10,8 @@ mod demo;
 mod config_rules;
 mod faults;
 mod load;
+mod partition;
 mod proxy;
 mod server;
 mod single;
+mod time_steps;

@@ -1,6 +1,7 @@
-//! A loopback TCP proxy that can be frozen: bytes stop flowing both ways (they are held,
-//! not lost, as on a congested or partitioned network) until it is thawed. Puts one
-//! instance of a fleet out of Redis's reach while the others still reach it.
+//! A loopback TCP proxy that can be frozen: bytes stop flowing both ways, or only from
+//! the server back to the client (they are held, not lost, as on a congested or
+//! partitioned network) until it is thawed. Puts one instance of a fleet out of
+//! Redis's reach while the others still reach it.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -12,6 +13,7 @@ use std::time::Duration;
 pub(crate) struct Proxy {
     pub(crate) port: u16,
     frozen: Arc<AtomicBool>,
+    replies_frozen: Arc<AtomicBool>,
     closed: Arc<AtomicBool>,
 }
 
@@ -21,8 +23,9 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
         let port = listener.local_addr().expect("proxy address").port();
         let frozen = Arc::new(AtomicBool::new(false));
+        let replies_frozen = Arc::new(AtomicBool::new(false));
         let closed = Arc::new(AtomicBool::new(false));
-        let (f, c) = (frozen.clone(), closed.clone());
+        let (f, r, c) = (frozen.clone(), replies_frozen.clone(), closed.clone());
         thread::spawn(move || {
             for client in listener.incoming() {
                 if c.load(Ordering::Relaxed) {
@@ -33,21 +36,24 @@ impl Proxy {
                     let _ = client.shutdown(Shutdown::Both);
                     continue;
                 };
-                for (from, to) in [
-                    (client.try_clone(), server.try_clone()),
-                    (server.try_clone(), client.try_clone()),
+                for (from, to, replies) in [
+                    (client.try_clone(), server.try_clone(), false),
+                    (server.try_clone(), client.try_clone(), true),
                 ] {
                     let (Ok(from), Ok(to)) = (from, to) else {
                         continue;
                     };
                     let (f, c) = (f.clone(), c.clone());
-                    thread::spawn(move || pump(from, to, &f, &c));
+                    // The reply direction also stops when only replies are frozen.
+                    let r = replies.then(|| r.clone());
+                    thread::spawn(move || pump(from, to, &f, r.as_deref(), &c));
                 }
             }
         });
         Self {
             port,
             frozen,
+            replies_frozen,
             closed,
         }
     }
@@ -60,8 +66,14 @@ impl Proxy {
         self.frozen.store(true, Ordering::Relaxed);
     }
 
+    /// Holds only what the server sends: requests still reach it.
+    pub(crate) fn freeze_replies(&self) {
+        self.replies_frozen.store(true, Ordering::Relaxed);
+    }
+
     pub(crate) fn thaw(&self) {
         self.frozen.store(false, Ordering::Relaxed);
+        self.replies_frozen.store(false, Ordering::Relaxed);
     }
 }
 
@@ -69,19 +81,29 @@ impl Drop for Proxy {
     fn drop(&mut self) {
         self.closed.store(true, Ordering::Relaxed);
         self.frozen.store(false, Ordering::Relaxed);
+        self.replies_frozen.store(false, Ordering::Relaxed);
         // Wake the accept loop so it sees `closed`.
         let _ = TcpStream::connect(("127.0.0.1", self.port));
     }
 }
 
-fn pump(mut from: TcpStream, mut to: TcpStream, frozen: &AtomicBool, closed: &AtomicBool) {
+fn pump(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    frozen: &AtomicBool,
+    replies_frozen: Option<&AtomicBool>,
+    closed: &AtomicBool,
+) {
+    let held = || {
+        frozen.load(Ordering::Relaxed) || replies_frozen.is_some_and(|r| r.load(Ordering::Relaxed))
+    };
     let mut buf = [0u8; 16 * 1024];
     loop {
         let n = match from.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        while frozen.load(Ordering::Relaxed) && !closed.load(Ordering::Relaxed) {
+        while held() && !closed.load(Ordering::Relaxed) {
             thread::sleep(Duration::from_millis(1));
         }
         if closed.load(Ordering::Relaxed) || to.write_all(&buf[..n]).is_err() {

@@ -1,0 +1,340 @@
+//! The lease state machine: which call to make next, what a reply or a failure changes,
+//! the window roll and the fallback. No I/O and no clock of its own: the transport
+//! (`transport.rs`) makes the calls, the worker (`worker.rs`) reads the clock and passes
+//! the local time in. What it changes is in memory only: the lease word the decisions
+//! spend, the fleet-time mapping and the statistics (`Shared`).
+//!
+//! # Bounds it keeps (per fleet window id, for this replica)
+//!
+//! * It installs in the lease word for window `w` only what Redis granted for `w`, plus,
+//!   in fallback, its share `N/k` of `w` (rotated, see `share.rs`), at most once per
+//!   window and only for a window later than every window it reported to Redis.
+//! * While a call is failing it makes one attempt per sync interval; a refusal for
+//!   lateness adds one re-sample of the clock and, once per interval, a lease right
+//!   after it: at most 4 calls per interval while every lease is refused as late.
+//! * It never asks for a lease of a window older than the one it accounts for.
+//!
+//! # Steps of time (see also the fleet clock in `script.rs`)
+//!
+//! * **Redis time steps back:** the fleet clock goes on from the highest time it
+//!   answered, so replicas see no step at all while the rule is called at least once
+//!   per interval (any live replica heartbeats that often): no window is lost. If
+//!   nobody called for a while, the fleet lives again `min(step, time since the last
+//!   call)`, never a window id twice.
+//! * **Redis time steps forward, or this replica's clock stalls:** its next call is
+//!   refused as late; the refusal's time corrects the mapping, one re-sample follows,
+//!   and the lease right after it is for the right window: at most one interval and
+//!   two round trips after its first call, within one window of under-use.
+//! * **This replica's clock jumps ahead by `D`:** Redis grants no lease further than
+//!   one window from its own and its time corrects the mapping at the next reply;
+//!   the machine re-syncs to Redis's window at once, unless the lease word already
+//!   names a later window (a prefetch, or a fallback share installed while it was
+//!   ahead), which it then waits for: at most one window, or `D` of its own fallback
+//!   share if the jump came while it was in fallback.
+//! * Never a window over its grants plus one fallback share, whatever the steps:
+//!   checked by the property test in `lease/tests.rs`.
+
+use std::sync::atomic::Ordering;
+
+use super::limiter::StatCells;
+use super::script::{LeaseReply, LeaseRequest};
+use super::share::{chunk, low_water};
+use super::time::{SampleFilter, TimeMap};
+use super::word::LeaseWord;
+
+/// Sync intervals without a successful call after which an instance falls back.
+pub(crate) const FALLBACK_AFTER_INTERVALS: u64 = 3;
+/// Sync intervals after which Redis counts a member as stale (it may be in fallback):
+/// below [`FALLBACK_AFTER_INTERVALS`], so Redis reserves a share before it is spent.
+pub(crate) const STALE_AFTER_INTERVALS: u64 = 2;
+/// Sync intervals (of Redis's live clock, which never runs faster than real time)
+/// after which Redis forgets a member that stopped calling, and with it the share it
+/// reserved. One rule for both sides: a replica spends its fallback share only in
+/// windows that end before this age, less [`FALLBACK_MARGIN_INTERVALS`], has passed
+/// since it sent its last heartbeat that Redis answered.
+pub(crate) const PRUNE_AFTER_INTERVALS: u64 = 20;
+/// The replica's side of the clock uncertainty in that rule: its mapping of a window
+/// end is off by at most half a round trip (under the response timeout, itself at
+/// most an interval by default) plus drift, far below one interval.
+pub(crate) const FALLBACK_MARGIN_INTERVALS: u64 = 1;
+/// A mapping of Redis time older than this many sync intervals takes any sample.
+const RESAMPLE_AFTER_INTERVALS: u64 = 10;
+
+/// The in-memory state the machine writes, shared with the decision path.
+#[derive(Clone, Copy)]
+pub(crate) struct Shared<'a> {
+    pub(crate) lease: &'a LeaseWord,
+    pub(crate) time: &'a TimeMap,
+    pub(crate) stats: &'a StatCells,
+}
+
+/// The rule's fixed parameters, in nanoseconds of the local clock.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Settings {
+    /// `N`, the fleet's permits per window.
+    pub(crate) permits: u64,
+    pub(crate) window_nanos: u64,
+    /// Heartbeats and retries while failing: one per interval.
+    pub(crate) interval_nanos: u64,
+    /// How often the worker plans when it has nothing to call.
+    pub(crate) tick_nanos: u64,
+}
+
+/// What to ask Redis next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Call {
+    /// Sample the server's clock (before the first lease: window ids need it).
+    SampleTime,
+    /// Run the lease script (a heartbeat and report when `want` is 0).
+    Lease(LeaseRequest),
+}
+
+/// Redis's answer to a [`Call`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reply {
+    /// The server's `TIME`, in Unix nanoseconds.
+    Time(u64),
+    Lease(LeaseReply),
+}
+
+/// What the replica last learnt from Redis about the fleet: `instances` live members
+/// (`k`) and its rank among them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Membership {
+    pub(crate) instances: u64,
+    pub(crate) rank: u64,
+}
+
+/// Changes of state an operator should hear about; the worker logs them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Notice {
+    /// Fell back to spending the local share `N/instances`.
+    FellBack { instances: u64 },
+    /// Redis answered again: leasing resumed.
+    Resumed,
+    /// Cut off longer than Redis keeps this replica's share: it admits nothing more
+    /// until Redis answers.
+    ShareExpired,
+    /// The mapping of Redis time was off by this many nanoseconds (Redis later than
+    /// the replica thought when positive): a clock stepped, Redis's or this replica's.
+    ClockStep { nanos: i128 },
+}
+
+/// The lease state machine of one replica and rule.
+#[derive(Debug)]
+pub(crate) struct LeaseMachine {
+    settings: Settings,
+    /// The fleet window the machine accounts for.
+    window: u64,
+    /// What it installed in the lease word for `window` (grants plus fallback share):
+    /// what it reports to Redis as held.
+    held: u64,
+    /// Of `held`, what the decisions had spent when last looked at.
+    spent: u64,
+    /// What was spent in the window before `window` (0 if that was not the one before).
+    spent_previous: u64,
+    /// A lease granted for the window after `window`: (window, permits).
+    prefetched: Option<(u64, u64)>,
+    /// No lease call for `window` before this local time (Redis was short).
+    retry_lease_at: u64,
+    last_success: Option<u64>,
+    /// When the last lease call Redis answered (a heartbeat it wrote) was sent.
+    last_heartbeat_sent: Option<u64>,
+    last_attempt: Option<u64>,
+    /// Whether the last call failed (calls are then paced to one per interval).
+    failing: bool,
+    /// The newest window this replica talked to Redis about: the fallback share is
+    /// spent only in later windows.
+    newest_window_reported: u64,
+    /// From the last reply outside a restart's recovery (young) windows.
+    membership: Option<Membership>,
+    /// Whether `membership` came from a reply outside the young windows. A brand-new
+    /// rule's first replies see the instances registered so far, so their views
+    /// disagree (1, 2, 3 for three instances starting together) and their shares would
+    /// add up to more than N: the fallback spends a share only from a settled view.
+    membership_settled: bool,
+    in_fallback: bool,
+    /// The first window the current fallback may spend in, and the last one it did.
+    fallback_first_window: u64,
+    fallback_spent_for: u64,
+    /// Whether this fallback outlived Redis's reservation of its share (told once).
+    share_expired: bool,
+    last_round_trip: u64,
+    samples: SampleFilter,
+    /// Set by a refusal for lateness: sample Redis time before the next call.
+    resample_first: bool,
+    /// When a re-sample last let the next lease go without waiting its interval.
+    last_quick_retry: Option<u64>,
+    notices: Vec<Notice>,
+}
+
+impl LeaseMachine {
+    pub(crate) fn new(settings: Settings) -> Self {
+        Self {
+            settings,
+            window: 0,
+            held: 0,
+            spent: 0,
+            spent_previous: 0,
+            prefetched: None,
+            retry_lease_at: 0,
+            last_success: None,
+            last_heartbeat_sent: None,
+            last_attempt: None,
+            failing: false,
+            newest_window_reported: 0,
+            membership: None,
+            membership_settled: false,
+            in_fallback: false,
+            fallback_first_window: u64::MAX,
+            fallback_spent_for: 0,
+            share_expired: false,
+            last_round_trip: 0,
+            samples: SampleFilter::new(),
+            resample_first: false,
+            last_quick_retry: None,
+            notices: Vec::new(),
+        }
+    }
+
+    /// Whether the replica spends its fallback share.
+    #[cfg(test)]
+    pub(crate) fn in_fallback(&self) -> bool {
+        self.in_fallback
+    }
+
+    /// The notices since the last call.
+    pub(crate) fn take_notices(&mut self) -> Vec<Notice> {
+        std::mem::take(&mut self.notices)
+    }
+
+    fn paced(&self, last: Option<u64>, now: u64) -> bool {
+        last.is_none_or(|t| now.saturating_sub(t) >= self.settings.interval_nanos)
+    }
+
+    /// Window bookkeeping and fallback at local time `now`; returns the call to make
+    /// now, if any.
+    pub(crate) fn plan(&mut self, shared: Shared<'_>, now: u64) -> Option<Call> {
+        if self.resample_first {
+            return Some(Call::SampleTime);
+        }
+        if self.failing && !self.paced(self.last_attempt, now) {
+            // While failing, one attempt per sync interval.
+            if let Some(fleet) = shared.time.fleet_nanos(now) {
+                self.advance(shared, now, fleet / self.settings.window_nanos);
+            }
+            return None;
+        }
+        let Some(fleet) = shared.time.fleet_nanos(now) else {
+            return self
+                .paced(self.last_attempt, now)
+                .then_some(Call::SampleTime);
+        };
+        let current = fleet / self.settings.window_nanos;
+        let sent_ms = fleet / 1_000_000;
+        if current < self.window && !self.resync(shared, current) {
+            // The lease word names a window the fleet has not reached (this replica's
+            // clock ran ahead): no lease for an older one, a heartbeat per interval.
+            let due = self.paced(self.last_attempt, now);
+            return due.then(|| Call::Lease(self.request(current, 0, sent_ms)));
+        }
+        self.advance(shared, now, current);
+        let remaining = self.look_at_word(shared);
+        let lease = |window, want| Some(Call::Lease(self.request(window, want, sent_ms)));
+        if self.failing || self.in_fallback {
+            // Paced above: one attempt per interval, a heartbeat that also reports.
+            return lease(current, 0);
+        }
+        let wanted = chunk(self.settings.permits, self.spent_previous, self.spent);
+        if remaining <= low_water(wanted) && now >= self.retry_lease_at {
+            return lease(current, wanted);
+        }
+        let to_edge = (current + 1)
+            .saturating_mul(self.settings.window_nanos)
+            .saturating_sub(fleet);
+        let lead = (4 * self.last_round_trip).max(2 * self.settings.tick_nanos);
+        if to_edge <= lead && self.prefetched.is_none_or(|(w, _)| w != current + 1) {
+            return lease(current + 1, chunk(self.settings.permits, self.spent, 0));
+        }
+        if self.paced(self.last_success, now) {
+            return lease(current, 0);
+        }
+        None
+    }
+
+    /// Falls back if due, rolls to window `current` and installs a fallback share.
+    fn advance(&mut self, shared: Shared<'_>, now: u64, current: u64) {
+        self.update_fallback(shared, now, current);
+        self.roll(shared, current);
+        self.spend_fallback_share(shared, current);
+    }
+
+    /// What remains in the lease word for `window` (0 if it names another window), and
+    /// the statistics of the window.
+    fn look_at_word(&mut self, shared: Shared<'_>) -> u64 {
+        let (word_window, remaining) = shared.lease.snapshot();
+        let remaining = if word_window == self.window {
+            self.spent = self.held.saturating_sub(remaining);
+            remaining
+        } else {
+            0
+        };
+        // Relaxed: display values (see `StatCells`).
+        shared.stats.window.store(self.window, Ordering::Relaxed);
+        shared.stats.granted.store(self.held, Ordering::Relaxed);
+        remaining
+    }
+
+    /// Moves the accounting to window `current` if it is newer.
+    fn roll(&mut self, shared: Shared<'_>, current: u64) {
+        if current <= self.window {
+            return;
+        }
+        self.spent_previous = if self.window + 1 == current {
+            self.spent
+        } else {
+            0
+        };
+        self.held = match self.prefetched {
+            Some((window, granted)) if window == current => {
+                // Installed by a decision already, or now by us: at most once either way.
+                shared.lease.roll_to(current, granted);
+                granted
+            }
+            _ => 0,
+        };
+        self.window = current;
+        self.prefetched = None;
+        self.spent = 0;
+        self.retry_lease_at = 0;
+    }
+
+    fn request(&self, window: u64, want: u64, sent_ms: u64) -> LeaseRequest {
+        let held = if window == self.window {
+            self.held
+        } else {
+            match self.prefetched {
+                Some((w, granted)) if w == window => granted,
+                _ => 0,
+            }
+        };
+        let m = self.membership.unwrap_or(Membership {
+            instances: 0,
+            rank: 0,
+        });
+        LeaseRequest {
+            window,
+            want,
+            held,
+            known_instances: m.instances,
+            known_rank: m.rank,
+            sent_ms,
+        }
+    }
+}
+
+mod clock;
+mod fallback;
+mod reply;
+#[cfg(test)]
+mod tests;

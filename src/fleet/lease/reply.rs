@@ -1,0 +1,125 @@
+//! What a reply or a failure changes in the lease state machine.
+
+use std::sync::atomic::Ordering;
+
+use super::{Call, LeaseMachine, Membership, Notice, Reply, Shared};
+use crate::fleet::script::{LeaseReply, LeaseRequest};
+use crate::fleet::word::Added;
+
+impl LeaseMachine {
+    /// A call made at local time `t0` failed (at `t1`).
+    pub(crate) fn on_failure(&mut self, shared: Shared<'_>, t0: u64) {
+        // Relaxed (stats): display counters.
+        shared.stats.redis_calls.fetch_add(1, Ordering::Relaxed);
+        shared.stats.lease_errors.fetch_add(1, Ordering::Relaxed);
+        self.last_attempt = Some(t0);
+        self.failing = true;
+        self.resample_first = false;
+    }
+
+    /// Redis answered `call`, made from local time `t0` to `t1`, with `reply`.
+    pub(crate) fn on_reply(
+        &mut self,
+        shared: Shared<'_>,
+        call: Call,
+        reply: Reply,
+        t0: u64,
+        t1: u64,
+    ) {
+        let reply = match reply {
+            Reply::Lease(reply) if reply.expired => {
+                // Refused as late: Redis wrote nothing (a failure), but its time says
+                // how far off the mapping is. Take it, and sample again before the
+                // next call with a round trip of its own.
+                self.on_failure(shared, t0);
+                self.sample_time(shared, reply.server_unix_nanos, (t0, t1), true);
+                self.resample_first = true;
+                return;
+            }
+            Reply::Time(server) if self.resample_first => {
+                self.resample_first = false;
+                // Relaxed (stats): a display counter.
+                shared.stats.redis_calls.fetch_add(1, Ordering::Relaxed);
+                self.sample_time(shared, server, (t0, t1), true);
+                // With the mapping right again, lease at once rather than an interval
+                // later, once per interval (a call that is late for another reason,
+                // such as a slow network, must not make a loop of calls).
+                let interval = self.settings.interval_nanos;
+                if self
+                    .last_quick_retry
+                    .is_none_or(|t| t1.saturating_sub(t) >= interval)
+                {
+                    self.last_quick_retry = Some(t1);
+                    self.failing = false;
+                }
+                return;
+            }
+            Reply::Lease(reply) => reply,
+            Reply::Time(server) => {
+                self.on_success(shared, t0, t1);
+                self.sample_time(shared, server, (t0, t1), false);
+                return;
+            }
+        };
+        self.on_success(shared, t0, t1);
+        self.last_heartbeat_sent = Some(t0);
+        self.sample_time(shared, reply.server_unix_nanos, (t0, t1), false);
+        if self.in_fallback {
+            self.in_fallback = false;
+            self.share_expired = false;
+            shared.stats.fallback.store(false, Ordering::Relaxed);
+            self.notices.push(Notice::Resumed);
+        }
+        shared
+            .stats
+            .instances
+            .store(reply.instances, Ordering::Relaxed);
+        if !reply.young || self.membership.is_none() {
+            self.membership = Some(Membership {
+                instances: reply.instances,
+                rank: reply.rank,
+            });
+            self.membership_settled |= !reply.young;
+        }
+        if let Call::Lease(request) = call {
+            self.install(shared, &request, &reply, t1);
+        }
+    }
+
+    fn on_success(&mut self, shared: Shared<'_>, t0: u64, t1: u64) {
+        // Relaxed (stats): display counters.
+        shared.stats.redis_calls.fetch_add(1, Ordering::Relaxed);
+        self.last_attempt = Some(t0);
+        self.failing = false;
+        self.last_success = Some(t1);
+        self.last_round_trip = t1.saturating_sub(t0);
+    }
+
+    /// Installs what Redis granted for `request.window`.
+    fn install(&mut self, shared: Shared<'_>, request: &LeaseRequest, reply: &LeaseReply, t1: u64) {
+        self.newest_window_reported = self.newest_window_reported.max(request.window);
+        if reply.granted > 0 {
+            shared.stats.leases.fetch_add(1, Ordering::Relaxed);
+        }
+        if request.window == self.window {
+            if reply.granted > 0 && shared.lease.add(self.window, reply.granted) == Added::Installed
+            {
+                self.held += reply.granted;
+            }
+            if request.want > reply.granted {
+                // Short: the window is spent (wait for the next) or held back for
+                // members that may be in fallback (ask again in an interval).
+                self.retry_lease_at = if reply.total >= self.settings.permits {
+                    u64::MAX
+                } else {
+                    t1.saturating_add(self.settings.interval_nanos)
+                };
+            }
+        } else if request.window == self.window + 1
+            && self.prefetched.is_none_or(|(w, _)| w != request.window)
+        {
+            self.prefetched = Some((request.window, reply.granted));
+            shared.lease.publish_next(request.window, reply.granted);
+        }
+    }
+}

@@ -1,0 +1,425 @@
+//! The lease state machine without Redis: a fake Redis answers its calls, a manual
+//! local time drives it, and a greedy spender plays the decisions.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::fleet::time::time_to_nanos;
+
+const MS: u64 = 1_000_000;
+const N: u64 = 100;
+const WINDOW: u64 = 200 * MS;
+const INTERVAL: u64 = 50 * MS;
+const TICK: u64 = 5 * MS;
+
+/// What happens to the next call.
+#[derive(Clone, Copy, Debug)]
+enum Event {
+    /// Redis answers after `rtt_ms`, granting up to `grant` of what is asked.
+    Answer { rtt_ms: u64, grant: u64 },
+    /// The call fails after `after_ms` (a refused connection, a timeout).
+    Fail { after_ms: u64 },
+    /// Time passes with no call answered (the machine may plan none).
+    Wait { ms: u64 },
+    /// Redis `TIME` steps by `ms` (forward when positive), or this replica's clock
+    /// stalls for `ms` (the same to the replica).
+    Step { ms: i64 },
+    /// This replica's monotonic clock jumps ahead by `ms`.
+    Jump { ms: u64 },
+}
+
+/// One replica and the fake Redis it talks to.
+struct Harness {
+    lease: LeaseWord,
+    time: TimeMap,
+    stats: StatCells,
+    machine: LeaseMachine,
+    /// Local monotonic time.
+    now: u64,
+    /// Redis `TIME` minus local time.
+    server_offset: i128,
+    /// The fake script's fleet clock: `shift` added to Redis `TIME`, never below `high`.
+    shift: u64,
+    high: u64,
+    instances: u64,
+    rank: u64,
+    /// Per window id: what the fake Redis granted this replica, and its total.
+    granted: BTreeMap<u64, u64>,
+    /// Per window id: what the fake Redis counts (reported holdings and grants).
+    counted: BTreeMap<u64, u64>,
+    /// Per window id: what the greedy decisions spent.
+    spent: BTreeMap<u64, u64>,
+    calls: u64,
+    /// How far this replica's clock jumped ahead in all.
+    jumped_ms: u64,
+    /// Fleet time lived twice: Redis `TIME` stepped back by more than the time since
+    /// the rule's last call, and the fleet clock went on from that call.
+    relived: u64,
+}
+
+impl Harness {
+    fn new(instances: u64, rank: u64) -> Self {
+        Self {
+            lease: LeaseWord::new(),
+            time: TimeMap::default(),
+            stats: StatCells::default(),
+            machine: LeaseMachine::new(Settings {
+                permits: N,
+                window_nanos: WINDOW,
+                interval_nanos: INTERVAL,
+                tick_nanos: TICK,
+            }),
+            now: 1_000 * MS,
+            server_offset: i128::from(time_to_nanos(1_700_000_000, 0)),
+            shift: 0,
+            high: 0,
+            instances,
+            rank,
+            granted: BTreeMap::new(),
+            counted: BTreeMap::new(),
+            spent: BTreeMap::new(),
+            calls: 0,
+            jumped_ms: 0,
+            relived: 0,
+        }
+    }
+
+    /// The machine, and the memory it writes.
+    fn parts(&mut self) -> (&mut LeaseMachine, Shared<'_>) {
+        let shared = Shared {
+            lease: &self.lease,
+            time: &self.time,
+            stats: &self.stats,
+        };
+        (&mut self.machine, shared)
+    }
+
+    fn server_time(&self, local: u64) -> u64 {
+        u64::try_from(i128::from(local) + self.server_offset).expect("positive")
+    }
+
+    /// The fleet clock of the scripts at local time `local`: Redis `TIME` plus the
+    /// shift, never going back.
+    fn fleet_clock(&mut self, local: u64) -> u64 {
+        let raw = self.server_time(local) + self.shift;
+        if raw < self.high {
+            self.shift += self.high - raw;
+            self.relived += self.high - raw;
+        }
+        self.high = raw.max(self.high);
+        self.high
+    }
+
+    /// Redis's current window.
+    fn redis_window(&mut self) -> u64 {
+        self.fleet_clock(self.now) / WINDOW
+    }
+
+    /// The fake lease script: grants up to `grant` for the window asked if it is within
+    /// one of Redis's, never more than N for a window id in total (this replica alone).
+    fn answer(&mut self, request: &LeaseRequest, grant: u64, t0: u64, t1: u64) -> LeaseReply {
+        let server = self.fleet_clock(t0 + (t1 - t0) / 2);
+        let expired = (server / MS).saturating_sub(request.sent_ms) > INTERVAL / MS / 2;
+        let redis_window = server / WINDOW;
+        let in_reach = request.window + 1 >= redis_window && request.window <= redis_window + 1;
+        // What Redis counts for the window: what the replica reported holding (a
+        // fallback share included) and the grants.
+        let total = self.counted.entry(request.window).or_default();
+        let g = if expired || !in_reach {
+            0
+        } else {
+            *total = (*total).max(request.held);
+            request.want.min(grant).min(N.saturating_sub(*total))
+        };
+        *total += g;
+        let total = *total;
+        *self.granted.entry(request.window).or_default() += g;
+        LeaseReply {
+            granted: g,
+            total,
+            instances: self.instances,
+            rank: self.rank,
+            since: 0,
+            young: false,
+            server_unix_nanos: server,
+            expired,
+        }
+    }
+
+    /// Plans, and answers a planned call as `event` says.
+    fn step(&mut self, event: Event) {
+        let call = match event {
+            Event::Wait { ms } => {
+                self.now += ms * MS;
+                None
+            }
+            Event::Step { ms } => {
+                self.server_offset += i128::from(ms) * i128::from(MS);
+                None
+            }
+            Event::Jump { ms } => {
+                self.jumped_ms += ms;
+                self.now += ms * MS;
+                self.server_offset -= i128::from(ms * MS);
+                None
+            }
+            _ => {
+                let now = self.now;
+                let (machine, shared) = self.parts();
+                let call = machine.plan(shared, now);
+                if call.is_none() {
+                    self.now += TICK;
+                }
+                call
+            }
+        };
+        if let Some(call) = call {
+            self.calls += 1;
+            let t0 = self.now;
+            match event {
+                Event::Answer { rtt_ms, grant } => {
+                    let t1 = t0 + rtt_ms * MS;
+                    let reply = match call {
+                        Call::SampleTime => Reply::Time(self.fleet_clock(t0 + (t1 - t0) / 2)),
+                        Call::Lease(request) => Reply::Lease(self.answer(&request, grant, t0, t1)),
+                    };
+                    self.now = t1;
+                    let (machine, shared) = self.parts();
+                    machine.on_reply(shared, call, reply, t0, t1);
+                }
+                Event::Fail { after_ms } => {
+                    self.now += after_ms * MS;
+                    let (machine, shared) = self.parts();
+                    machine.on_failure(shared, t0);
+                }
+                _ => unreachable!("plans only for calls"),
+            }
+        }
+        self.spend_all();
+    }
+
+    /// The decisions: spend everything the word offers now.
+    fn spend_all(&mut self) {
+        let Some(fleet) = self.time.fleet_nanos(self.now) else {
+            return;
+        };
+        while let Some(w) = self.lease.try_spend_at(fleet, WINDOW) {
+            *self.spent.entry(w).or_default() += 1;
+        }
+    }
+
+    fn good(&mut self, rounds: usize) {
+        for _ in 0..rounds {
+            self.step(Event::Answer {
+                rtt_ms: 1,
+                grant: N,
+            });
+        }
+    }
+
+    /// No window id spent more than Redis granted plus one fallback share.
+    fn assert_bounded(&self) {
+        let share_bound = N.div_ceil(self.instances);
+        for (w, spent) in &self.spent {
+            let granted = self.granted.get(w).copied().unwrap_or(0);
+            assert!(
+                *spent <= granted + share_bound,
+                "window {w}: spent {spent} > granted {granted} + share {share_bound}"
+            );
+        }
+    }
+}
+
+#[test]
+fn nothing_is_spent_before_the_first_time_sample() {
+    let mut h = Harness::new(2, 0);
+    let now = h.now;
+    let (machine, shared) = h.parts();
+    assert_eq!(machine.plan(shared, now), Some(Call::SampleTime));
+    h.spend_all();
+    assert!(h.spent.is_empty());
+}
+
+#[test]
+fn leases_what_redis_grants_and_spends_no_more() {
+    let mut h = Harness::new(2, 0);
+    h.good(400);
+    h.assert_bounded();
+    let full = h.spent.values().filter(|&&s| s == N).count();
+    assert!(full >= 5, "the replica alone should fill N: {:?}", h.spent);
+    assert!(!h.machine.in_fallback());
+}
+
+/// Fails for `intervals` sync intervals of local time.
+fn fail_for(h: &mut Harness, intervals: u64) {
+    let until = h.now + intervals * INTERVAL;
+    while h.now < until {
+        h.step(Event::Fail { after_ms: 10 });
+    }
+}
+
+#[test]
+fn falls_back_to_its_share_after_three_intervals_and_resumes() {
+    let mut h = Harness::new(4, 1);
+    h.good(200);
+    fail_for(&mut h, 10);
+    assert!(h.machine.in_fallback());
+    let fell_back = h.machine.take_notices();
+    assert!(
+        fell_back.contains(&Notice::FellBack { instances: 4 }),
+        "{fell_back:?}"
+    );
+    // While failing: one call per interval.
+    let calls = h.calls;
+    for _ in 0..100 {
+        h.step(Event::Fail { after_ms: 0 });
+    }
+    assert!(
+        h.calls - calls <= 100 * TICK / INTERVAL + 1,
+        "{}",
+        h.calls - calls
+    );
+    let w = h.redis_window();
+    let spent_in_fallback = h.spent.get(&(w - 1)).copied().unwrap_or(0);
+    assert_eq!(spent_in_fallback, N / 4);
+    h.good(50);
+    assert!(!h.machine.in_fallback());
+    assert!(h.machine.take_notices().contains(&Notice::Resumed));
+    h.assert_bounded();
+}
+
+/// The partition bound: cut off for 40 intervals, the replica spends its share only in
+/// windows that end before Redis may forget it (20 intervals after its last heartbeat,
+/// less a margin of one), then nothing until Redis answers.
+#[test]
+fn the_fallback_share_ends_before_redis_forgets_the_replica() {
+    let mut h = Harness::new(4, 1);
+    h.good(200);
+    let last_heartbeat = h.now;
+    fail_for(&mut h, 40);
+    assert!(h.machine.in_fallback());
+    assert!(h.machine.take_notices().contains(&Notice::ShareExpired));
+    let reserved_until = last_heartbeat + (PRUNE_AFTER_INTERVALS - 1) * INTERVAL;
+    let mut shares = 0;
+    for (&w, &spent) in &h.spent {
+        let end = h.time.local_nanos((w + 1) * WINDOW).expect("synced");
+        if w > h.machine.newest_window_reported && spent > 0 {
+            assert!(
+                end <= reserved_until,
+                "window {w} spent {spent} after {end}"
+            );
+            shares += 1;
+        }
+    }
+    assert!(shares >= 2, "the share was spent in {shares} windows");
+    let w = h.redis_window();
+    assert_eq!(h.spent.get(&(w - 1)), None);
+    h.good(50);
+    assert!(!h.machine.in_fallback());
+}
+
+#[test]
+fn an_unsettled_membership_spends_no_share() {
+    let mut h = Harness::new(3, 2);
+    for _ in 0..200 {
+        h.step(Event::Fail { after_ms: 10 });
+    }
+    assert!(!h.machine.in_fallback());
+    assert!(h.spent.is_empty());
+}
+
+/// Random rounds: replies of any size and delay, failures, pauses, steps of Redis time
+/// either way, stalls and jumps of the replica's clock.
+fn event() -> impl Strategy<Value = Event> {
+    prop_oneof![
+        4 => (0u64..30, 0u64..=N).prop_map(|(rtt_ms, grant)| Event::Answer { rtt_ms, grant }),
+        2 => (0u64..80).prop_map(|after_ms| Event::Fail { after_ms }),
+        1 => (0u64..400).prop_map(|ms| Event::Wait { ms }),
+        1 => (-3_000i64..3_000).prop_map(|ms| Event::Step { ms }),
+        1 => (0u64..300).prop_map(|ms| Event::Jump { ms }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Never more than the grants plus one fallback share in a window id; never stuck:
+    /// once the faults end, good replies bring it back to leasing within a few windows.
+    #[test]
+    fn bounded_and_never_stuck(
+        instances in 1u64..6,
+        events in proptest::collection::vec(event(), 1..400),
+    ) {
+        let mut h = Harness::new(instances, instances - 1);
+        h.good(20);
+        for e in events {
+            h.step(e);
+        }
+        h.assert_bounded();
+        // Never stuck: good replies fill a whole window again within 3 windows, plus
+        // however far this replica's clock jumped ahead and the fleet time lived twice
+        // (a lease or a fallback share installed for a window the fleet has not reached
+        // yet is spent in that window: the lease word does not go back).
+        let start = h.redis_window();
+        let relived = h.relived;
+        let bound = 3 * WINDOW + h.jumped_ms * MS + relived;
+        let deadline = h.now + bound;
+        let filled = |h: &mut Harness| {
+            let current = h.redis_window();
+            current > start + 1 && h.spent.range(start + 1..current).any(|(_, &n)| n == N)
+        };
+        while h.now < deadline && !filled(&mut h) {
+            h.good(1);
+        }
+        prop_assert!(filled(&mut h), "not leasing again: {:?}", h.spent);
+        prop_assert!(!h.machine.in_fallback());
+        h.assert_bounded();
+    }
+}
+
+/// Calls and under-used windows after `event`, for the step tests.
+fn after_a_step(event: Event) -> (u64, usize) {
+    let mut h = Harness::new(2, 0);
+    h.good(200);
+    let calls = h.calls;
+    h.step(event);
+    // A step forward skips window ids: count the windows real time went through.
+    let first = h.redis_window();
+    // Three windows of good replies at one call per tick at most.
+    h.good(3 * (WINDOW / TICK) as usize);
+    let last = h.redis_window();
+    h.assert_bounded();
+    let under_used = (first + 1..last)
+        .filter(|w| h.spent.get(w).copied().unwrap_or(0) < N)
+        .count();
+    assert!(!h.machine.in_fallback());
+    (h.calls - calls, under_used)
+}
+
+/// Redis time 3 s back: the fleet clock goes on from where it was; nothing is lost.
+#[test]
+fn redis_time_stepping_back_costs_no_window() {
+    let (calls, under_used) = after_a_step(Event::Step { ms: -3_000 });
+    assert_eq!(under_used, 0);
+    assert!(calls < 3 * (WINDOW / TICK), "{calls} calls");
+}
+
+/// Redis time 3 s forward (or this replica stalled 3 s): the late call is refused, its
+/// time corrects the mapping, a re-sample follows, and leasing resumes at once.
+#[test]
+fn redis_time_stepping_forward_costs_at_most_one_window() {
+    let (calls, under_used) = after_a_step(Event::Step { ms: 3_000 });
+    assert!(under_used <= 1, "{under_used} windows under-used");
+    assert!(calls < 3 * (WINDOW / TICK), "{calls} calls");
+}
+
+/// This replica's clock 2 s ahead: Redis grants nothing that far ahead, the reply's
+/// time corrects the mapping and the replica re-syncs to Redis's window.
+#[test]
+fn a_replica_clock_jumping_ahead_costs_at_most_one_window() {
+    let (calls, under_used) = after_a_step(Event::Jump { ms: 2_000 });
+    assert!(under_used <= 1, "{under_used} windows under-used");
+    assert!(calls < 3 * (WINDOW / TICK), "{calls} calls");
+}

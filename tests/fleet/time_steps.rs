@@ -1,0 +1,199 @@
+//! Steps of time: Redis `TIME` stepping either way (through the fleet clock's `shift`,
+//! which the scripts add to Redis `TIME`: the same code a real step goes through) and
+//! a replica whose clock stalls and then runs behind. The fleet stays under N per
+//! window, the replicas lease again within a few intervals, and nobody storms Redis.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use otel_rate_sampler::{Clock, FleetLimiter, MonotonicClock};
+
+use crate::load::{self, assert_capped, drive, inner_windows, INTERVAL, N, WINDOW};
+use crate::server::Server;
+
+/// The monotonic clock, minus a lag that a test may raise: the clock then stalls (it
+/// never goes back) until it is `lag` behind real time, and stays that far behind.
+#[derive(Debug)]
+struct LaggingClock {
+    base: MonotonicClock,
+    lag: AtomicU64,
+    last: AtomicU64,
+}
+
+impl Clock for LaggingClock {
+    fn now_nanos(&self) -> u64 {
+        // Relaxed: test values, read as values.
+        let t = self
+            .base
+            .now_nanos()
+            .saturating_sub(self.lag.load(Ordering::Relaxed));
+        self.last.fetch_max(t, Ordering::Relaxed).max(t)
+    }
+}
+
+fn lagging_fleet(
+    server: &Server,
+    key: &str,
+    k: usize,
+) -> (Vec<FleetLimiter<Arc<LaggingClock>>>, Vec<Arc<LaggingClock>>) {
+    let clocks: Vec<_> = (0..k)
+        .map(|_| {
+            Arc::new(LaggingClock {
+                base: MonotonicClock::new(),
+                // Start well past the clock's origin, so a lag never saturates at 0.
+                lag: AtomicU64::new(0),
+                last: AtomicU64::new(0),
+            })
+        })
+        .collect();
+    let fleet = clocks
+        .iter()
+        .enumerate()
+        .map(|(i, clock)| {
+            FleetLimiter::builder(server.url(), key, load::limit())
+                .sync_interval(INTERVAL)
+                .response_timeout(INTERVAL)
+                .instance_id(format!("{key}-{i}"))
+                .clock(Arc::clone(clock))
+                .build()
+                .expect("build")
+        })
+        .collect();
+    (fleet, clocks)
+}
+
+/// Waits until `pred` holds for `limiter` (at most 10 s); returns the time since `start`.
+fn wait_since<C: Clock>(
+    start: Instant,
+    limiter: &FleetLimiter<C>,
+    pred: impl Fn(&FleetLimiter<C>) -> bool,
+) -> Duration {
+    while !pred(limiter) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            limiter.stats()
+        );
+        thread::sleep(Duration::from_millis(1));
+    }
+    start.elapsed()
+}
+
+/// Moves the fleet clock of rule `key` by `micros` (a step of Redis `TIME`).
+fn step_redis_time(server: &Server, key: &str, micros: i64) {
+    let meta = format!("{{otel-rate:{key}}}:meta");
+    server.cli(&["HINCRBY", &meta, "shift", &micros.to_string()]);
+}
+
+fn calls<C: Clock>(fleet: &[FleetLimiter<C>]) -> Vec<u64> {
+    fleet.iter().map(|l| l.stats().redis_calls).collect()
+}
+
+/// Windows with at least 90 % of N among those inside the run.
+fn full_windows(inner: &[u64]) -> usize {
+    inner
+        .iter()
+        .filter(|&&n| n * 10 >= u64::from(N) * 9)
+        .count()
+}
+
+/// Redis `TIME` 3 s back: the fleet clock goes on, nothing is lost, no call storm.
+#[test]
+fn redis_time_three_seconds_back_costs_no_window_and_no_storm() {
+    let server = Server::start();
+    let fleet = load::fleet(&[server.url()], "stepback", 4);
+    load::warm_up(&fleet, 4);
+    let mut before = Vec::new();
+    let mut after = Vec::new();
+    let (per_window, first, last) = drive(&fleet, 3.0 * f64::from(N), WINDOW * 24, || {
+        let start = calls(&fleet);
+        thread::sleep(Duration::from_secs(3) / 2);
+        let mid = calls(&fleet);
+        before = mid.iter().zip(&start).map(|(b, a)| 2 * (b - a)).collect();
+        step_redis_time(&server, "stepback", -3_000_000);
+        thread::sleep(Duration::from_secs(3));
+        let end = calls(&fleet);
+        after = end.iter().zip(&mid).map(|(b, a)| b - a).collect();
+    });
+    let max = assert_capped(&per_window, "Redis time 3 s back");
+    let inner = inner_windows(&per_window, first, last);
+    println!("step back: windows {inner:?}, max {max}, calls per replica in 3 s: before {before:?}, after {after:?}");
+    assert!(inner.len() - full_windows(&inner) <= 2, "{inner:?}");
+    for (b, a) in before.iter().zip(&after) {
+        assert!(
+            *a <= b + b / 2,
+            "calls per replica in 3 s: before {before:?}, after {after:?}"
+        );
+    }
+}
+
+/// Redis `TIME` 3 s forward (as for every replica falling 3 s behind): the late calls
+/// are refused, their time corrects every mapping, leasing resumes within a window.
+#[test]
+fn redis_time_three_seconds_forward_costs_at_most_two_windows() {
+    let server = Server::start();
+    let fleet = load::fleet(&[server.url()], "stepfwd", 4);
+    load::warm_up(&fleet, 4);
+    let mut calls_after = Vec::new();
+    let (per_window, _, _) = drive(&fleet, 3.0 * f64::from(N), WINDOW * 20, || {
+        thread::sleep(WINDOW * 6);
+        let start = calls(&fleet);
+        step_redis_time(&server, "stepfwd", 3_000_000);
+        thread::sleep(Duration::from_secs(3));
+        calls_after = calls(&fleet)
+            .iter()
+            .zip(&start)
+            .map(|(b, a)| b - a)
+            .collect();
+    });
+    let max = assert_capped(&per_window, "Redis time 3 s forward");
+    // The ids skipped by the step never lived: count the windows that did.
+    let lived: Vec<u64> = per_window.values().copied().collect();
+    let inner = &lived[1..lived.len() - 1];
+    println!("step forward: windows {inner:?}, max {max}, calls per replica in 3 s after: {calls_after:?}");
+    assert!(inner.len() - full_windows(inner) <= 2, "{inner:?}");
+    assert!(fleet.iter().all(|l| !l.stats().fallback_active));
+}
+
+/// One replica's clock stalls 2 s and then runs 2 s behind: its calls are refused as
+/// late, the refusals correct its mapping, and it leases again within 2 intervals; the
+/// fleet never passes N.
+#[test]
+fn a_replica_two_seconds_behind_stays_under_n_and_leases_again() {
+    let server = Server::start();
+    let (fleet, clocks) = lagging_fleet(&server, "behind", 4);
+    load::warm_up(&fleet, 4);
+    let mut recovery = Duration::ZERO;
+    let mut granted_again = Duration::ZERO;
+    let (per_window, first, last) = drive(&fleet, 3.0 * f64::from(N), WINDOW * 24, || {
+        thread::sleep(WINDOW * 3);
+        // Relaxed: a test value.
+        clocks[3].lag.store(2_000_000_000, Ordering::Relaxed);
+        // The stall: the clock stands still until it is 2 s behind.
+        thread::sleep(Duration::from_secs(2));
+        let resumed = Instant::now();
+        // Back in time: its mapping agrees with the others' and it is not in fallback.
+        let in_time = |l: &FleetLimiter<Arc<LaggingClock>>| {
+            !l.stats().fallback_active && l.current_window() == fleet[0].current_window()
+        };
+        recovery = wait_since(resumed, &fleet[3], in_time);
+        // And granted again (the window it came back in may be spent already).
+        let leases = fleet[3].stats().leases;
+        granted_again = wait_since(resumed, &fleet[3], |l| l.stats().leases > leases);
+    });
+    let max = assert_capped(&per_window, "one replica 2 s behind");
+    let inner = inner_windows(&per_window, first, last);
+    println!(
+        "2 s behind: windows {inner:?}, max {max}, back in time {recovery:?} and granted again {granted_again:?} after the stall"
+    );
+    assert!(
+        recovery <= INTERVAL * 2 + Duration::from_millis(50),
+        "back in time only after {recovery:?}"
+    );
+    assert!(
+        granted_again <= recovery + WINDOW * 2,
+        "granted again only after {granted_again:?}"
+    );
+}
