@@ -6,21 +6,50 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Fails the test with a clear message when the Redis binaries are missing: the fleet
-/// tests need a real server (`.ci/run` installs it), they never skip silently.
+/// Whether `bin --version` runs.
+fn installed(bin: &str) -> bool {
+    Command::new(bin)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Makes sure the Redis binaries are there: the fleet tests run against a real server
+/// and never skip. When they are missing (a fresh machine), they are installed once per
+/// test run from the distribution's package (`apt-get install -y redis-server`, after
+/// an `apt-get update` if the first try fails), as `.ci/run` did; where that cannot be
+/// done (no apt, no root), the test fails with what to install.
 pub(crate) fn require_redis() {
-    for bin in ["redis-server", "redis-cli"] {
-        let found = Command::new(bin)
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(
-            found,
-            "`{bin}` is not on PATH: the fleet tests run against a real Redis. Install it \
-             (Debian/Ubuntu: `apt-get install -y redis-server`, as .ci/run does) and rerun."
-        );
+    static PROVISIONED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    let outcome = PROVISIONED.get_or_init(|| {
+        let ready = || ["redis-server", "redis-cli"].into_iter().all(installed);
+        if ready() {
+            return Ok(());
+        }
+        let apt = |args: &[&str]| {
+            Command::new("apt-get")
+                .args(args)
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let install = || apt(&["install", "-y", "redis-server"]);
+        if (install() || (apt(&["update"]) && install())) && ready() {
+            return Ok(());
+        }
+        Err(
+            "`redis-server` and `redis-cli` are not on PATH and could not be installed \
+             with apt-get: the fleet tests run against a real Redis. Install it (Debian/Ubuntu: \
+             `apt-get install -y redis-server`) and rerun."
+                .to_owned(),
+        )
+    });
+    if let Err(why) = outcome {
+        panic!("{why}");
     }
 }
 
