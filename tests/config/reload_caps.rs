@@ -76,6 +76,34 @@ fn lowering_then_restoring_a_limit_within_the_hour_reopens_nothing() {
 }
 
 #[test]
+fn an_adaptive_rules_cap_reopens_nothing_through_reloads() {
+    // On main an adaptive rule whose limit changed got a fresh cap: 1000/h, lowered to
+    // 500 and restored, then 200 reloads, kept 12 500 in the hour.
+    let adaptive = |limit: u32, rule: &str| {
+        config(&format!(
+            "[default]\nlimit = 1\n[[default.rule]]\nname = \"{rule}\"\nspan_name = \"op\"\nadaptive = {{ limit = {limit}, window = \"1h\" }}\n"
+        ))
+    };
+    let clock = ManualClock::new();
+    clock.set(3240 * 1_000_000_000);
+    let s = RuleBasedSampler::with_clock(&adaptive(1000, "a"), "svc", clock.clone()).unwrap();
+    // The first window's probability is 1: the cap alone decides.
+    assert_eq!(kept_by(&s, "op", 2000, "a"), (1000, 1000));
+    let mut total = 1000;
+    for round in 0..200 {
+        let limit = if round % 2 == 0 { 500 } else { 1000 };
+        let rule = if round % 3 == 0 { "a" } else { "b" };
+        s.reload(&adaptive(limit, rule)).unwrap();
+        total += kept(&s, "op", 50);
+    }
+    assert_eq!(total, 1000, "the hour's cap was re-opened by reloads");
+    // Gone and back within the hour: still spent.
+    s.reload(&config("[default]\nlimit = 1\n")).unwrap();
+    s.reload(&adaptive(1000, "a")).unwrap();
+    assert_eq!(kept_by(&s, "op", 50, "a"), (0, 0));
+}
+
+#[test]
 fn a_floor_moved_to_another_rule_reopens_nothing_of_the_cap() {
     let floor_on = |rule: &str| {
         let floor = |r: &str| if r == rule { 5 } else { 0 };

@@ -36,6 +36,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::clock::Clock;
+use crate::limit::Limit;
 use crate::limiter::{Algorithm, AnyLimiter, RateLimiter};
 
 /// The longest a reload waits for the decisions holding the old rules to return before
@@ -50,6 +51,37 @@ pub(crate) struct LocalRule<C> {
     pub(crate) limiter: Arc<AnyLimiter<C>>,
     excess: Arc<Mutex<Excess>>,
     open: Arc<AtomicBool>,
+}
+
+impl<C: Clock> std::fmt::Debug for LocalRule<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalRule")
+            .field("limit", &self.limiter.limit())
+            .field("open", &self.open.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// A local rule is a limiter (an adaptive rule's cap is one): closed while its
+/// handover is pending, its limiter's permits otherwise.
+impl<C: Clock> RateLimiter for LocalRule<C> {
+    #[inline]
+    fn try_acquire(&self) -> bool {
+        LocalRule::try_acquire(self)
+    }
+
+    #[inline]
+    fn acquire_stamped(&self) -> Option<u64> {
+        LocalRule::acquire_stamped(self)
+    }
+
+    fn limit(&self) -> Limit {
+        self.limiter.limit()
+    }
+
+    fn count_in_window(&self) -> Option<u64> {
+        self.limiter.count_in_window()
+    }
 }
 
 /// What a limit had used in its window when a reload read it, and when that window

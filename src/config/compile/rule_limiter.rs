@@ -10,7 +10,7 @@ use crate::config::compile::handover::{Handover, LocalRule};
 use crate::config::error::Pos;
 use crate::config::model::{FleetSettings, LimitOf, LimitSpec, Scope};
 use crate::limit::{Limit, LimitError};
-use crate::limiter::{AnyLimiter, RateLimiter};
+use crate::limiter::{Algorithm, AnyLimiter, RateLimiter};
 
 /// The limiter of a rule, a floor, a default or a cap's shared pool.
 pub(crate) enum RuleLimiter<C> {
@@ -135,6 +135,28 @@ impl<C: Clock + Clone> RuleLimiter<C> {
     ///   what the fleet already holds in that window. Building never waits for Redis.
     ///
     /// A change of scope starts a new limiter with nothing carried over.
+    /// A local limiter of `limit` by `algorithm` replacing `old` (when local): `old`
+    /// itself if neither changed, else a new one that takes over its window, with the
+    /// handover to settle pushed to `handovers`.
+    pub(crate) fn build_local(
+        algorithm: Algorithm,
+        limit: Limit,
+        clock: &C,
+        old: Option<&RuleLimiter<C>>,
+        handovers: &mut Vec<Handover<C>>,
+    ) -> LocalRule<C> {
+        let new = AnyLimiter::with_clock(algorithm, limit, clock.clone());
+        let Some(old) = old.and_then(RuleLimiter::local) else {
+            return LocalRule::new(new);
+        };
+        if old.limiter.limit() == limit && old.limiter.algorithm() == algorithm {
+            return old.clone();
+        }
+        let (new, handover) = LocalRule::replacing(new, old);
+        handovers.push(handover);
+        new
+    }
+
     pub(crate) fn build(
         spec: LimitSpec,
         key: impl FnOnce() -> String,
@@ -144,22 +166,13 @@ impl<C: Clock + Clone> RuleLimiter<C> {
         handovers: &mut Vec<Handover<C>>,
     ) -> Result<Self, BuildError> {
         match spec.scope {
-            Scope::Local => {
-                let old = match old {
-                    Some(RuleLimiter::Local(l)) => Some(l),
-                    _ => None,
-                };
-                let new = AnyLimiter::with_clock(spec.algorithm, spec.limit, clock.clone());
-                let Some(old) = old else {
-                    return Ok(RuleLimiter::Local(LocalRule::new(new)));
-                };
-                if old.limiter.limit() == spec.limit && old.limiter.algorithm() == spec.algorithm {
-                    return Ok(RuleLimiter::Local(old.clone()));
-                }
-                let (new, handover) = LocalRule::replacing(new, old);
-                handovers.push(handover);
-                Ok(RuleLimiter::Local(new))
-            }
+            Scope::Local => Ok(RuleLimiter::Local(Self::build_local(
+                spec.algorithm,
+                spec.limit,
+                clock,
+                old,
+                handovers,
+            ))),
             #[cfg(feature = "redis")]
             Scope::Fleet => FleetRule::build(spec, key(), fleet, clock, old),
             #[cfg(not(feature = "redis"))]

@@ -16,7 +16,7 @@ use crate::config::model::{
     ServiceConfig,
 };
 use crate::limit::LimitError;
-use crate::limiter::{Algorithm, FixedWindow};
+use crate::limiter::Algorithm;
 use crate::sampler::attributes::{self, ADAPTIVE, LOWERBOUND, PROBABILISTIC, RATELIMITING};
 use crate::sampler::{Adaptive, Threshold};
 
@@ -207,16 +207,32 @@ impl<'a, C: Clock + Clone> Build<'a, C> {
             Policy::Probability(p) => Action::Probability(Threshold::from_probability(p)),
             Policy::Adaptive(limit) => match old.map(|o| (&o.action, o.policy)) {
                 // The same limit: keep the estimate and the cap's window.
-                Some((Action::Adaptive(a), Policy::Adaptive(l))) if l == limit => {
-                    Action::Adaptive(Arc::clone(a))
+                Some((adaptive @ Action::Adaptive { .. }, Policy::Adaptive(l))) if l == limit => {
+                    adaptive.clone()
                 }
-                // The rule's counters carry over by name: start the offered count from
-                // their total.
-                _ => Action::Adaptive(Arc::new(Adaptive::new(
-                    FixedWindow::with_clock(limit, self.clock.clone()),
-                    self.clock.clone(),
-                    old.map_or(0, |o| o.counters.snapshot().total()),
-                ))),
+                // A changed one: a new estimate, and a cap that takes over the
+                // predecessor's limiter (an adaptive cap, a limit or a lower bound), so
+                // what it used in this window stays spent.
+                _ => {
+                    let local = RuleLimiter::build_local(
+                        Algorithm::FixedWindow,
+                        limit,
+                        self.clock,
+                        old_limiter,
+                        &mut self.handovers,
+                    );
+                    let cap = RuleLimiter::Local(local.clone());
+                    Action::Adaptive {
+                        adaptive: Arc::new(Adaptive::new(
+                            local,
+                            self.clock.clone(),
+                            // The rule's counters carry over by name: start the offered
+                            // count from their total.
+                            old.map_or(0, |o| o.counters.snapshot().total()),
+                        )),
+                        cap,
+                    }
+                }
             },
             // A limit and a lower bound take over the predecessor's limiter (either
             // kind): what it used in this window stays spent.

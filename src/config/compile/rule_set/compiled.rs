@@ -7,6 +7,7 @@ use opentelemetry::trace::SpanKind;
 use opentelemetry::KeyValue;
 
 use crate::clock::Clock;
+use crate::config::compile::handover::LocalRule;
 use crate::config::compile::rule_limiter::RuleLimiter;
 use crate::config::model::pattern::Pattern;
 use crate::config::model::{Policy, Rule};
@@ -66,8 +67,12 @@ pub(super) enum Action<C> {
     /// Keep iff the trace's randomness is at least this (OTEP 235), writing `th`.
     Probability(Threshold),
     /// An adaptive probability under its own cap; shared with the previous rule set's
-    /// rule of the same name and limit across a reload.
-    Adaptive(Arc<Adaptive<C>>),
+    /// same rule across a reload when its limit did not change. Its cap (the same
+    /// limiter as the estimate's) is handed over like a limit's otherwise.
+    Adaptive {
+        adaptive: Arc<Adaptive<C, LocalRule<C>>>,
+        cap: RuleLimiter<C>,
+    },
     /// A probability (writing `th`), and a lower bound's limiter that the probability's
     /// keeps also spend and that may keep what it refuses.
     AtLeast {
@@ -84,7 +89,10 @@ impl<C> Clone for Action<C> {
         match self {
             Action::Limit(l) => Action::Limit(l.clone()),
             Action::Probability(p) => Action::Probability(*p),
-            Action::Adaptive(a) => Action::Adaptive(Arc::clone(a)),
+            Action::Adaptive { adaptive, cap } => Action::Adaptive {
+                adaptive: Arc::clone(adaptive),
+                cap: cap.clone(),
+            },
             Action::AtLeast {
                 threshold,
                 lower_bound,
@@ -115,12 +123,14 @@ impl<C> Clone for Compiled<C> {
 }
 
 impl<C> Action<C> {
-    /// Its own limiter, handed over by rule identity on a reload: a limit's, or a lower
-    /// bound's (an adaptive policy's cap goes with its estimate instead).
+    /// Its own limiter, handed over by rule identity on a reload: a limit's, a lower
+    /// bound's or an adaptive policy's cap.
     pub(super) fn limiter(&self) -> Option<&RuleLimiter<C>> {
         match self {
-            Action::Limit(l) | Action::AtLeast { lower_bound: l, .. } => Some(l),
-            Action::Probability(_) | Action::Adaptive(_) => None,
+            Action::Limit(l)
+            | Action::AtLeast { lower_bound: l, .. }
+            | Action::Adaptive { cap: l, .. } => Some(l),
+            Action::Probability(_) => None,
         }
     }
 }
@@ -154,8 +164,6 @@ impl<C: Clock> Compiled<C> {
     /// Whether one of its local limiters holds admissions in its current window.
     pub(super) fn holds_window(&self) -> bool {
         let used = |l: &RuleLimiter<C>| l.local().is_some_and(|l| l.used() > 0);
-        // An adaptive rule's cap is shared with its successor of the same limit, so it
-        // is never kept aside.
         self.action
             .limiter()
             .into_iter()

@@ -114,7 +114,7 @@ impl<C: Clock> Compiled<C> {
                         .then_some((None, &bound_attributes[..])),
                 },
             ),
-            Action::Adaptive(adaptive) => {
+            Action::Adaptive { adaptive, .. } => {
                 // Every decision of this rule was offered to it.
                 let threshold = adaptive.threshold(|| self.counters.snapshot().total());
                 match consistent(threshold) {

@@ -65,7 +65,7 @@ impl<C: Clock> RuleSet<C> {
                 decisions: c.counters.snapshot(),
                 window: match &c.action {
                     Action::Limit(l) | Action::AtLeast { lower_bound: l, .. } => fill(l),
-                    Action::Adaptive(a) => a.window_fill(),
+                    Action::Adaptive { adaptive, .. } => adaptive.window_fill(),
                     Action::Probability(_) => None,
                 },
                 floor: c.floor.as_ref().and_then(fill),

@@ -44,6 +44,10 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     ///   that half second (its admission is not carried), and, for the sliding kinds
     ///   (log, counter, bucketed), what leaves their window during the swap itself
     ///   (the carried count is that much short). The fixed window is exact.
+    /// * An `adaptive` rule's cap is a limit like the others: kept with its estimate when
+    ///   the limit did not change, else handed over as above (its estimate starts
+    ///   again), so lowering and restoring it, renaming it or removing and restoring
+    ///   it re-opens nothing of its window.
     /// * A rule removed (or made a probability) and brought back within a window finds
     ///   its limiter: limits whose identity left the rules are kept aside until their
     ///   window holds nothing.
