@@ -26,3 +26,6 @@ pub(crate) use parent::{apply as apply_parent_policy, drop_span, Origin};
 pub use rate_limiting::{RateLimitingSampler, RateLimitingSamplerBuilder};
 #[cfg_attr(not(feature = "config"), allow(unused_imports))]
 pub(crate) use trace_state::erase_threshold;
+// The composable samplers' randomness, threshold parse and trace-state edit.
+#[cfg(feature = "composable")]
+pub(crate) use consistent::{parent_threshold, randomness, with_threshold, ParentThreshold};
