@@ -76,3 +76,50 @@ impl AttributesProvider for Chain {
         self.1.provide(attributes);
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use opentelemetry_sdk::trace::SamplingDecision::{Drop, RecordAndSample};
+
+    use super::*;
+    use crate::composable::test_support::{decide, intent};
+    use crate::composable::{ComposableAlwaysOff, ComposableProbability, Threshold};
+
+    #[test]
+    fn adds_attributes_to_what_the_delegate_keeps_and_keeps_its_threshold() {
+        let s = ComposableAnnotating::new(
+            [KeyValue::new("sampler", "half")],
+            ComposableProbability::new(0.5).unwrap(),
+        );
+        let i = intent(&s, None, 0, &[]);
+        assert_eq!(i.threshold(), Threshold::from_value(1 << 55));
+        assert!(i.threshold_reliable());
+        let kept = decide(&s, None, 1 << 55, &[]);
+        assert_eq!(kept.decision, RecordAndSample);
+        assert_eq!(kept.attributes, vec![KeyValue::new("sampler", "half")]);
+        assert_eq!(kept.trace_state.header(), "ot=th:8");
+        let dropped = decide(&s, None, (1 << 55) - 1, &[]);
+        assert_eq!(dropped.decision, Drop);
+        assert!(
+            dropped.attributes.is_empty(),
+            "attributes only on kept spans"
+        );
+        let off = ComposableAnnotating::new([KeyValue::new("k", 1)], ComposableAlwaysOff);
+        assert!(decide(&off, None, (1 << 56) - 1, &[]).attributes.is_empty());
+    }
+
+    #[test]
+    fn nested_annotators_add_the_delegates_attributes_first() {
+        let inner = ComposableAnnotating::new(
+            [KeyValue::new("a", 1)],
+            ComposableProbability::new(0.5).unwrap(),
+        );
+        let outer = ComposableAnnotating::new(vec![KeyValue::new("b", 2)], inner);
+        let kept = decide(&outer, None, 1 << 55, &[]);
+        assert_eq!(
+            kept.attributes,
+            vec![KeyValue::new("a", 1), KeyValue::new("b", 2)]
+        );
+        assert!(decide(&outer, None, 0, &[]).attributes.is_empty());
+    }
+}

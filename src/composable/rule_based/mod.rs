@@ -117,3 +117,86 @@ impl ComposableSampler for ComposableRuleBased {
             })
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use opentelemetry_sdk::trace::SamplingDecision::{Drop, RecordAndSample};
+    use opentelemetry_sdk::trace::ShouldSample;
+
+    use super::*;
+    use crate::composable::test_support::{decide, intent, parent};
+    use crate::composable::CompositeSampler;
+    use crate::composable::{ComposableAlwaysOff, ComposableAlwaysOn, ComposableProbability};
+    use crate::stats::ParentOrigin;
+
+    #[test]
+    fn the_first_matching_rule_decides() {
+        let s = ComposableRuleBased::builder()
+            .rule(
+                Predicate::new().attribute_values("path", ["/health"]),
+                ComposableAlwaysOff,
+            )
+            .rule(
+                Predicate::new().span_kinds([SpanKind::Server]),
+                ComposableAlwaysOn,
+            )
+            .rule(Predicate::new(), ComposableAlwaysOff)
+            .build();
+        assert_eq!(s.len(), 3);
+        let health = [KeyValue::new("path", "/health")];
+        assert_eq!(
+            decide(&s, None, 0, &health).decision,
+            Drop,
+            "rule 1 before rule 2"
+        );
+        let other = [KeyValue::new("path", "/users")];
+        let kept = decide(&s, None, 0, &other);
+        assert_eq!(
+            (kept.decision, kept.trace_state.header()),
+            (RecordAndSample, "ot=th:0".into())
+        );
+        let client = CompositeSampler::new(s.clone()).should_sample(
+            None,
+            crate::composable::test_support::id(0),
+            "x",
+            &SpanKind::Client,
+            &other,
+            &[],
+        );
+        assert_eq!(client.decision, Drop, "rule 3");
+    }
+
+    #[test]
+    fn no_rule_matching_is_a_non_sampling_intent() {
+        let empty = ComposableRuleBased::builder().build();
+        assert!(empty.is_empty());
+        let i = intent(&empty, None, 0, &[]);
+        assert_eq!((i.threshold(), i.threshold_reliable()), (None, false));
+        let s = ComposableRuleBased::builder()
+            .rule(
+                Predicate::new().parents([ParentOrigin::Remote]),
+                ComposableAlwaysOn,
+            )
+            .build();
+        assert_eq!(decide(&s, None, (1 << 56) - 1, &[]).decision, Drop);
+    }
+
+    #[test]
+    fn the_matched_delegates_intent_is_returned_whole() {
+        let s = ComposableRuleBased::builder()
+            .rule(Predicate::new(), ComposableProbability::new(0.5).unwrap())
+            .build();
+        let i = intent(&s, None, 0, &[]);
+        assert_eq!(i.threshold().map(|t| t.value()), Some(1 << 55));
+        assert!(i.threshold_reliable());
+        let roots_only = ComposableRuleBased::builder()
+            .rule(
+                Predicate::new().parents([ParentOrigin::Root]),
+                ComposableAlwaysOn,
+            )
+            .build();
+        let p = parent(true, false, "");
+        assert_eq!(decide(&roots_only, Some(&p), 0, &[]).decision, Drop);
+        assert_eq!(decide(&roots_only, None, 0, &[]).decision, RecordAndSample);
+    }
+}

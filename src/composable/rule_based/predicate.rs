@@ -189,3 +189,140 @@ fn any_item(value: &Value, mut test: impl FnMut(Item<'_>) -> bool) -> bool {
         other => test(Item::Other(other)),
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use opentelemetry::trace::{SpanContext, TraceContextExt};
+    use opentelemetry::StringValue;
+
+    use super::*;
+    use crate::composable::test_support::{id, parent};
+
+    fn m(p: &Predicate, parent: Option<&Context>, kind: SpanKind, attrs: &[KeyValue]) -> bool {
+        p.matches(parent, id(0), "span", &kind, attrs, &[])
+    }
+
+    fn server(p: &Predicate, attrs: &[KeyValue]) -> bool {
+        m(p, None, SpanKind::Server, attrs)
+    }
+
+    #[test]
+    fn no_condition_matches_everything() {
+        assert!(server(&Predicate::new(), &[]));
+        assert!(m(
+            &Predicate::new(),
+            Some(&parent(false, true, "")),
+            SpanKind::Producer,
+            &[]
+        ));
+    }
+
+    #[test]
+    fn span_kinds_match_any_listed() {
+        let p = Predicate::new().span_kinds([SpanKind::Server, SpanKind::Consumer]);
+        assert!(m(&p, None, SpanKind::Consumer, &[]));
+        assert!(!m(&p, None, SpanKind::Client, &[]));
+        assert!(!m(&p, None, SpanKind::Internal, &[]));
+    }
+
+    #[test]
+    fn parents_match_by_origin() {
+        let local = parent(true, false, "");
+        let remote = parent(false, true, "");
+        let invalid = Context::new().with_remote_span_context(SpanContext::empty_context());
+        let none = Predicate::new().parents([ParentOrigin::Root]);
+        let remote_only = Predicate::new().parents([ParentOrigin::Remote]);
+        let local_only = Predicate::new().parents([ParentOrigin::Local]);
+        assert!(m(&none, None, SpanKind::Server, &[]));
+        assert!(
+            m(&none, Some(&invalid), SpanKind::Server, &[]),
+            "an invalid parent is a root"
+        );
+        assert!(!m(&none, Some(&local), SpanKind::Server, &[]));
+        assert!(m(&remote_only, Some(&remote), SpanKind::Server, &[]));
+        assert!(!m(&remote_only, Some(&local), SpanKind::Server, &[]));
+        assert!(m(&local_only, Some(&local), SpanKind::Server, &[]));
+        assert!(!m(&local_only, None, SpanKind::Server, &[]));
+    }
+
+    #[test]
+    fn attribute_values_match_exactly_as_text_and_any_array_item() {
+        let p = Predicate::new().attribute_values("code", ["404", "true", "0.5", "GET"]);
+        for yes in [
+            KeyValue::new("code", 404),
+            KeyValue::new("code", true),
+            KeyValue::new("code", 0.5),
+            KeyValue::new("code", "GET"),
+            KeyValue::new(
+                "code",
+                Value::Array(vec![StringValue::from("x"), StringValue::from("GET")].into()),
+            ),
+            KeyValue::new("code", Value::Array(vec![1i64, 404].into())),
+        ] {
+            assert!(
+                server(&p, &[KeyValue::new("other", 1), yes.clone()]),
+                "{yes:?}"
+            );
+        }
+        for no in [
+            KeyValue::new("code", 4040),
+            KeyValue::new("code", "get"),
+            KeyValue::new("code", "GET "),
+            KeyValue::new("code", Value::Array(vec![false].into())),
+            KeyValue::new("other", "GET"),
+        ] {
+            assert!(!server(&p, std::slice::from_ref(&no)), "{no:?}");
+        }
+        assert!(!server(&p, &[]), "an absent attribute does not match");
+        // Glob syntax in a value is literal.
+        let star = Predicate::new().attribute_values("k", ["a*"]);
+        assert!(server(&star, &[KeyValue::new("k", "a*")]));
+        assert!(!server(&star, &[KeyValue::new("k", "ab")]));
+    }
+
+    #[test]
+    fn attribute_patterns_include_then_exclude() {
+        let p = Predicate::new()
+            .attribute_patterns("url.path", ["/api/*"], ["/api/health?"])
+            .unwrap();
+        let path = |v: &str| [KeyValue::new("url.path", v.to_owned())];
+        assert!(server(&p, &path("/api/users")));
+        assert!(server(&p, &path("/api/health")), "? needs one character");
+        assert!(!server(&p, &path("/api/healthz")), "excluded");
+        assert!(!server(&p, &path("/web/users")), "not included");
+        assert!(!server(&p, &[]), "absent");
+        // Included omitted: every value but the excluded.
+        let all_but = Predicate::new()
+            .attribute_patterns("code", [""; 0], ["4*"])
+            .unwrap();
+        assert!(server(&all_but, &[KeyValue::new("code", 503)]));
+        assert!(!server(&all_but, &[KeyValue::new("code", 404)]));
+        assert!(!server(&all_but, &[]));
+        // Arrays: any item that is included and not excluded.
+        let tags = Value::Array(vec![StringValue::from("b-1"), StringValue::from("a-2")].into());
+        let p = Predicate::new()
+            .attribute_patterns("tags", ["a-*"], ["b*"])
+            .unwrap();
+        assert!(server(&p, &[KeyValue::new("tags", tags)]));
+    }
+
+    #[test]
+    fn every_condition_must_hold() {
+        let p = Predicate::new()
+            .span_kinds([SpanKind::Server])
+            .parents([ParentOrigin::Root])
+            .attribute_values("a", ["1"])
+            .attribute_patterns("b", ["x*"], [""; 0])
+            .unwrap();
+        let both = [KeyValue::new("a", 1), KeyValue::new("b", "xy")];
+        assert!(server(&p, &both));
+        assert!(!server(&p, &both[..1]));
+        assert!(!m(&p, None, SpanKind::Client, &both));
+        assert!(!m(
+            &p,
+            Some(&parent(true, true, "")),
+            SpanKind::Server,
+            &both
+        ));
+    }
+}
