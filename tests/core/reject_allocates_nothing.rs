@@ -403,3 +403,70 @@ fn a_new_threads_first_refusal_allocates_nothing() {
     let stats = sampler.stats();
     assert_eq!((stats.decisions.kept(), stats.decisions.dropped()), (1, 3));
 }
+
+/// A `CompositeSampler` over the specification's built-ins (parent threshold, rules
+/// with values and patterns, annotating, probability, always off) drops roots without
+/// touching the heap, also when nested annotators would chain their attributes.
+#[cfg(feature = "composable")]
+#[test]
+fn a_dropped_root_allocates_nothing_in_a_composite_sampler() {
+    use opentelemetry::KeyValue;
+    use otel_rate_sampler::{
+        ComposableAlwaysOff, ComposableAnnotating, ComposableParentThreshold,
+        ComposableProbability, ComposableRuleBased, CompositeSampler, Predicate,
+    };
+
+    let annotated = ComposableAnnotating::new(
+        [KeyValue::new("outer", 1)],
+        ComposableAnnotating::new(
+            [KeyValue::new("inner", 1)],
+            ComposableProbability::new(0.5).unwrap(),
+        ),
+    );
+    let root = ComposableRuleBased::builder()
+        .rule(
+            Predicate::new()
+                .attribute_patterns("url.path", ["/api/*", "/v?/*"], ["/api/health*"])
+                .unwrap(),
+            annotated,
+        )
+        .rule(
+            Predicate::new().attribute_values("http.status_code", ["500", "503"]),
+            ComposableProbability::new(0.25).unwrap(),
+        )
+        .rule(Predicate::new(), ComposableAlwaysOff)
+        .build();
+    let sampler = CompositeSampler::new(ComposableParentThreshold::new(root));
+    let root_parent = Context::new();
+    let attrs = [
+        KeyValue::new("http.status_code", 503),
+        KeyValue::new("url.path", "/api/users"),
+    ];
+    let decide = |id: u128, attrs: &[KeyValue]| {
+        sampler.should_sample(
+            Some(&root_parent),
+            TraceId::from(id),
+            "root",
+            &SpanKind::Server,
+            attrs,
+            &[],
+        )
+    };
+    // High randomness is kept by 1/2 with both annotators' attributes: the counter sees it.
+    let (kept, events) = heap_events(|| decide(u128::from(u64::MAX), &attrs));
+    assert_eq!(kept.decision, SamplingDecision::RecordAndSample);
+    assert_eq!(kept.attributes.len(), 2);
+    assert!(events >= 1, "a kept root built attributes and th");
+    // Randomness below 1/4 is dropped by every rule that matches.
+    let (kept, events) = heap_events(|| {
+        (0..1_000u128)
+            .filter(|&i| {
+                decide(i, &attrs).decision != SamplingDecision::Drop
+                    || decide(i, &attrs[..1]).decision != SamplingDecision::Drop
+                    || decide(i, &[]).decision != SamplingDecision::Drop
+            })
+            .count()
+    });
+    assert_eq!(kept, 0);
+    assert_eq!(events, 0, "3000 dropped roots caused {events} heap events");
+}
