@@ -67,9 +67,9 @@ pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock, PreciseClock};
 #[cfg(feature = "composable")]
 pub use composable::{
     AttributesProvider, ComposableAlwaysOff, ComposableAlwaysOn, ComposableAnnotating,
-    ComposableError, ComposableParentThreshold, ComposableProbability, ComposableRuleBased,
-    ComposableRuleBasedBuilder, ComposableSampler, CompositeSampler, Predicate, SamplingIntent,
-    SamplingPredicate, Threshold, TraceStateUpdater,
+    ComposableError, ComposableParentThreshold, ComposableProbability, ComposableRateLimiting,
+    ComposableRuleBased, ComposableRuleBasedBuilder, ComposableSampler, CompositeSampler,
+    Predicate, SamplingIntent, SamplingPredicate, Threshold, TraceStateUpdater,
 };
 #[cfg(feature = "config")]
 pub use config::env;

@@ -108,6 +108,13 @@ impl SamplingIntent {
         self.threshold.is_some_and(|t| t.keeps(randomness))
     }
 
+    /// This intent with another threshold and reliability (providers kept).
+    pub(crate) fn with_threshold(mut self, threshold: Option<Threshold>, reliable: bool) -> Self {
+        self.threshold = threshold;
+        self.threshold_reliable = reliable;
+        self
+    }
+
     /// The attributes provider, taken out (for a decorator that extends it).
     pub(crate) fn take_attributes(&mut self) -> Option<Arc<dyn AttributesProvider>> {
         self.attributes.take()

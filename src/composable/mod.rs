@@ -6,7 +6,7 @@
 //! The specification's built-ins: [`ComposableAlwaysOn`], [`ComposableAlwaysOff`],
 //! [`ComposableProbability`], [`ComposableParentThreshold`], [`ComposableRuleBased`] and
 //! [`ComposableAnnotating`]. Ours (not in the specification) are marked as such on
-//! their types: [`Predicate`] (the configuration schema's rule conditions as a
+//! their types: [`ComposableRateLimiting`], [`Predicate`] (the configuration schema's rule conditions as a
 //! [`SamplingPredicate`]) and the [`Threshold`] type's constructors.
 
 mod always;
@@ -17,6 +17,7 @@ mod intent;
 mod parent;
 mod parent_threshold;
 mod probability;
+mod rate_limiting;
 mod rule_based;
 mod sampler;
 mod threshold;
@@ -28,6 +29,7 @@ pub use error::ComposableError;
 pub use intent::{AttributesProvider, SamplingIntent, TraceStateUpdater};
 pub use parent_threshold::ComposableParentThreshold;
 pub use probability::ComposableProbability;
+pub use rate_limiting::ComposableRateLimiting;
 pub use rule_based::{
     ComposableRuleBased, ComposableRuleBasedBuilder, Predicate, SamplingPredicate,
 };

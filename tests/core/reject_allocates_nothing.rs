@@ -470,3 +470,58 @@ fn a_dropped_root_allocates_nothing_in_a_composite_sampler() {
     assert_eq!(kept, 0);
     assert_eq!(events, 0, "3000 dropped roots caused {events} heap events");
 }
+
+/// `ComposableRateLimiting` drops by its threshold and by its cap without touching the
+/// heap: window 0 (probability 1) fills the cap, window 1 drops by the adapted
+/// threshold.
+#[cfg(feature = "composable")]
+#[test]
+fn a_dropped_root_allocates_nothing_in_the_composable_rate_limiter() {
+    use otel_rate_sampler::{ComposableAlwaysOn, ComposableRateLimiting, CompositeSampler};
+
+    let clock = ManualClock::new();
+    let limit = Limit::per_window(1, Duration::from_secs(1)).unwrap();
+    let sampler = CompositeSampler::new(ComposableRateLimiting::with_clock(
+        ComposableAlwaysOn,
+        limit,
+        clock.clone(),
+    ));
+    let root_parent = Context::new();
+    let decide = |id: u128| sample_with_id(&sampler, &root_parent, id);
+    assert_eq!(decide(u128::MAX), SamplingDecision::RecordAndSample);
+    let (kept, events) = heap_events(|| {
+        (0..100u128)
+            .filter(|&i| decide(i << 40) != SamplingDecision::Drop)
+            .count()
+    });
+    assert_eq!(kept, 0, "the cap of 1 admitted a second root");
+    assert_eq!(
+        events, 0,
+        "100 roots refused by the cap caused {events} heap events"
+    );
+    clock.advance(Duration::from_secs(1));
+    let (kept, events) = heap_events(|| {
+        (0..1_000u128)
+            .filter(|&i| decide(i) != SamplingDecision::Drop)
+            .count()
+    });
+    assert_eq!(kept, 0, "ids below 1000 are under the threshold of 1/101");
+    assert_eq!(
+        events, 0,
+        "1000 roots refused by the threshold caused {events} heap events"
+    );
+}
+
+#[cfg(feature = "composable")]
+fn sample_with_id(sampler: &impl ShouldSample, parent: &Context, id: u128) -> SamplingDecision {
+    sampler
+        .should_sample(
+            Some(parent),
+            TraceId::from(id),
+            "root",
+            &SpanKind::Server,
+            &[],
+            &[],
+        )
+        .decision
+}
