@@ -47,9 +47,17 @@ use crate::sync::{AtomicU64, Ordering};
 ///
 /// Clones share the budget. A drop allocates nothing; each decision writes only this
 /// thread's counter cell (and the cap's word when the threshold keeps the span).
-#[derive(Clone)]
 pub struct ComposableRateLimiting<D, C: Clock = MonotonicClock> {
     inner: Arc<Inner<D, C>>,
+}
+
+// Not derived: a clone shares the budget, whatever `D` and `C` are.
+impl<D, C: Clock> Clone for ComposableRateLimiting<D, C> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
 }
 
 struct Inner<D, C: Clock> {

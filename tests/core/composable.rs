@@ -182,3 +182,47 @@ fn a_remote_parents_threshold_and_rv_are_kept_and_an_unsampled_one_drops() {
     );
     assert_eq!(spans[1].span_context.trace_state().header(), "vendor=y");
 }
+
+/// The rate limiter in the provider, on its default clock: one window (an hour) of 10
+/// from 100 roots offered at once, whole traces, the kept roots with `th:0` (window 0 has
+/// probability 1 and the cap binds only after them).
+#[test]
+fn a_rate_limited_composite_exports_at_most_n_whole_traces() {
+    use std::time::Duration;
+
+    use otel_rate_sampler::{ComposableRateLimiting, Limit};
+
+    let limit = Limit::per_window(10, Duration::from_secs(3600))
+        .unwrap()
+        .unpaced();
+    let limited = ComposableRateLimiting::new(ComposableAlwaysOn, limit);
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_sampler(CompositeSampler::new(ComposableParentThreshold::new(
+            limited.clone(),
+        )))
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let tracer = provider.tracer("composable");
+    for _ in 0..100 {
+        trace(&tracer, SpanKind::Server, "/users");
+    }
+    let spans = exporter.get_finished_spans().unwrap();
+    let roots: Vec<_> = spans.iter().filter(|s| s.name == "root").collect();
+    assert!(
+        roots.len() <= 10,
+        "{} roots kept under a cap of 10",
+        roots.len()
+    );
+    assert_eq!(
+        spans.len(),
+        2 * roots.len(),
+        "whole traces: children follow their root"
+    );
+    assert!(spans.iter().all(|s| th(s).as_deref() == Some("0")));
+    assert_eq!(
+        limited.stats().kept(),
+        roots.len() as u64,
+        "clones share the budget"
+    );
+}
