@@ -4,7 +4,8 @@
 //!
 //! The tree is the specification's example: `ComposableParentThreshold` over a
 //! `ComposableRuleBased` root (health checks off, server spans at 1/2 and annotated,
-//! anything else always on).
+//! anything else always on). Then `ComposableRateLimiting` (ours): in the provider, and
+//! in a seeded simulation of overload and a load step that checks its "Accuracy" docs.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
