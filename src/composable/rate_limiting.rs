@@ -69,7 +69,8 @@ use crate::sync::{AtomicU64, Ordering};
 /// kept until it adapts.
 ///
 /// Clones share the budget. A drop allocates nothing; each decision writes only this
-/// thread's counter cell (and the cap's word when the threshold keeps the span).
+/// thread's counter cell (and the cap's word when the threshold keeps the span, and a
+/// flag on the window's first refusal).
 pub struct ComposableRateLimiting<D, C: Clock = MonotonicClock> {
     inner: Arc<Inner<D, C>>,
 }
@@ -175,8 +176,11 @@ impl<D: ComposableSampler, C: Clock> ComposableSampler for ComposableRateLimitin
                 .counters
                 .record(Event::dropped(DropReason::RateLimit, from));
             // Relaxed: a flag for this window's later keeps; a keep that races the
-            // refusal on another thread and misses it was decided before it.
-            inner.refused_in.store(window + 1, Ordering::Relaxed);
+            // refusal on another thread and misses it was decided before it. Written
+            // once per window, not per refusal: the reject path reads shared memory only.
+            if inner.refused_in.load(Ordering::Relaxed) != window + 1 {
+                inner.refused_in.store(window + 1, Ordering::Relaxed);
+            }
             return SamplingIntent::NON_SAMPLING;
         }
         inner.counters.record(Event::kept(from));
