@@ -19,6 +19,9 @@
 //!   (`DeclarativeSampler`, `OTEL_CONFIG_FILE`); feature `reload`: hot reload of the rule
 //!   file; feature `jaeger-remote`: strategies polled from a Jaeger collector or agent
 //!   (`JaegerRemote`).
+//! * Feature `composable`: OpenTelemetry's composable samplers (specification status
+//!   Development): [`CompositeSampler`] over the specification's built-ins
+//!   (`ComposableProbability`, `ComposableParentThreshold`, `ComposableRuleBased`, ...).
 //! * Every sampler counts its decisions (kept, dropped and why) for a nanosecond or so:
 //!   [`RateLimitingSampler::stats`]; feature `metrics` reports them as OpenTelemetry
 //!   metrics (`SamplerMetrics`).
@@ -41,6 +44,8 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod clock;
+#[cfg(feature = "composable")]
+mod composable;
 #[cfg(feature = "config")]
 mod config;
 // The lease word is also built under loom (without the feature) for its model tests.
@@ -48,13 +53,24 @@ mod config;
 mod fleet;
 mod limit;
 mod limiter;
+// Glob patterns on names and attribute values: the rule layer's and the composables'.
 #[cfg(feature = "metrics")]
 mod metrics;
+#[cfg(any(feature = "config", feature = "composable"))]
+#[cfg_attr(not(feature = "config"), allow(dead_code))] // the composables use a part
+mod pattern;
 mod sampler;
 pub mod stats;
 mod sync;
 
 pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock, PreciseClock};
+#[cfg(feature = "composable")]
+pub use composable::{
+    AttributesProvider, ComposableAlwaysOff, ComposableAlwaysOn, ComposableAnnotating,
+    ComposableError, ComposableParentThreshold, ComposableProbability, ComposableRateLimiting,
+    ComposableRuleBased, ComposableRuleBasedBuilder, ComposableSampler, CompositeSampler,
+    Predicate, SamplingIntent, SamplingPredicate, Threshold, TraceStateUpdater,
+};
 #[cfg(feature = "config")]
 pub use config::env;
 #[cfg(feature = "yaml")]

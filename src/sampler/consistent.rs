@@ -151,7 +151,7 @@ pub(crate) fn randomness(trace_id: TraceId, state: &TraceState) -> u64 {
 
 /// What the `th` of a parent's trace state says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum ParentThreshold {
+pub(crate) enum ParentThreshold {
     /// No `th`: the parent's probability is unknown.
     Absent,
     /// A `th` that is not 1 to 14 hex digits: unknown, and to be erased.
@@ -159,7 +159,8 @@ enum ParentThreshold {
     Known(Threshold),
 }
 
-fn parent_threshold(state: &TraceState) -> ParentThreshold {
+/// The `th` of `state`'s `ot` entry, parsed.
+pub(crate) fn parent_threshold(state: &TraceState) -> ParentThreshold {
     match ot_value(state, "th") {
         None => ParentThreshold::Absent,
         Some(v) => Threshold::parse(v).map_or(ParentThreshold::Malformed, ParentThreshold::Known),

@@ -15,8 +15,11 @@ mod parent;
 mod rate_limiting;
 mod trace_state;
 
-#[cfg_attr(not(feature = "config"), allow(unused_imports))] // the rule layer's `adaptive`
-pub(crate) use adaptive::Adaptive;
+#[cfg_attr(
+    not(any(feature = "config", feature = "composable")),
+    allow(unused_imports)
+)]
+pub(crate) use adaptive::Adaptive; // the rule layer's `adaptive`, ComposableRateLimiting
 pub use adaptive::{AdaptiveSampler, AdaptiveSamplerBuilder};
 #[cfg_attr(not(feature = "config"), allow(unused_imports))]
 pub(crate) use consistent::{decide as decide_consistent, Kept, Threshold, Verdict};
@@ -26,3 +29,6 @@ pub(crate) use parent::{apply as apply_parent_policy, drop_span, Origin};
 pub use rate_limiting::{RateLimitingSampler, RateLimitingSamplerBuilder};
 #[cfg_attr(not(feature = "config"), allow(unused_imports))]
 pub(crate) use trace_state::erase_threshold;
+// The composable samplers' randomness, threshold parse and trace-state edit.
+#[cfg(feature = "composable")]
+pub(crate) use consistent::{parent_threshold, randomness, with_threshold, ParentThreshold};

@@ -8,6 +8,8 @@ mod support;
 mod bad_inputs;
 mod cap_manual_clock;
 mod cap_real_clock;
+#[cfg(feature = "composable")]
+mod composable;
 mod env;
 mod pacing;
 mod reject_allocates_nothing;

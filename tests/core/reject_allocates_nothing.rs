@@ -403,3 +403,125 @@ fn a_new_threads_first_refusal_allocates_nothing() {
     let stats = sampler.stats();
     assert_eq!((stats.decisions.kept(), stats.decisions.dropped()), (1, 3));
 }
+
+/// A `CompositeSampler` over the specification's built-ins (parent threshold, rules
+/// with values and patterns, annotating, probability, always off) drops roots without
+/// touching the heap, also when nested annotators would chain their attributes.
+#[cfg(feature = "composable")]
+#[test]
+fn a_dropped_root_allocates_nothing_in_a_composite_sampler() {
+    use opentelemetry::KeyValue;
+    use otel_rate_sampler::{
+        ComposableAlwaysOff, ComposableAnnotating, ComposableParentThreshold,
+        ComposableProbability, ComposableRuleBased, CompositeSampler, Predicate,
+    };
+
+    let annotated = ComposableAnnotating::new(
+        [KeyValue::new("outer", 1)],
+        ComposableAnnotating::new(
+            [KeyValue::new("inner", 1)],
+            ComposableProbability::new(0.5).unwrap(),
+        ),
+    );
+    let root = ComposableRuleBased::builder()
+        .rule(
+            Predicate::new()
+                .attribute_patterns("url.path", ["/api/*", "/v?/*"], ["/api/health*"])
+                .unwrap(),
+            annotated,
+        )
+        .rule(
+            Predicate::new().attribute_values("http.status_code", ["500", "503"]),
+            ComposableProbability::new(0.25).unwrap(),
+        )
+        .rule(Predicate::new(), ComposableAlwaysOff)
+        .build();
+    let sampler = CompositeSampler::new(ComposableParentThreshold::new(root));
+    let root_parent = Context::new();
+    let attrs = [
+        KeyValue::new("http.status_code", 503),
+        KeyValue::new("url.path", "/api/users"),
+    ];
+    let decide = |id: u128, attrs: &[KeyValue]| {
+        sampler.should_sample(
+            Some(&root_parent),
+            TraceId::from(id),
+            "root",
+            &SpanKind::Server,
+            attrs,
+            &[],
+        )
+    };
+    // High randomness is kept by 1/2 with both annotators' attributes: the counter sees it.
+    let (kept, events) = heap_events(|| decide(u128::from(u64::MAX), &attrs));
+    assert_eq!(kept.decision, SamplingDecision::RecordAndSample);
+    assert_eq!(kept.attributes.len(), 2);
+    assert!(events >= 1, "a kept root built attributes and th");
+    // Randomness below 1/4 is dropped by every rule that matches.
+    let (kept, events) = heap_events(|| {
+        (0..1_000u128)
+            .filter(|&i| {
+                decide(i, &attrs).decision != SamplingDecision::Drop
+                    || decide(i, &attrs[..1]).decision != SamplingDecision::Drop
+                    || decide(i, &[]).decision != SamplingDecision::Drop
+            })
+            .count()
+    });
+    assert_eq!(kept, 0);
+    assert_eq!(events, 0, "3000 dropped roots caused {events} heap events");
+}
+
+/// `ComposableRateLimiting` drops by its threshold and by its cap without touching the
+/// heap: window 0 (probability 1) fills the cap, window 1 drops by the adapted
+/// threshold.
+#[cfg(feature = "composable")]
+#[test]
+fn a_dropped_root_allocates_nothing_in_the_composable_rate_limiter() {
+    use otel_rate_sampler::{ComposableAlwaysOn, ComposableRateLimiting, CompositeSampler};
+
+    let clock = ManualClock::new();
+    let limit = Limit::per_window(1, Duration::from_secs(1)).unwrap();
+    let sampler = CompositeSampler::new(ComposableRateLimiting::with_clock(
+        ComposableAlwaysOn,
+        limit,
+        clock.clone(),
+    ));
+    let root_parent = Context::new();
+    let decide = |id: u128| sample_with_id(&sampler, &root_parent, id);
+    assert_eq!(decide(u128::MAX), SamplingDecision::RecordAndSample);
+    let (kept, events) = heap_events(|| {
+        (0..100u128)
+            .filter(|&i| decide(i << 40) != SamplingDecision::Drop)
+            .count()
+    });
+    assert_eq!(kept, 0, "the cap of 1 admitted a second root");
+    assert_eq!(
+        events, 0,
+        "100 roots refused by the cap caused {events} heap events"
+    );
+    clock.advance(Duration::from_secs(1));
+    let (kept, events) = heap_events(|| {
+        (0..1_000u128)
+            .filter(|&i| decide(i) != SamplingDecision::Drop)
+            .count()
+    });
+    assert_eq!(kept, 0, "ids below 1000 are under the threshold of 1/101");
+    assert_eq!(
+        events, 0,
+        "1000 roots refused by the threshold caused {events} heap events"
+    );
+}
+
+#[cfg(feature = "composable")]
+fn sample_with_id(sampler: &impl ShouldSample, parent: &Context, id: u128) -> SamplingDecision {
+    sampler
+        .should_sample(
+            Some(parent),
+            TraceId::from(id),
+            "root",
+            &SpanKind::Server,
+            &[],
+            &[],
+        )
+        .decision
+}

@@ -4,7 +4,8 @@
 
 mod config;
 mod key;
-pub(crate) mod pattern;
+// The glob patterns live below the rule layer (the composable samplers use them too).
+pub(crate) use crate::pattern;
 mod rule;
 mod service;
 pub(crate) mod values;

@@ -1,5 +1,7 @@
 //! Glob patterns on span names and attribute values, with fast paths for the common
-//! shapes (a literal, `prefix*`, `*suffix`, `*`) so most rules never run a regex.
+//! shapes (a literal, `prefix*`, `*suffix`, `*`) so most rules never run a regex. The
+//! rule layer (`config`) writes globset's syntax; the composable samplers
+//! (`composable`) the configuration schema's wildcards ([`Pattern::wildcard`]).
 
 use std::fmt::{self, Write as _};
 
@@ -61,6 +63,31 @@ impl Pattern {
             source: glob.into(),
             shape,
         })
+    }
+
+    /// Compiles a wildcard pattern of the configuration schema's `attribute_patterns`:
+    /// `*` any run of characters (none included, `/` included), `?` one character,
+    /// every other character itself (case-sensitive; `[`, `{` and `\` are literal).
+    /// Infallible for that syntax: it is translated to an escaped glob.
+    #[cfg_attr(not(feature = "composable"), allow(dead_code))]
+    pub(crate) fn wildcard(wildcard: &str) -> Result<Self, globset::Error> {
+        let mut glob = String::with_capacity(wildcard.len() + 8);
+        let mut previous_star = false;
+        for c in wildcard.chars() {
+            match c {
+                // `**` is globset's "any directories": a run of stars is one star here.
+                '*' if previous_star => continue,
+                '*' | '?' => glob.push(c),
+                '[' | ']' | '{' | '}' | '\\' => {
+                    glob.push('[');
+                    glob.push(c);
+                    glob.push(']');
+                }
+                c => glob.push(c),
+            }
+            previous_star = c == '*';
+        }
+        Self::glob(&glob)
     }
 
     /// A pattern matching `literal` only (a Jaeger operation name).
@@ -334,6 +361,28 @@ mod tests {
                 "{text}"
             );
         }
+    }
+
+    #[test]
+    fn wildcards_have_only_star_and_question_mark() {
+        let m = |w: &str, s: &str| Pattern::wildcard(w).unwrap().is_match(s);
+        assert!(m("/api/*", "/api/users/1"));
+        assert!(m("/api/*", "/api/"));
+        assert!(!m("/api/*", "/apix"));
+        assert!(m("/api/health?", "/api/healthz"));
+        assert!(!m("/api/health?", "/api/health"));
+        // `**` is `*`: no directory magic ("**/health" does not match "health").
+        assert!(!m("**/health", "health"));
+        assert!(m("**/health", "a/b/health"));
+        // Glob syntax is literal.
+        for literal in ["[ab]", "{a,b}", r"a\b", "a]b", "x{"] {
+            assert!(m(literal, literal), "{literal}");
+        }
+        assert!(!m("[ab]", "a"));
+        assert!(!m("{a,b}", "a"));
+        assert!(!m("GET", "get"), "case-sensitive");
+        assert!(m("", ""));
+        assert!(!m("", "x"));
     }
 
     #[test]

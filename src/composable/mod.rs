@@ -1,0 +1,98 @@
+//! OpenTelemetry's composable samplers (specification `trace/sdk.md`, "CompositeSampler",
+//! status Development): a [`ComposableSampler`] states an intent (a rejection threshold,
+//! whether it is reliable, attributes and a trace-state update for a kept span) and a
+//! [`CompositeSampler`] turns it into the SDK's decision, writing or erasing `th`.
+//!
+//! The specification's built-ins: [`ComposableAlwaysOn`], [`ComposableAlwaysOff`],
+//! [`ComposableProbability`], [`ComposableParentThreshold`], [`ComposableRuleBased`] and
+//! [`ComposableAnnotating`]. Ours (not in the specification) are marked as such on
+//! their types: [`ComposableRateLimiting`], [`Predicate`] (the configuration schema's rule conditions as a
+//! [`SamplingPredicate`]) and the [`Threshold`] type's constructors.
+
+mod always;
+mod annotating;
+mod composite;
+mod error;
+mod intent;
+mod parent;
+mod parent_threshold;
+mod probability;
+mod rate_limiting;
+mod rule_based;
+mod sampler;
+mod threshold;
+
+pub use always::{ComposableAlwaysOff, ComposableAlwaysOn};
+pub use annotating::ComposableAnnotating;
+pub use composite::CompositeSampler;
+pub use error::ComposableError;
+pub use intent::{AttributesProvider, SamplingIntent, TraceStateUpdater};
+pub use parent_threshold::ComposableParentThreshold;
+pub use probability::ComposableProbability;
+pub use rate_limiting::ComposableRateLimiting;
+pub use rule_based::{
+    ComposableRuleBased, ComposableRuleBasedBuilder, Predicate, SamplingPredicate,
+};
+pub use sampler::ComposableSampler;
+pub use threshold::Threshold;
+
+/// Parents and decisions for the unit tests.
+#[cfg(all(test, not(loom)))]
+pub(crate) mod test_support {
+    use opentelemetry::trace::{
+        SpanContext, SpanId, SpanKind, TraceContextExt, TraceFlags, TraceId, TraceState,
+    };
+    use opentelemetry::{Context, KeyValue};
+    use opentelemetry_sdk::trace::{SamplingResult, ShouldSample};
+
+    use super::{ComposableSampler, CompositeSampler, SamplingIntent};
+
+    /// A trace id whose low 56 bits (its randomness) are `r`.
+    pub(crate) fn id(r: u64) -> TraceId {
+        TraceId::from(u128::from(r) | (0xabcd_u128 << 64))
+    }
+
+    /// A parent context: `sampled`, `remote`, with the trace-state header `state`.
+    pub(crate) fn parent(sampled: bool, remote: bool, state: &str) -> Context {
+        let flags = if sampled {
+            TraceFlags::SAMPLED
+        } else {
+            TraceFlags::default()
+        };
+        let state: TraceState = state.parse().unwrap();
+        Context::new().with_remote_span_context(SpanContext::new(
+            id(1),
+            SpanId::from(7u64),
+            flags,
+            remote,
+            state,
+        ))
+    }
+
+    /// The intent for a server span with these attributes.
+    pub(crate) fn intent(
+        s: &impl ComposableSampler,
+        parent: Option<&Context>,
+        r: u64,
+        attributes: &[KeyValue],
+    ) -> SamplingIntent {
+        s.sampling_intent(parent, id(r), "span", &SpanKind::Server, attributes, &[])
+    }
+
+    /// The composite decision for a server span with these attributes.
+    pub(crate) fn decide<C: ComposableSampler + Clone + 'static>(
+        s: &C,
+        parent: Option<&Context>,
+        r: u64,
+        attributes: &[KeyValue],
+    ) -> SamplingResult {
+        CompositeSampler::new(s.clone()).should_sample(
+            parent,
+            id(r),
+            "span",
+            &SpanKind::Server,
+            attributes,
+            &[],
+        )
+    }
+}

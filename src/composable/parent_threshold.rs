@@ -1,0 +1,145 @@
+//! `ComposableParentThreshold`.
+
+use opentelemetry::trace::{Link, SpanKind, TraceId};
+use opentelemetry::{Context, KeyValue};
+
+use crate::composable::parent::with_span_context;
+use crate::composable::{ComposableSampler, SamplingIntent, Threshold};
+use crate::sampler::{parent_threshold, ParentThreshold};
+
+/// Follows the parent (the specification's `ComposableParentThreshold`):
+///
+/// | parent | intent |
+/// |---|---|
+/// | none, or an invalid span context (a root) | the `root` delegate's |
+/// | sampled, with a valid `th` | that threshold, reliable |
+/// | sampled, without `th` (or a malformed one) | threshold 0, not reliable: kept, `th` erased |
+/// | not sampled | no threshold: dropped |
+///
+/// No attributes of its own. A child therefore keeps its parent's threshold, and a
+/// trace stays whole.
+///
+/// Where the specification is ambiguous, ours: it says both "propagates the parent's
+/// sampling decision" and "returns the parent's threshold if available"; a parent that
+/// is *not* sampled but carries a `th` (which a conforming sampler erases on a drop)
+/// is dropped here, so a child never revives a trace its parent dropped. (Java's
+/// incubator returns that `th`.)
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ComposableParentThreshold<R> {
+    root: R,
+}
+
+impl<R: ComposableSampler> ComposableParentThreshold<R> {
+    /// Follows the parent, and asks `root` for spans without one.
+    pub const fn new(root: R) -> Self {
+        Self { root }
+    }
+
+    /// The delegate for roots.
+    pub fn root(&self) -> &R {
+        &self.root
+    }
+}
+
+impl<R: ComposableSampler> ComposableSampler for ComposableParentThreshold<R> {
+    fn sampling_intent(
+        &self,
+        parent: Option<&Context>,
+        trace_id: TraceId,
+        name: &str,
+        kind: &SpanKind,
+        attributes: &[KeyValue],
+        links: &[Link],
+    ) -> SamplingIntent {
+        let followed = with_span_context(parent, |sc| {
+            let sc = sc.filter(|sc| sc.is_valid())?;
+            if !sc.is_sampled() {
+                return Some(SamplingIntent::NON_SAMPLING);
+            }
+            Some(match parent_threshold(sc.trace_state()) {
+                ParentThreshold::Known(t) => SamplingIntent::new(Some(Threshold(t)), true),
+                ParentThreshold::Absent | ParentThreshold::Malformed => {
+                    SamplingIntent::new(Some(Threshold::ALWAYS), false)
+                }
+            })
+        });
+        followed.unwrap_or_else(|| {
+            self.root
+                .sampling_intent(parent, trace_id, name, kind, attributes, links)
+        })
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use opentelemetry::trace::{SpanContext, TraceContextExt};
+    use opentelemetry_sdk::trace::SamplingDecision::{Drop, RecordAndSample};
+
+    use super::*;
+    use crate::composable::test_support::{decide, intent, parent};
+    use crate::composable::{ComposableAlwaysOff, ComposableAlwaysOn, ComposableProbability};
+
+    #[test]
+    fn roots_go_to_the_root_delegate() {
+        let on = ComposableParentThreshold::new(ComposableAlwaysOn);
+        let off = ComposableParentThreshold::new(ComposableAlwaysOff);
+        let invalid = Context::new().with_remote_span_context(SpanContext::empty_context());
+        for p in [None, Some(&invalid), Some(&Context::new())] {
+            assert_eq!(decide(&on, p, 0, &[]).decision, RecordAndSample);
+            assert_eq!(decide(&off, p, (1 << 56) - 1, &[]).decision, Drop);
+        }
+    }
+
+    #[test]
+    fn a_sampled_parent_passes_its_threshold_on_reliably() {
+        let s = ComposableParentThreshold::new(ComposableAlwaysOff);
+        for remote in [false, true] {
+            let p = parent(true, remote, "ot=th:c;rv:f0000000000000,v=1");
+            let i = intent(&s, Some(&p), 0, &[]);
+            assert_eq!(i.threshold().map(Threshold::value), Some(3 << 54));
+            assert!(i.threshold_reliable());
+            let r = decide(&s, Some(&p), 0, &[]);
+            assert_eq!(r.decision, RecordAndSample, "rv f0.. is above c");
+            assert_eq!(r.trace_state.header(), "ot=th:c;rv:f0000000000000,v=1");
+        }
+        // The child of a 1/4 root keeps the parent's 1/4, not its own root's 1/2.
+        let s = ComposableParentThreshold::new(ComposableProbability::new(0.5).unwrap());
+        let p = parent(true, false, "ot=th:c");
+        assert_eq!(
+            decide(&s, Some(&p), 3 << 54, &[]).trace_state.header(),
+            "ot=th:c"
+        );
+    }
+
+    #[test]
+    fn a_sampled_parent_without_a_valid_th_is_followed_without_th() {
+        let s = ComposableParentThreshold::new(ComposableAlwaysOff);
+        for state in ["", "ot=rv:00000000000000", "ot=th:zz", "v=1"] {
+            let p = parent(true, true, state);
+            let i = intent(&s, Some(&p), 0, &[]);
+            assert_eq!(
+                (i.threshold(), i.threshold_reliable()),
+                (Some(Threshold::ALWAYS), false)
+            );
+            let r = decide(&s, Some(&p), 0, &[]);
+            assert_eq!(r.decision, RecordAndSample, "{state}");
+            assert!(!r.trace_state.header().contains("th:"), "{state}");
+        }
+    }
+
+    #[test]
+    fn an_unsampled_parent_is_dropped_even_with_a_th() {
+        let s = ComposableParentThreshold::new(ComposableAlwaysOn);
+        for state in ["", "ot=th:0", "ot=th:8;rv:ffffffffffffff"] {
+            for remote in [false, true] {
+                let p = parent(false, remote, state);
+                assert_eq!(intent(&s, Some(&p), 0, &[]).threshold(), None);
+                assert_eq!(
+                    decide(&s, Some(&p), (1 << 56) - 1, &[]).decision,
+                    Drop,
+                    "{state}"
+                );
+            }
+        }
+    }
+}
