@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::Poll;
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
@@ -23,6 +23,7 @@ use super::lease::{
     PRUNE_AFTER_INTERVALS,
 };
 use super::limiter::Inner;
+use super::stats::FleetFailure;
 use super::transport::{CallError, Target, Transport};
 use crate::clock::Clock;
 
@@ -169,6 +170,9 @@ impl<C: Clock> Worker<C> {
                 }
                 continue;
             };
+            // The round trip for the statistics, from the precise monotonic clock (the
+            // limiter's clock may be coarse: a loopback call would read 0).
+            let started = Instant::now();
             let Some(result) = self.transport.call(call, &self.stop).await else {
                 break;
             };
@@ -176,10 +180,11 @@ impl<C: Clock> Worker<C> {
                 break;
             };
             let t1 = inner.clock.now_nanos();
+            inner.stats.timed(nanos(started.elapsed()));
             match result {
                 Ok(reply) => self.machine.on_reply(inner.shared(), call, reply, t0, t1),
                 Err(error) => {
-                    self.machine.on_failure(inner.shared(), t0);
+                    self.machine.on_failure(inner.shared(), t0, error.kind());
                     self.warn_failure(call, &error, t1);
                 }
             }
@@ -200,8 +205,17 @@ impl<C: Clock> Worker<C> {
         {
             return;
         }
-        tracing::warn!(target: "otel_rate_sampler::fleet", key = %self.transport.tag(),
-            errors = self.errors_since_warning, ?call, %error, "Redis call failed");
+        let key = self.transport.tag();
+        let errors = self.errors_since_warning;
+        if error.kind() == FleetFailure::Auth {
+            // Retrying cannot help: say what to fix.
+            tracing::error!(target: "otel_rate_sampler::fleet", key = %key, errors, %error,
+                "Redis refused authentication: this replica leases nothing until the \
+                 password (or user) in the Redis URL matches the server's");
+        } else {
+            tracing::warn!(target: "otel_rate_sampler::fleet", key = %key, errors, ?call,
+                %error, "Redis call failed");
+        }
         self.last_warning = Some(now);
         self.errors_since_warning = 0;
     }
@@ -209,10 +223,11 @@ impl<C: Clock> Worker<C> {
     fn log_notices(&mut self) {
         for notice in self.machine.take_notices() {
             match notice {
-                Notice::FellBack { instances } => {
+                Notice::FellBack { instances, cause } => {
+                    let why = fallback_cause(cause);
                     tracing::warn!(target: "otel_rate_sampler::fleet",
                         key = %self.transport.tag(), instances,
-                        "no successful Redis call for {FALLBACK_AFTER_INTERVALS} sync intervals: \
+                        "no Redis answer for {FALLBACK_AFTER_INTERVALS} sync intervals ({why}): \
                          spending the local share N/{instances}");
                 }
                 Notice::ClockStep { nanos } => {
@@ -239,5 +254,26 @@ impl<C: Clock> Worker<C> {
                 }
             }
         }
+    }
+}
+
+/// Why the replica fell back, in words: the kind of the last failed call, or that no
+/// call failed.
+fn fallback_cause(cause: Option<FleetFailure>) -> &'static str {
+    match cause {
+        None => {
+            "no call failed: this replica's clock jumped ahead or its fleet thread was \
+             stalled"
+        }
+        Some(FleetFailure::Auth) => "Redis refuses authentication",
+        Some(FleetFailure::Connect) => "cannot connect to Redis",
+        Some(FleetFailure::Timeout) => {
+            "calls time out: a partition, a paused or overloaded Redis, or Redis down"
+        }
+        Some(FleetFailure::Late) => {
+            "calls refused as late: a clock step (see the clock-step warning) or a slow \
+             network"
+        }
+        Some(FleetFailure::Redis | FleetFailure::BadReply) => "Redis answers with errors",
     }
 }

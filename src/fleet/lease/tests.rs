@@ -192,7 +192,7 @@ impl Harness {
                 Event::Fail { after_ms } => {
                     self.now += after_ms * MS;
                     let (machine, shared) = self.parts();
-                    machine.on_failure(shared, t0);
+                    machine.on_failure(shared, t0, FleetFailure::Timeout);
                 }
                 _ => unreachable!("plans only for calls"),
             }
@@ -268,7 +268,10 @@ fn falls_back_to_its_share_after_three_intervals_and_resumes() {
     assert!(h.machine.in_fallback());
     let fell_back = h.machine.take_notices();
     assert!(
-        fell_back.contains(&Notice::FellBack { instances: 4 }),
+        fell_back.contains(&Notice::FellBack {
+            instances: 4,
+            cause: Some(FleetFailure::Timeout)
+        }),
         "{fell_back:?}"
     );
     // While failing: one call per interval.
