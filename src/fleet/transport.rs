@@ -305,3 +305,41 @@ impl Invocation<'_> {
         invocation.invoke_async(connection).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use super::*;
+
+    fn kind(error: RedisError) -> FleetFailure {
+        CallError::redis(error, Duration::from_secs(1)).kind()
+    }
+
+    /// A refused password was reported as a generic error (or, by the demo, as no
+    /// answer within its timeout): it is its own kind now, whatever its form.
+    #[test]
+    fn failures_are_classified_by_what_failed() {
+        let auth = RedisError::from((
+            redis::ErrorKind::AuthenticationFailed,
+            "Password authentication failed",
+        ));
+        assert_eq!(kind(auth), FleetFailure::Auth);
+        let refused = RedisError::from(io::Error::from(io::ErrorKind::ConnectionRefused));
+        assert_eq!(kind(refused), FleetFailure::Connect);
+        let reset = RedisError::from(io::Error::from(io::ErrorKind::ConnectionReset));
+        assert_eq!(kind(reset), FleetFailure::Connect);
+        let slow = RedisError::from(io::Error::from(io::ErrorKind::TimedOut));
+        assert_eq!(kind(slow), FleetFailure::Timeout);
+        let answer = RedisError::from((redis::ErrorKind::Client, "bad", "detail".to_owned()));
+        assert_eq!(kind(answer), FleetFailure::Redis);
+        let message = CallError::connect(RedisError::from((
+            redis::ErrorKind::AuthenticationFailed,
+            "Password authentication failed",
+        )));
+        assert!(
+            message.to_string().contains("refused authentication"),
+            "{message}"
+        );
+    }
+}

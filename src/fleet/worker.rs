@@ -116,6 +116,9 @@ struct Worker<C> {
     interval_nanos: u64,
     last_warning: Option<u64>,
     errors_since_warning: u64,
+    /// When a clock step was last logged, and the steps not logged since.
+    last_step_warning: Option<u64>,
+    steps_since_warning: u64,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -149,6 +152,8 @@ impl<C: Clock> Worker<C> {
             interval_nanos,
             last_warning: None,
             errors_since_warning: 0,
+            last_step_warning: None,
+            steps_since_warning: 0,
         }
     }
 
@@ -188,7 +193,7 @@ impl<C: Clock> Worker<C> {
                     self.warn_failure(call, &error, t1);
                 }
             }
-            self.log_notices();
+            self.log_notices(t1);
         }
         if let Some(inner) = self.inner.upgrade() {
             // Relaxed: a display value (see `StatCells`).
@@ -220,7 +225,9 @@ impl<C: Clock> Worker<C> {
         self.errors_since_warning = 0;
     }
 
-    fn log_notices(&mut self) {
+    /// Logs the machine's notices; clock steps at most once per sync interval (with
+    /// the count of those not logged since).
+    fn log_notices(&mut self, now: u64) {
         for notice in self.machine.take_notices() {
             match notice {
                 Notice::FellBack { instances, cause } => {
@@ -231,12 +238,21 @@ impl<C: Clock> Worker<C> {
                          spending the local share N/{instances}");
                 }
                 Notice::ClockStep { nanos } => {
+                    self.steps_since_warning += 1;
+                    if self
+                        .last_step_warning
+                        .is_some_and(|t| now.saturating_sub(t) < self.interval_nanos)
+                    {
+                        continue;
+                    }
+                    let steps = std::mem::take(&mut self.steps_since_warning);
+                    self.last_step_warning = Some(now);
                     let by = Duration::from_nanos(
                         u64::try_from(nanos.unsigned_abs()).unwrap_or(u64::MAX),
                     );
                     let direction = if nanos > 0 { "later" } else { "earlier" };
                     tracing::warn!(target: "otel_rate_sampler::fleet",
-                        key = %self.transport.tag(),
+                        key = %self.transport.tag(), steps,
                         "clock step detected: Redis time is {by:?} {direction} than this \
                          replica's mapping; mapping corrected");
                 }
