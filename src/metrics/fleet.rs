@@ -2,7 +2,7 @@
 //! [`FleetLimiter::stats`] when the reader collects. The counters behind them are
 //! written by the fleet's worker thread after each Redis call, never by a decision.
 
-use std::slice;
+use std::{iter, slice};
 
 use opentelemetry::metrics::AsyncInstrument;
 use opentelemetry::KeyValue;
@@ -10,6 +10,10 @@ use opentelemetry::KeyValue;
 use super::instruments::SamplerMetrics;
 use crate::clock::Clock;
 use crate::fleet::{FleetFailure, FleetLimiter, FleetStats};
+
+/// The points of one `u64` instrument at a collection, each with its attribute
+/// beside the key, if any.
+type Points = fn(&FleetStats) -> Vec<(u64, Option<KeyValue>)>;
 
 impl SamplerMetrics {
     /// Live replicas the fleet limiter last saw in Redis (`k`).
@@ -63,91 +67,91 @@ impl SamplerMetrics {
     pub fn register_fleet<C: Clock + Send + Sync + 'static>(&self, limiter: &FleetLimiter<C>) {
         let meter = self.meter();
         let key = KeyValue::new(Self::FLEET_KEY, limiter.key().to_owned());
-        let gauge = |name: &'static str,
-                     unit: &'static str,
-                     description: &'static str,
-                     value: fn(&FleetStats) -> u64| {
-            let (limiter, key) = (limiter.clone(), key.clone());
-            meter
-                .u64_observable_gauge(name)
-                .with_unit(unit)
-                .with_description(description)
-                .with_callback(move |out| {
-                    out.observe(value(&limiter.stats()), slice::from_ref(&key))
-                })
-                .build();
+        let failures: Points = |s| {
+            let kind = |k: FleetFailure| KeyValue::new(SamplerMetrics::ERROR_TYPE, k.as_str());
+            FleetFailure::ALL
+                .map(|k| (s.failures(k), Some(kind(k))))
+                .to_vec()
         };
-        gauge(
-            Self::FLEET_REPLICAS,
-            "{replica}",
-            "Live replicas last seen in Redis",
-            |s| s.instances,
-        );
-        gauge(
-            Self::FLEET_FALLBACK,
-            "1",
-            "1 while spending the local fallback share",
-            |s| u64::from(s.fallback_active),
-        );
-        let counter =
-            |name: &'static str,
-             unit: &'static str,
-             description: &'static str,
-             report: fn(&FleetStats, &dyn AsyncInstrument<u64>, &KeyValue)| {
-                let (limiter, key) = (limiter.clone(), key.clone());
-                meter
-                    .u64_observable_counter(name)
+        let leased: Points = |s| {
+            let source = |v: &'static str| Some(KeyValue::new(SamplerMetrics::SOURCE, v));
+            vec![
+                (s.permits_leased, source("redis")),
+                (s.permits_fallback, source("fallback")),
+            ]
+        };
+        // (name, counter or gauge, unit, description, points)
+        let table: [(&'static str, bool, &'static str, &'static str, Points); 7] = [
+            (
+                Self::FLEET_REPLICAS,
+                false,
+                "{replica}",
+                "Live replicas last seen in Redis",
+                |s| vec![(s.instances, None)],
+            ),
+            (
+                Self::FLEET_FALLBACK,
+                false,
+                "1",
+                "1 while spending the local fallback share",
+                |s| vec![(u64::from(s.fallback_active), None)],
+            ),
+            (Self::FLEET_CALLS, true, "{call}", "Calls to Redis", |s| {
+                vec![(s.redis_calls, None)]
+            }),
+            (
+                Self::FLEET_CALL_FAILURES,
+                true,
+                "{call}",
+                "Failed calls to Redis, by kind",
+                failures,
+            ),
+            (
+                Self::FLEET_PERMITS_LEASED,
+                true,
+                "{permit}",
+                "Permits installed for this replica, from Redis or as fallback share",
+                leased,
+            ),
+            (
+                Self::FLEET_PERMITS_USED,
+                true,
+                "{permit}",
+                "Permits spent",
+                |s| vec![(s.permits_used, None)],
+            ),
+            (
+                Self::FLEET_PERMITS_UNUSED,
+                true,
+                "{permit}",
+                "Permits unspent when their window ended",
+                |s| vec![(s.permits_unused, None)],
+            ),
+        ];
+        for (name, counter, unit, description, points) in table {
+            let (limiter, key) = (limiter.clone(), key.clone());
+            let callback = move |out: &dyn AsyncInstrument<u64>| {
+                for (value, extra) in points(&limiter.stats()) {
+                    let attrs: Vec<KeyValue> = iter::once(key.clone()).chain(extra).collect();
+                    out.observe(value, &attrs);
+                }
+            };
+            if counter {
+                let builder = meter.u64_observable_counter(name);
+                builder
                     .with_unit(unit)
                     .with_description(description)
-                    .with_callback(move |out| report(&limiter.stats(), out, &key))
+                    .with_callback(callback)
                     .build();
-            };
-        counter(
-            Self::FLEET_CALLS,
-            "{call}",
-            "Calls to Redis",
-            |s, out, key| {
-                out.observe(s.redis_calls, slice::from_ref(key));
-            },
-        );
-        counter(
-            Self::FLEET_CALL_FAILURES,
-            "{call}",
-            "Failed calls to Redis, by kind",
-            |s, out, key| {
-                for kind in FleetFailure::ALL {
-                    let kind_attr = KeyValue::new(Self::ERROR_TYPE, kind.as_str());
-                    out.observe(s.failures(kind), &[key.clone(), kind_attr]);
-                }
-            },
-        );
-        counter(
-            Self::FLEET_PERMITS_LEASED,
-            "{permit}",
-            "Permits installed for this replica, from Redis or as fallback share",
-            |s, out, key| {
-                for (source, n) in [
-                    ("redis", s.permits_leased),
-                    ("fallback", s.permits_fallback),
-                ] {
-                    out.observe(n, &[key.clone(), KeyValue::new(Self::SOURCE, source)]);
-                }
-            },
-        );
-        counter(
-            Self::FLEET_PERMITS_USED,
-            "{permit}",
-            "Permits spent",
-            |s, out, key| {
-                out.observe(s.permits_used, slice::from_ref(key));
-            },
-        );
-        counter(
-            Self::FLEET_PERMITS_UNUSED,
-            "{permit}",
-            "Permits unspent when their window ended",
-            |s, out, key| out.observe(s.permits_unused, slice::from_ref(key)),
-        );
+            } else {
+                let builder = meter.u64_observable_gauge(name);
+                builder
+                    .with_unit(unit)
+                    .with_description(description)
+                    .with_callback(callback)
+                    .build();
+            }
+        }
         let seconds = |nanos: u64| nanos as f64 / 1e9;
         let (l, k) = (limiter.clone(), key.clone());
         meter
