@@ -2,6 +2,7 @@
 //! decision path), [`FleetStats`] read from them, and [`FleetFailure`], the kinds of
 //! failed Redis calls.
 
+use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
 /// Why a call to Redis gave no usable answer, as counted in [`FleetStats`] and in the
@@ -50,6 +51,24 @@ impl FleetFailure {
 
     const fn index(self) -> usize {
         self as usize
+    }
+}
+
+/// What went wrong and what to look at, in one phrase: for an application's own
+/// message while [`FleetStats::clock_synced`] stays `false` (a wrong password must
+/// not read as "no answer").
+impl fmt::Display for FleetFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Connect => "cannot connect to Redis",
+            Self::Auth => {
+                "Redis refused authentication: check the password (and user) in the Redis URL"
+            }
+            Self::Redis => "Redis answered with an error",
+            Self::Timeout => "no answer from Redis within the timeouts",
+            Self::BadReply => "unexpected reply from the lease script",
+            Self::Late => "calls refused as late (a clock step or a slow network)",
+        })
     }
 }
 

@@ -44,6 +44,9 @@ fn assert_refused(l: &FleetLimiter) {
         }
     }
     assert_eq!(stats.lease_errors, stats.failures(FleetFailure::Auth));
+    // What an application can print instead of "no answer within 5s".
+    let said = FleetFailure::Auth.to_string();
+    assert!(said.contains("refused authentication"), "{said}");
     assert!(
         !stats.clock_synced && l.acquire_window().is_none(),
         "{stats:?}"
