@@ -85,7 +85,8 @@ pub use config::{ConfigWatcher, WatchOptions};
 pub use config::{JaegerRemote, JaegerRemotePoller, RemoteUpdate};
 #[cfg(feature = "redis")]
 pub use fleet::{
-    FleetError, FleetLimiter, FleetLimiterBuilder, FleetStats, RedisUrls, DEFAULT_FLEET_PREFIX,
+    FleetError, FleetFailure, FleetLimiter, FleetLimiterBuilder, FleetStats, RedisUrls,
+    DEFAULT_FLEET_PREFIX,
 };
 pub use limit::{Limit, LimitError};
 pub use limiter::{

@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::error::{redact, FleetError};
-use super::limiter::{FleetLimiter, Inner, StatCells, DEFAULT_FLEET_PREFIX};
+use super::limiter::{FleetLimiter, Inner, DEFAULT_FLEET_PREFIX};
+use super::stats::StatCells;
 use super::time::TimeMap;
 use super::transport::Target;
 use super::word::LeaseWord;

@@ -36,9 +36,9 @@
 
 use std::sync::atomic::Ordering;
 
-use super::limiter::StatCells;
 use super::script::{LeaseReply, LeaseRequest};
 use super::share::{chunk, low_water};
+use super::stats::{FleetFailure, StatCells};
 use super::time::{SampleFilter, TimeMap};
 use super::word::LeaseWord;
 
@@ -108,8 +108,13 @@ pub(crate) struct Membership {
 /// Changes of state an operator should hear about; the worker logs them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Notice {
-    /// Fell back to spending the local share `N/instances`.
-    FellBack { instances: u64 },
+    /// Fell back to spending the local share `N/instances`; `cause` is why the last
+    /// call since the last success failed, `None` if no call failed (the replica's
+    /// clock jumped ahead, or its worker was stalled).
+    FellBack {
+        instances: u64,
+        cause: Option<FleetFailure>,
+    },
     /// Redis answered again: leasing resumed.
     Resumed,
     /// Cut off longer than Redis keeps this replica's share: it admits nothing more
@@ -138,6 +143,8 @@ pub(crate) struct LeaseMachine {
     /// No lease call for `window` before this local time (Redis was short).
     retry_lease_at: u64,
     last_success: Option<u64>,
+    /// Why the last call failed, if one failed since the last success.
+    last_failure: Option<FleetFailure>,
     /// When the last lease call Redis answered (a heartbeat it wrote) was sent.
     last_heartbeat_sent: Option<u64>,
     last_attempt: Option<u64>,
@@ -179,6 +186,7 @@ impl LeaseMachine {
             prefetched: None,
             retry_lease_at: 0,
             last_success: None,
+            last_failure: None,
             last_heartbeat_sent: None,
             last_attempt: None,
             failing: false,
@@ -290,6 +298,7 @@ impl LeaseMachine {
         if current <= self.window {
             return;
         }
+        self.count_closed_window(shared);
         self.spent_previous = if self.window + 1 == current {
             self.spent
         } else {
@@ -299,6 +308,9 @@ impl LeaseMachine {
             Some((window, granted)) if window == current => {
                 // Installed by a decision already, or now by us: at most once either way.
                 shared.lease.roll_to(current, granted);
+                // Relaxed (stats): a display counter.
+                let leased = &shared.stats.permits_leased;
+                leased.fetch_add(granted, Ordering::Relaxed);
                 granted
             }
             _ => 0,
@@ -307,6 +319,20 @@ impl LeaseMachine {
         self.prefetched = None;
         self.spent = 0;
         self.retry_lease_at = 0;
+    }
+
+    /// Adds what was spent of `window`, and what was left, to the statistics: read
+    /// from the word if it still names `window`, else as last looked at.
+    fn count_closed_window(&mut self, shared: Shared<'_>) {
+        let (word_window, remaining) = shared.lease.snapshot();
+        if word_window == self.window {
+            self.spent = self.held.saturating_sub(remaining);
+        }
+        // Relaxed (stats): display counters.
+        let stats = shared.stats;
+        stats.permits_used.fetch_add(self.spent, Ordering::Relaxed);
+        let unused = self.held.saturating_sub(self.spent);
+        stats.permits_unused.fetch_add(unused, Ordering::Relaxed);
     }
 
     fn request(&self, window: u64, want: u64, sent_ms: u64) -> LeaseRequest {

@@ -1,13 +1,14 @@
 //! [`FleetLimiter`]: the handle, its builder and its statistics.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::builder::{FleetLimiterBuilder, RedisUrls};
 use super::lease::Shared;
+use super::stats::{FleetStats, StatCells};
 use super::time::TimeMap;
 use super::word::LeaseWord;
 use super::worker;
@@ -118,46 +119,6 @@ impl<C> Drop for Inner<C> {
     }
 }
 
-/// Counters the worker writes and [`FleetLimiter::stats`] reads (all `Relaxed`: plain
-/// values for display, nothing is published through them).
-#[derive(Debug, Default)]
-pub(crate) struct StatCells {
-    pub(crate) leases: AtomicU64,
-    pub(crate) lease_errors: AtomicU64,
-    pub(crate) redis_calls: AtomicU64,
-    pub(crate) fallback: AtomicBool,
-    pub(crate) instances: AtomicU64,
-    pub(crate) window: AtomicU64,
-    pub(crate) granted: AtomicU64,
-}
-
-/// A snapshot of a [`FleetLimiter`]'s state, from [`FleetLimiter::stats`].
-///
-/// The fields are read one by one without a lock: while the worker is changing them a
-/// snapshot may mix two instants (each counter is exact on its own).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct FleetStats {
-    /// Lease calls that granted at least one permit.
-    pub leases: u64,
-    /// Calls to Redis that failed or timed out.
-    pub lease_errors: u64,
-    /// Calls made to Redis (lease, heartbeat and clock calls; failed ones included).
-    pub redis_calls: u64,
-    /// Whether the instance is spending its local fallback share.
-    pub fallback_active: bool,
-    /// The number of live replicas last seen in Redis (`k`; 0 before the first call).
-    pub instances: u64,
-    /// The fleet window id the lease word names (0 before the first lease).
-    pub window: u64,
-    /// Permits this instance holds for that window (Redis grants plus fallback share).
-    pub window_granted: u64,
-    /// Of those, the permits spent.
-    pub window_spent: u64,
-    /// Whether the fleet clock has been sampled (decisions can be admitted).
-    pub clock_synced: bool,
-}
-
 impl FleetLimiter {
     /// A builder for a limiter of `limit` per fleet window, shared by every instance that
     /// uses the same Redis, prefix and `key`.
@@ -210,7 +171,8 @@ impl<C: Clock> FleetLimiter<C> {
         u64::try_from(nanos / 1_000_000).unwrap_or(u64::MAX)
     }
 
-    /// A cheap snapshot of the limiter's state (a handful of relaxed loads).
+    /// A cheap snapshot of the limiter's state (a few relaxed loads): the lease, the
+    /// replicas seen, fallback, calls, failures by kind, round trips and permits.
     pub fn stats(&self) -> FleetStats {
         let s = &self.inner.stats;
         let (window, remaining) = self.inner.lease.snapshot();
@@ -220,17 +182,15 @@ impl<C: Clock> FleetLimiter<C> {
         } else {
             remaining
         };
-        FleetStats {
-            leases: s.leases.load(Ordering::Relaxed),
-            lease_errors: s.lease_errors.load(Ordering::Relaxed),
-            redis_calls: s.redis_calls.load(Ordering::Relaxed),
-            fallback_active: s.fallback.load(Ordering::Relaxed),
-            instances: s.instances.load(Ordering::Relaxed),
-            window,
-            window_granted: granted.max(remaining),
-            window_spent: granted.saturating_sub(remaining),
-            clock_synced: self.inner.time.fleet_nanos(0).is_some(),
-        }
+        let spent = granted.saturating_sub(remaining);
+        let mut stats = s.read();
+        stats.window = window;
+        stats.window_granted = granted.max(remaining);
+        stats.window_spent = spent;
+        // The windows rolled past, and the current one.
+        stats.permits_used += spent;
+        stats.clock_synced = self.inner.time.fleet_nanos(0).is_some();
+        stats
     }
 
     /// This instance's id in Redis (its heartbeat member).

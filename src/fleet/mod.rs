@@ -9,7 +9,8 @@
 //!   without I/O or a clock of its own.
 //! * `transport.rs`: the connection to Redis and one call, with typed errors.
 //! * `worker.rs`: the background thread and its runtime, driving the two.
-//! * `limiter.rs`: the public handle and its statistics.
+//! * `limiter.rs`: the public handle.
+//! * `stats.rs`: its statistics, written by the worker, and the kinds of failed calls.
 //! * `builder.rs`: its builder, where the options are checked.
 //! * `error.rs`: `FleetError`.
 
@@ -32,6 +33,8 @@ mod script;
 #[cfg(feature = "redis")]
 mod share;
 #[cfg(feature = "redis")]
+mod stats;
+#[cfg(feature = "redis")]
 mod time;
 #[cfg(feature = "redis")]
 mod transport;
@@ -43,4 +46,6 @@ pub use builder::{FleetLimiterBuilder, RedisUrls};
 #[cfg(feature = "redis")]
 pub use error::FleetError;
 #[cfg(feature = "redis")]
-pub use limiter::{FleetLimiter, FleetStats, DEFAULT_FLEET_PREFIX};
+pub use limiter::{FleetLimiter, DEFAULT_FLEET_PREFIX};
+#[cfg(feature = "redis")]
+pub use stats::{FleetFailure, FleetStats};

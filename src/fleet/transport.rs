@@ -11,6 +11,7 @@ use redis::{IntoConnectionInfo, RedisError, Script};
 
 use super::lease::{Call, Reply, PRUNE_AFTER_INTERVALS, STALE_AFTER_INTERVALS};
 use super::script::{LeaseReply, LeaseRequest, CLOCK_LUA, LEASE_LUA};
+use super::stats::FleetFailure;
 use super::time::time_to_nanos;
 use super::worker::{Stop, WorkerConfig};
 
@@ -20,6 +21,11 @@ pub(crate) enum CallError {
     /// No connection could be made.
     #[error("could not connect to Redis: {0}")]
     Connect(#[source] RedisError),
+    /// Redis refused the credentials: a wrong password or user, or none given to a
+    /// server that requires one (Redis then answers `NOAUTH`, or, to a long command,
+    /// "unauthenticated multibulk length").
+    #[error("Redis refused authentication (check the password and user in the Redis URL): {0}")]
+    Auth(#[source] RedisError),
     /// Redis (or the connection) answered with an error.
     #[error("Redis call failed: {0}")]
     Redis(#[source] RedisError),
@@ -29,6 +35,56 @@ pub(crate) enum CallError {
     /// The lease script answered something it never answers.
     #[error("unexpected lease script reply {0:?}")]
     BadReply(Vec<i64>),
+}
+
+impl CallError {
+    /// The kind counted in the statistics and the metrics.
+    pub(crate) fn kind(&self) -> FleetFailure {
+        match self {
+            Self::Connect(_) => FleetFailure::Connect,
+            Self::Auth(_) => FleetFailure::Auth,
+            Self::Redis(_) => FleetFailure::Redis,
+            Self::Timeout(_) => FleetFailure::Timeout,
+            Self::BadReply(_) => FleetFailure::BadReply,
+        }
+    }
+
+    /// A failed connection attempt: `Auth` if Redis refused the credentials.
+    fn connect(error: RedisError) -> Self {
+        if is_auth(&error) {
+            Self::Auth(error)
+        } else {
+            Self::Connect(error)
+        }
+    }
+
+    /// A failed call, by what failed: the credentials (`Auth`), the connection
+    /// (`Connect`: refused, reset, closed; the manager connects lazily, inside a call),
+    /// the client's response timeout (`Timeout`), else Redis's answer (`Redis`).
+    fn redis(error: RedisError, response_timeout: Duration) -> Self {
+        if is_auth(&error) {
+            Self::Auth(error)
+        } else if error.is_timeout() {
+            Self::Timeout(response_timeout)
+        } else if error.is_connection_refusal()
+            || error.is_connection_dropped()
+            || error.kind() == redis::ErrorKind::Io
+        {
+            Self::Connect(error)
+        } else {
+            Self::Redis(error)
+        }
+    }
+}
+
+/// Whether Redis refused the credentials. The client reports a refused `AUTH` as
+/// `AuthenticationFailed`; a server that needs a password and got none answers
+/// `NOAUTH` to a command, and closes the connection with "unauthenticated multibulk
+/// length" after a long one (the lease script is long).
+fn is_auth(error: &RedisError) -> bool {
+    error.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(error.code(), Some("NOAUTH" | "WRONGPASS"))
+        || error.to_string().contains("unauthenticated")
 }
 
 /// Where Redis is: one server (through a reconnecting `ConnectionManager`) or a cluster.
@@ -147,6 +203,7 @@ impl Transport {
     }
 
     async fn call_unbounded(&mut self, call: Call) -> Result<Reply, CallError> {
+        let response_timeout = self.config.response_timeout;
         let connection = connect(&mut self.connection, &self.config.target).await?;
         match call {
             Call::SampleTime => {
@@ -155,7 +212,7 @@ impl Transport {
                     Connection::Single(c) => invocation.invoke_async(c).await,
                     Connection::Cluster(c) => invocation.invoke_async(c).await,
                 }
-                .map_err(CallError::Redis)?;
+                .map_err(|e| CallError::redis(e, response_timeout))?;
                 Ok(Reply::Time(time_to_nanos(seconds, micros)))
             }
             Call::Lease(request) => {
@@ -170,7 +227,7 @@ impl Transport {
                     Connection::Single(c) => script.invoke(c).await,
                     Connection::Cluster(c) => script.invoke(c).await,
                 }
-                .map_err(CallError::Redis)?;
+                .map_err(|e| CallError::redis(e, response_timeout))?;
                 LeaseReply::from_values(&values)
                     .map(Reply::Lease)
                     .ok_or(CallError::BadReply(values))
@@ -190,13 +247,13 @@ async fn connect<'a>(
     let made = match target {
         Target::Single(client, config) => Connection::Single(
             ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
-                .map_err(CallError::Connect)?,
+                .map_err(CallError::connect)?,
         ),
         Target::Cluster(client) => Connection::Cluster(
             client
                 .get_async_connection()
                 .await
-                .map_err(CallError::Connect)?,
+                .map_err(CallError::connect)?,
         ),
     };
     Ok(connection.insert(made))
@@ -246,5 +303,43 @@ impl Invocation<'_> {
             .arg(request.sent_ms)
             .arg(expiry_ms(config.response_timeout));
         invocation.invoke_async(connection).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use super::*;
+
+    fn kind(error: RedisError) -> FleetFailure {
+        CallError::redis(error, Duration::from_secs(1)).kind()
+    }
+
+    /// A refused password was reported as a generic error (or, by the demo, as no
+    /// answer within its timeout): it is its own kind now, whatever its form.
+    #[test]
+    fn failures_are_classified_by_what_failed() {
+        let auth = RedisError::from((
+            redis::ErrorKind::AuthenticationFailed,
+            "Password authentication failed",
+        ));
+        assert_eq!(kind(auth), FleetFailure::Auth);
+        let refused = RedisError::from(io::Error::from(io::ErrorKind::ConnectionRefused));
+        assert_eq!(kind(refused), FleetFailure::Connect);
+        let reset = RedisError::from(io::Error::from(io::ErrorKind::ConnectionReset));
+        assert_eq!(kind(reset), FleetFailure::Connect);
+        let slow = RedisError::from(io::Error::from(io::ErrorKind::TimedOut));
+        assert_eq!(kind(slow), FleetFailure::Timeout);
+        let answer = RedisError::from((redis::ErrorKind::Client, "bad", "detail".to_owned()));
+        assert_eq!(kind(answer), FleetFailure::Redis);
+        let message = CallError::connect(RedisError::from((
+            redis::ErrorKind::AuthenticationFailed,
+            "Password authentication failed",
+        )));
+        assert!(
+            message.to_string().contains("refused authentication"),
+            "{message}"
+        );
     }
 }

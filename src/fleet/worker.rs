@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::Poll;
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
@@ -23,6 +23,7 @@ use super::lease::{
     PRUNE_AFTER_INTERVALS,
 };
 use super::limiter::Inner;
+use super::stats::FleetFailure;
 use super::transport::{CallError, Target, Transport};
 use crate::clock::Clock;
 
@@ -115,6 +116,9 @@ struct Worker<C> {
     interval_nanos: u64,
     last_warning: Option<u64>,
     errors_since_warning: u64,
+    /// When a clock step was last logged, and the steps not logged since.
+    last_step_warning: Option<u64>,
+    steps_since_warning: u64,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -148,6 +152,8 @@ impl<C: Clock> Worker<C> {
             interval_nanos,
             last_warning: None,
             errors_since_warning: 0,
+            last_step_warning: None,
+            steps_since_warning: 0,
         }
     }
 
@@ -169,6 +175,9 @@ impl<C: Clock> Worker<C> {
                 }
                 continue;
             };
+            // The round trip for the statistics, from the precise monotonic clock (the
+            // limiter's clock may be coarse: a loopback call would read 0).
+            let started = Instant::now();
             let Some(result) = self.transport.call(call, &self.stop).await else {
                 break;
             };
@@ -176,14 +185,15 @@ impl<C: Clock> Worker<C> {
                 break;
             };
             let t1 = inner.clock.now_nanos();
+            inner.stats.timed(nanos(started.elapsed()));
             match result {
                 Ok(reply) => self.machine.on_reply(inner.shared(), call, reply, t0, t1),
                 Err(error) => {
-                    self.machine.on_failure(inner.shared(), t0);
+                    self.machine.on_failure(inner.shared(), t0, error.kind());
                     self.warn_failure(call, &error, t1);
                 }
             }
-            self.log_notices();
+            self.log_notices(t1);
         }
         if let Some(inner) = self.inner.upgrade() {
             // Relaxed: a display value (see `StatCells`).
@@ -200,28 +210,49 @@ impl<C: Clock> Worker<C> {
         {
             return;
         }
-        tracing::warn!(target: "otel_rate_sampler::fleet", key = %self.transport.tag(),
-            errors = self.errors_since_warning, ?call, %error, "Redis call failed");
+        let key = self.transport.tag();
+        let errors = self.errors_since_warning;
+        if error.kind() == FleetFailure::Auth {
+            // Retrying cannot help: say what to fix.
+            tracing::error!(target: "otel_rate_sampler::fleet", key = %key, errors, %error,
+                "Redis refused authentication: this replica leases nothing until the \
+                 password (or user) in the Redis URL matches the server's");
+        } else {
+            tracing::warn!(target: "otel_rate_sampler::fleet", key = %key, errors, ?call,
+                %error, "Redis call failed");
+        }
         self.last_warning = Some(now);
         self.errors_since_warning = 0;
     }
 
-    fn log_notices(&mut self) {
+    /// Logs the machine's notices; clock steps at most once per sync interval (with
+    /// the count of those not logged since).
+    fn log_notices(&mut self, now: u64) {
         for notice in self.machine.take_notices() {
             match notice {
-                Notice::FellBack { instances } => {
+                Notice::FellBack { instances, cause } => {
+                    let why = fallback_cause(cause);
                     tracing::warn!(target: "otel_rate_sampler::fleet",
                         key = %self.transport.tag(), instances,
-                        "no successful Redis call for {FALLBACK_AFTER_INTERVALS} sync intervals: \
+                        "no Redis answer for {FALLBACK_AFTER_INTERVALS} sync intervals ({why}): \
                          spending the local share N/{instances}");
                 }
                 Notice::ClockStep { nanos } => {
+                    self.steps_since_warning += 1;
+                    if self
+                        .last_step_warning
+                        .is_some_and(|t| now.saturating_sub(t) < self.interval_nanos)
+                    {
+                        continue;
+                    }
+                    let steps = std::mem::take(&mut self.steps_since_warning);
+                    self.last_step_warning = Some(now);
                     let by = Duration::from_nanos(
                         u64::try_from(nanos.unsigned_abs()).unwrap_or(u64::MAX),
                     );
                     let direction = if nanos > 0 { "later" } else { "earlier" };
                     tracing::warn!(target: "otel_rate_sampler::fleet",
-                        key = %self.transport.tag(),
+                        key = %self.transport.tag(), steps,
                         "clock step detected: Redis time is {by:?} {direction} than this \
                          replica's mapping; mapping corrected");
                 }
@@ -239,5 +270,26 @@ impl<C: Clock> Worker<C> {
                 }
             }
         }
+    }
+}
+
+/// Why the replica fell back, in words: the kind of the last failed call, or that no
+/// call failed.
+fn fallback_cause(cause: Option<FleetFailure>) -> &'static str {
+    match cause {
+        None => {
+            "no call failed: this replica's clock jumped ahead or its fleet thread was \
+             stalled"
+        }
+        Some(FleetFailure::Auth) => "Redis refuses authentication",
+        Some(FleetFailure::Connect) => "cannot connect to Redis",
+        Some(FleetFailure::Timeout) => {
+            "calls time out: a partition, a paused or overloaded Redis, or Redis down"
+        }
+        Some(FleetFailure::Late) => {
+            "calls refused as late: a clock step (see the clock-step warning) or a slow \
+             network"
+        }
+        Some(FleetFailure::Redis | FleetFailure::BadReply) => "Redis answers with errors",
     }
 }

@@ -26,6 +26,10 @@ use crate::stats::ParentOrigin;
 /// | `otel_rate_sampler.reloads` (rule-based) | counter | `{reload}` | `result` (`success`, `failure`), `service.name` |
 /// | `otel_rate_sampler.config.generation` (rule-based) | gauge | `{generation}` | `service.name` |
 ///
+/// With feature `redis`, [`register_fleet`](Self::register_fleet) reports a
+/// [`FleetLimiter`](crate::FleetLimiter)'s [`stats`](crate::FleetLimiter::stats): see
+/// its table.
+///
 /// The attribute values are bounded: rule names come from the configuration, never
 /// from spans. The instruments report for as long as the meter provider runs (they
 /// hold a clone of the sampler); register each sampler once.
@@ -116,14 +120,19 @@ impl SamplerMetrics {
         self.install(observation::of_rules(sampler), true);
     }
 
-    fn install(&self, source: Source, rules: bool) {
-        let meter = self.meter.clone().unwrap_or_else(|| {
+    /// The meter given, or the global provider's meter `otel-rate-sampler`.
+    pub(super) fn meter(&self) -> Meter {
+        self.meter.clone().unwrap_or_else(|| {
             global::meter_with_scope(
                 InstrumentationScope::builder("otel-rate-sampler")
                     .with_version(env!("CARGO_PKG_VERSION"))
                     .build(),
             )
-        });
+        })
+    }
+
+    fn install(&self, source: Source, rules: bool) {
+        let meter = self.meter();
         let src = source.clone();
         meter
             .u64_observable_counter(Self::DECISIONS)

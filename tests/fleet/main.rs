@@ -3,6 +3,7 @@
 //! Every test starts its own server(s) on free loopback ports; `redis-server` and
 //! `redis-cli` must be on PATH (the tests fail, with a message, if not).
 
+mod auth;
 mod cluster;
 mod demo;
 // Fleet-scoped rules from a rule file (feature `config` too).
@@ -10,6 +11,9 @@ mod demo;
 mod config_rules;
 mod faults;
 mod load;
+// The fleet instruments, read back from an in-memory exporter (feature `metrics` too).
+#[cfg(feature = "metrics")]
+mod metrics;
 mod partition;
 mod proxy;
 mod server;

@@ -4,7 +4,7 @@
 
 use std::thread;
 
-use otel_rate_sampler::FleetLimiter;
+use otel_rate_sampler::{FleetFailure, FleetLimiter};
 
 use crate::load::{self, assert_capped, drive, inner_windows, INTERVAL, N, WINDOW};
 use crate::proxy::Proxy;
@@ -36,6 +36,7 @@ fn one_replica_cut_off_for_forty_intervals_stays_under_n() {
     let proxy = Proxy::start(server.port);
     let fleet = three_and_one_behind(&server, &proxy, "longcut");
     let mut spent_late = 0;
+    let mut cut_off = None;
     let (per_window, first, last) = drive(&fleet, 3.0 * f64::from(N), WINDOW * 16, || {
         thread::sleep(WINDOW * 2);
         proxy.freeze();
@@ -43,6 +44,7 @@ fn one_replica_cut_off_for_forty_intervals_stays_under_n() {
         let before = fleet[3].stats();
         thread::sleep(INTERVAL * 10);
         let after = fleet[3].stats();
+        cut_off = Some(after);
         // Past the prune age: the cut-off replica admits nothing.
         spent_late = if after.window == before.window {
             after.window_spent - before.window_spent
@@ -57,6 +59,19 @@ fn one_replica_cut_off_for_forty_intervals_stays_under_n() {
         inner_windows(&per_window, first, last)
     );
     assert_eq!(spent_late, 0, "{:?}", fleet[3].stats());
+    // What an operator sees of the cut-off replica: in fallback, its calls timing out
+    // (the partition), not refused credentials nor error answers.
+    let cut_off = cut_off.expect("stats taken during the partition");
+    assert!(cut_off.fallback_active, "{cut_off:?}");
+    assert_eq!(
+        cut_off.last_failure,
+        Some(FleetFailure::Timeout),
+        "{cut_off:?}"
+    );
+    assert!(cut_off.failures(FleetFailure::Timeout) >= 10, "{cut_off:?}");
+    for kind in [FleetFailure::Auth, FleetFailure::Redis] {
+        assert_eq!(cut_off.failures(kind), 0, "{kind:?}: {cut_off:?}");
+    }
 }
 
 /// One replica whose replies are cut off for 40 intervals: its calls still reach Redis

@@ -165,7 +165,8 @@ impl Drop for Server {
     }
 }
 
-/// Whether a server answers `PING` on `port`.
+/// Whether a server answers `PING` on `port` (with `PONG`, or `NOAUTH` if it needs a
+/// password).
 pub(crate) fn ping(port: u16) -> bool {
     let Ok(mut s) =
         TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200))
@@ -177,5 +178,6 @@ pub(crate) fn ping(port: u16) -> bool {
         return false;
     }
     let mut buf = [0u8; 16];
-    matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
+    // A server started with `--requirepass` answers `-NOAUTH`: it is up all the same.
+    matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG") || buf[..n].starts_with(b"-NOAUTH"))
 }

@@ -5,6 +5,14 @@
 
 mod cross_service;
 mod demo_cli;
+// The fleet instruments over OTLP, against a real redis-server.
+#[cfg(all(feature = "metrics", feature = "redis"))]
+mod fleet_metrics;
+// The fleet tests' redis-server on a free port (this binary uses only `start`).
+#[cfg(all(feature = "metrics", feature = "redis"))]
+#[allow(dead_code)]
+#[path = "../fleet/server.rs"]
+mod fleet_server;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod otlp_end_to_end;

@@ -11,7 +11,9 @@ use opentelemetry::trace::{Span as _, TraceContextExt as _, Tracer as _, TracerP
 use opentelemetry::Context;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+use opentelemetry_proto::tonic::metrics::v1::Metric;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use otel_rate_sampler::{Limit, ManualClock, RateLimitingSampler, SamplerMetrics};
 
@@ -27,13 +29,7 @@ fn points(
     requests: &[ExportMetricsServiceRequest],
     name: &str,
 ) -> Vec<(HashMap<String, String>, u64)> {
-    let metric = requests
-        .iter()
-        .flat_map(|r| &r.resource_metrics)
-        .flat_map(|r| &r.scope_metrics)
-        .flat_map(|s| &s.metrics)
-        .rfind(|m| m.name == name)
-        .unwrap_or_else(|| panic!("no {name} exported"));
+    let metric = last_metric(requests, name);
     let Some(Data::Sum(sum)) = &metric.data else {
         panic!("{name} is not a sum");
     };
@@ -41,17 +37,7 @@ fn points(
     sum.data_points
         .iter()
         .map(|p| {
-            let attrs = p
-                .attributes
-                .iter()
-                .map(|kv| {
-                    let value = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
-                        Some(Value::StringValue(s)) => s.clone(),
-                        other => format!("{other:?}"),
-                    };
-                    (kv.key.clone(), value)
-                })
-                .collect();
+            let attrs = p.attributes.iter().map(attribute_text).collect();
             let value = match p.value {
                 Some(opentelemetry_proto::tonic::metrics::v1::number_data_point::Value::AsInt(
                     i,
@@ -61,6 +47,30 @@ fn points(
             (attrs, value)
         })
         .collect()
+}
+
+/// The metric `name` in the last export that has it.
+pub(crate) fn last_metric<'a>(
+    requests: &'a [ExportMetricsServiceRequest],
+    name: &str,
+) -> &'a Metric {
+    requests
+        .iter()
+        .flat_map(|r| &r.resource_metrics)
+        .flat_map(|r| &r.scope_metrics)
+        .flat_map(|s| &s.metrics)
+        .rfind(|m| m.name == name)
+        .unwrap_or_else(|| panic!("no {name} exported"))
+}
+
+/// An exported attribute as (key, value as text: strings as they are, other values
+/// as their debug form).
+pub(crate) fn attribute_text(kv: &KeyValue) -> (String, String) {
+    let value = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+        Some(Value::StringValue(s)) => s.clone(),
+        other => format!("{other:?}"),
+    };
+    (kv.key.clone(), value)
 }
 
 /// The sum of the points of `name` whose attributes include every pair of `filter`.

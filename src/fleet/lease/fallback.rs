@@ -27,7 +27,10 @@ impl LeaseMachine {
             // Relaxed: a display value (see `StatCells`).
             shared.stats.fallback.store(true, Ordering::Relaxed);
             let instances = self.membership.map_or(1, |m| m.instances);
-            self.notices.push(Notice::FellBack { instances });
+            self.notices.push(Notice::FellBack {
+                instances,
+                cause: self.last_failure,
+            });
         }
     }
 
@@ -54,6 +57,9 @@ impl LeaseMachine {
         let permits = share(self.settings.permits, m.instances, m.rank, current);
         if shared.lease.add(current, permits) == Added::Installed {
             self.held += permits;
+            // Relaxed (stats): a display counter.
+            let fallback = &shared.stats.permits_fallback;
+            fallback.fetch_add(permits, Ordering::Relaxed);
         }
     }
 

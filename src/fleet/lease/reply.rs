@@ -2,16 +2,15 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{Call, LeaseMachine, Membership, Notice, Reply, Shared};
+use super::{Call, FleetFailure, LeaseMachine, Membership, Notice, Reply, Shared};
 use crate::fleet::script::{LeaseReply, LeaseRequest};
 use crate::fleet::word::Added;
 
 impl LeaseMachine {
-    /// A call made at local time `t0` failed (at `t1`).
-    pub(crate) fn on_failure(&mut self, shared: Shared<'_>, t0: u64) {
-        // Relaxed (stats): display counters.
-        shared.stats.redis_calls.fetch_add(1, Ordering::Relaxed);
-        shared.stats.lease_errors.fetch_add(1, Ordering::Relaxed);
+    /// A call made at local time `t0` failed, for the reason `kind`.
+    pub(crate) fn on_failure(&mut self, shared: Shared<'_>, t0: u64, kind: FleetFailure) {
+        shared.stats.failed(kind);
+        self.last_failure = Some(kind);
         self.last_attempt = Some(t0);
         self.failing = true;
         self.resample_first = false;
@@ -31,15 +30,14 @@ impl LeaseMachine {
                 // Refused as late: Redis wrote nothing (a failure), but its time says
                 // how far off the mapping is. Take it, and sample again before the
                 // next call with a round trip of its own.
-                self.on_failure(shared, t0);
+                self.on_failure(shared, t0, FleetFailure::Late);
                 self.sample_time(shared, reply.server_unix_nanos, (t0, t1), true);
                 self.resample_first = true;
                 return;
             }
             Reply::Time(server) if self.resample_first => {
                 self.resample_first = false;
-                // Relaxed (stats): a display counter.
-                shared.stats.redis_calls.fetch_add(1, Ordering::Relaxed);
+                shared.stats.succeeded();
                 self.sample_time(shared, server, (t0, t1), true);
                 // With the mapping right again, lease at once rather than an interval
                 // later, once per interval (a call that is late for another reason,
@@ -87,8 +85,8 @@ impl LeaseMachine {
     }
 
     fn on_success(&mut self, shared: Shared<'_>, t0: u64, t1: u64) {
-        // Relaxed (stats): display counters.
-        shared.stats.redis_calls.fetch_add(1, Ordering::Relaxed);
+        shared.stats.succeeded();
+        self.last_failure = None;
         self.last_attempt = Some(t0);
         self.failing = false;
         self.last_success = Some(t1);
@@ -105,6 +103,9 @@ impl LeaseMachine {
             if reply.granted > 0 && shared.lease.add(self.window, reply.granted) == Added::Installed
             {
                 self.held += reply.granted;
+                // Relaxed (stats): a display counter.
+                let leased = &shared.stats.permits_leased;
+                leased.fetch_add(reply.granted, Ordering::Relaxed);
             }
             if request.want > reply.granted {
                 // Short: the window is spent (wait for the next) or held back for

@@ -192,7 +192,7 @@ impl Harness {
                 Event::Fail { after_ms } => {
                     self.now += after_ms * MS;
                     let (machine, shared) = self.parts();
-                    machine.on_failure(shared, t0);
+                    machine.on_failure(shared, t0, FleetFailure::Timeout);
                 }
                 _ => unreachable!("plans only for calls"),
             }
@@ -252,6 +252,47 @@ fn leases_what_redis_grants_and_spends_no_more() {
     assert!(!h.machine.in_fallback());
 }
 
+/// The fallback warning used to say "no successful Redis call" after a clock jump
+/// although no call had failed: the notice now says which failure, if any, led to it.
+#[test]
+fn a_fallback_after_a_clock_jump_blames_no_failed_call() {
+    let mut h = Harness::new(4, 1);
+    h.good(200);
+    h.machine.take_notices();
+    h.step(Event::Jump {
+        ms: 10 * INTERVAL / MS,
+    });
+    h.step(Event::Fail { after_ms: 0 });
+    let notices = h.machine.take_notices();
+    assert!(
+        notices.contains(&Notice::FellBack {
+            instances: 4,
+            cause: None
+        }),
+        "{notices:?}"
+    );
+}
+
+/// The permit counters of the statistics: what is used or left unused was installed
+/// (leased or fallback share), and what the decisions spent is never over-counted.
+#[test]
+fn permit_statistics_add_up() {
+    let mut h = Harness::new(4, 1);
+    h.good(200);
+    fail_for(&mut h, 10);
+    h.good(200);
+    let s = h.stats.read();
+    assert!(s.permits_leased > 0 && s.permits_fallback > 0, "{s:?}");
+    assert!(
+        s.permits_used + s.permits_unused <= s.permits_leased + s.permits_fallback,
+        "{s:?}"
+    );
+    let spent: u64 = h.spent.values().sum();
+    assert!(s.permits_used <= spent, "{s:?}, spent {spent}");
+    assert_eq!(s.failures(FleetFailure::Timeout), s.lease_errors);
+    assert_eq!(s.last_failure, None);
+}
+
 /// Fails for `intervals` sync intervals of local time.
 fn fail_for(h: &mut Harness, intervals: u64) {
     let until = h.now + intervals * INTERVAL;
@@ -268,7 +309,10 @@ fn falls_back_to_its_share_after_three_intervals_and_resumes() {
     assert!(h.machine.in_fallback());
     let fell_back = h.machine.take_notices();
     assert!(
-        fell_back.contains(&Notice::FellBack { instances: 4 }),
+        fell_back.contains(&Notice::FellBack {
+            instances: 4,
+            cause: Some(FleetFailure::Timeout)
+        }),
         "{fell_back:?}"
     );
     // While failing: one call per interval.
