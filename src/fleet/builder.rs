@@ -8,10 +8,12 @@ use std::time::Duration;
 use super::error::{redact, FleetError};
 use super::limiter::{FleetLimiter, Inner, DEFAULT_FLEET_PREFIX};
 use super::stats::StatCells;
+use super::stop::Stop;
 use super::time::TimeMap;
 use super::transport::Target;
+use super::transport::WorkerConfig;
 use super::word::LeaseWord;
-use super::worker::{self, WorkerConfig};
+use super::worker;
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::Limit;
 
@@ -209,7 +211,7 @@ impl<C: Clock> FleetLimiterBuilder<C> {
             clock: self.clock,
             limit: self.limit,
             stats: StatCells::default(),
-            stop: Arc::new(worker::Stop::default()),
+            stop: Arc::new(Stop::default()),
             thread: Mutex::new(None),
             key: self.key.clone(),
             instance_id: instance_id.clone(),
@@ -262,4 +264,21 @@ fn default_instance_id() -> String {
     // Relaxed: a counter for uniqueness within the process.
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     format!("{}-{since_epoch}-{n}", std::process::id())
+}
+
+impl FleetLimiter {
+    /// A builder for a limiter of `limit` per fleet window, shared by every instance that
+    /// uses the same Redis, prefix and `key`.
+    ///
+    /// `redis` is one URL (`"redis://host:6379"`) or the seed nodes of a Redis Cluster
+    /// (several URLs, or one with [`cluster`](FleetLimiterBuilder::cluster)). `key` names
+    /// the rule (for example `"checkout:root"`); every instance must pass the same limit
+    /// for the same key.
+    pub fn builder(
+        redis: impl RedisUrls,
+        key: impl Into<String>,
+        limit: Limit,
+    ) -> FleetLimiterBuilder {
+        FleetLimiterBuilder::new(redis.into_urls(), key.into(), limit)
+    }
 }

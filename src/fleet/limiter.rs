@@ -6,12 +6,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::builder::{FleetLimiterBuilder, RedisUrls};
 use super::lease::Shared;
 use super::stats::{FleetStats, StatCells};
+use super::stop::Stop;
 use super::time::TimeMap;
 use super::word::LeaseWord;
-use super::worker;
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::Limit;
 use crate::limiter::RateLimiter;
@@ -95,7 +94,7 @@ pub(crate) struct Inner<C> {
     pub(crate) clock: C,
     pub(crate) limit: Limit,
     pub(crate) stats: StatCells,
-    pub(crate) stop: Arc<worker::Stop>,
+    pub(crate) stop: Arc<Stop>,
     pub(super) thread: Mutex<Option<JoinHandle<()>>>,
     pub(super) key: String,
     pub(super) instance_id: String,
@@ -116,23 +115,6 @@ impl<C> Inner<C> {
 impl<C> Drop for Inner<C> {
     fn drop(&mut self) {
         self.stop.stop();
-    }
-}
-
-impl FleetLimiter {
-    /// A builder for a limiter of `limit` per fleet window, shared by every instance that
-    /// uses the same Redis, prefix and `key`.
-    ///
-    /// `redis` is one URL (`"redis://host:6379"`) or the seed nodes of a Redis Cluster
-    /// (several URLs, or one with [`cluster`](FleetLimiterBuilder::cluster)). `key` names
-    /// the rule (for example `"checkout:root"`); every instance must pass the same limit
-    /// for the same key.
-    pub fn builder(
-        redis: impl RedisUrls,
-        key: impl Into<String>,
-        limit: Limit,
-    ) -> FleetLimiterBuilder {
-        FleetLimiterBuilder::new(redis.into_urls(), key.into(), limit)
     }
 }
 

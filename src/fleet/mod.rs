@@ -35,6 +35,8 @@ mod share;
 #[cfg(feature = "redis")]
 mod stats;
 #[cfg(feature = "redis")]
+mod stop;
+#[cfg(feature = "redis")]
 mod time;
 #[cfg(feature = "redis")]
 mod transport;

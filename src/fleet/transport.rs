@@ -12,8 +12,8 @@ use redis::{IntoConnectionInfo, RedisError, Script};
 use super::lease::{Call, Reply, PRUNE_AFTER_INTERVALS, STALE_AFTER_INTERVALS};
 use super::script::{LeaseReply, LeaseRequest, CLOCK_LUA, LEASE_LUA};
 use super::stats::FleetFailure;
+use super::stop::Stop;
 use super::time::time_to_nanos;
-use super::worker::{Stop, WorkerConfig};
 
 /// Why a call to Redis gave no usable answer.
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +85,20 @@ fn is_auth(error: &RedisError) -> bool {
     error.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(error.code(), Some("NOAUTH" | "WRONGPASS"))
         || error.to_string().contains("unauthenticated")
+}
+
+/// What the thread and its transport need to know, fixed at build time.
+#[derive(Debug)]
+pub(crate) struct WorkerConfig {
+    pub(crate) target: Target,
+    /// The hash tag `{prefix:key}` every key starts with.
+    pub(crate) tag: String,
+    pub(crate) instance_id: String,
+    pub(crate) permits: u64,
+    pub(crate) window_nanos: u64,
+    pub(crate) interval: Duration,
+    pub(crate) response_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
 }
 
 /// Where Redis is: one server (through a reconnecting `ConnectionManager`) or a cluster.

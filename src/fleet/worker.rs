@@ -7,16 +7,11 @@
 //! the reply. Dropping the last handle therefore stops the thread at once, even in the
 //! middle of a slow call.
 
-use std::future::{poll_fn, Future};
 use std::io;
-use std::pin::pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
-use std::task::Poll;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
-
-use tokio::sync::Notify;
 
 use super::lease::{
     Call, LeaseMachine, Notice, Settings, FALLBACK_AFTER_INTERVALS, FALLBACK_MARGIN_INTERVALS,
@@ -24,61 +19,9 @@ use super::lease::{
 };
 use super::limiter::Inner;
 use super::stats::FleetFailure;
-use super::transport::{CallError, Target, Transport};
+use super::stop::Stop;
+use super::transport::{CallError, Transport, WorkerConfig};
 use crate::clock::Clock;
-
-/// The stop signal shared by the handles and the thread.
-#[derive(Debug, Default)]
-pub(crate) struct Stop {
-    // Release/Acquire: pairs the store in `stop` with the loads in the thread, so the
-    // thread sees the flag once it has seen the notification (or its next tick).
-    flag: AtomicBool,
-    notify: Notify,
-}
-
-impl Stop {
-    pub(crate) fn stop(&self) {
-        self.flag.store(true, Ordering::Release);
-        self.notify.notify_one();
-    }
-
-    pub(crate) fn is_stopped(&self) -> bool {
-        self.flag.load(Ordering::Acquire)
-    }
-
-    /// Runs `f` unless the stop signal comes first.
-    pub(crate) async fn unless_stopped<F: Future>(&self, f: F) -> Option<F::Output> {
-        let mut notified = pin!(self.notify.notified());
-        let mut f = pin!(f);
-        if self.is_stopped() {
-            return None;
-        }
-        poll_fn(|cx| {
-            if let Poll::Ready(v) = f.as_mut().poll(cx) {
-                return Poll::Ready(Some(v));
-            }
-            if notified.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(None);
-            }
-            Poll::Pending
-        })
-        .await
-    }
-}
-
-/// What the thread and its transport need to know, fixed at build time.
-#[derive(Debug)]
-pub(crate) struct WorkerConfig {
-    pub(crate) target: Target,
-    /// The hash tag `{prefix:key}` every key starts with.
-    pub(crate) tag: String,
-    pub(crate) instance_id: String,
-    pub(crate) permits: u64,
-    pub(crate) window_nanos: u64,
-    pub(crate) interval: Duration,
-    pub(crate) response_timeout: Duration,
-    pub(crate) connect_timeout: Duration,
-}
 
 /// Starts the thread.
 pub(crate) fn spawn<C: Clock>(

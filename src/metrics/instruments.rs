@@ -107,7 +107,7 @@ impl SamplerMetrics {
 
     /// Reports an [`AdaptiveSampler`](crate::AdaptiveSampler)'s decisions and its cap's
     /// window (and those of every clone of it).
-    pub fn register_adaptive<C: crate::Clock, L: RateLimiter + 'static>(
+    pub fn register_adaptive<C: crate::clock::Clock, L: RateLimiter + 'static>(
         &self,
         sampler: &crate::AdaptiveSampler<C, L>,
     ) {
