@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use otel_rate_sampler::{FleetLimiter, Limit, RateLimiter as _};
+use otel_rate_sampler::{FleetFailure, FleetLimiter, Limit, RateLimiter as _};
 use serde::Serialize;
 
 use crate::args::FleetTarget;
@@ -51,10 +51,21 @@ impl Fleet {
             .build()
             .map_err(|e| format!("--redis: {e}"))?;
         let deadline = Instant::now() + CONNECT_WAIT;
-        while !limiter.stats().clock_synced {
+        loop {
+            let stats = limiter.stats();
+            if stats.clock_synced {
+                break;
+            }
+            // A refused password will not go away by waiting: say so at once.
+            if let Some(failure @ FleetFailure::Auth) = stats.last_failure {
+                return Err(format!("--redis {}: {failure}", target.shown_url()));
+            }
             if Instant::now() >= deadline {
+                let why = stats
+                    .last_failure
+                    .map_or_else(|| "no answer".to_owned(), |f| f.to_string());
                 return Err(format!(
-                    "no answer from Redis at {} within {}",
+                    "--redis {}: nothing synced within {} ({why})",
                     target.shown_url(),
                     humantime::format_duration(CONNECT_WAIT)
                 ));

@@ -242,3 +242,18 @@ fn redis_killed_and_restarted_empty_mid_run_keeps_the_sum_under_n() {
 fn redis_killed_while_young_keeps_the_sum_under_n() {
     killed_and_restarted("demo-young", Duration::from_millis(500), "5s", false);
 }
+
+#[test]
+fn a_wrong_password_is_named_at_once() {
+    // On main the demo waited 5 s and said "no answer from Redis", for a failure that
+    // waiting never mends.
+    let server = Server::start_with(crate::server::free_port(), &["--requirepass", "s3cret"]);
+    let url = format!("redis://:wrong@127.0.0.1:{}", server.port);
+    let started = Instant::now();
+    let output = run_demo(&["--redis", &url, "--duration", "1s"], &[], HANG_GUARD);
+    let err = stderr(&output);
+    assert!(!output.status.success(), "{err}");
+    assert!(err.contains("refused authentication"), "{err}");
+    assert!(!err.contains("wrong"), "the password is shown: {err}");
+    assert!(started.elapsed() < HANG_GUARD, "{err}");
+}
