@@ -13,6 +13,7 @@
 mod args;
 mod check;
 mod failure;
+mod shown;
 mod simulate;
 
 use std::process::ExitCode;
