@@ -14,7 +14,9 @@ use crate::args::{self, Kind};
 /// Limits and the cap are exact for the simulated arrivals (evenly spaced, bunched at
 /// the start of ticks of 1 to 10 ms); a probability's share is its expected value. The
 /// work is bounded: at most 50 000 000 sampler and limiter calls and 256 MiB of
-/// limiters per run; a longer run is refused with the duration that fits.
+/// limiters per run; a longer run is refused with the duration that fits. A service
+/// whose sampler would not build (a window shorter than the default clock's resolution,
+/// an error in `check`) is not simulated: exit 1 with `check`'s lint.
 #[derive(Debug, clap::Args)]
 pub(crate) struct SimulateArgs {
     /// The rule file: TOML, Jaeger sampling strategies (`.json`), YAML (`.yaml`, `.yml`),
