@@ -212,6 +212,7 @@ impl Args {
                     }
                     _ => invalid(format!("--window: {e}")),
                 })?;
+                window_above_the_clock(self.window).map_err(invalid)?;
                 (limit, self.algorithm, None)
             }
             Some(file) => {
@@ -313,6 +314,25 @@ fn rules_from(
          --example demo -- --config FILE ..."
             .into(),
     )
+}
+
+/// A window the demo's clock can see go by: one shorter than the clock's resolution
+/// (1 ms on a 4 ms clock) is seen in steps longer than itself, so its limiter enforces
+/// another rate than N per window (the crate's rule-based sampler refuses it for that),
+/// and its windows cannot be reported either.
+fn window_above_the_clock(window: Duration) -> Result<(), String> {
+    let resolution = crate::windows::AlignedClock::resolution_of_any();
+    if window < resolution {
+        return Err(format!(
+            "--window {} is shorter than the clock's resolution, {}: the limiter would see \
+             time in steps of {} and enforce another rate; use --window {} or longer",
+            humantime::format_duration(window),
+            humantime::format_duration(resolution),
+            humantime::format_duration(resolution),
+            humantime::format_duration(resolution),
+        ));
+    }
+    Ok(())
 }
 
 /// A duration such as `1s` or `200ms`.

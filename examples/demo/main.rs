@@ -234,7 +234,10 @@ fn run(config: &Config) -> Result<(), String> {
 /// Ends the exports and says what became of them. Without OTLP the tracer provider's
 /// shutdown has nothing to wait for; with it, the run ends at the latest the export
 /// timeout after `end`, whatever the collector does. The metrics' shutdown runs beside
-/// the traces', by the same deadline.
+/// the traces', by the same deadline, and is waited for before the gRPC runtime both
+/// exporters share is let go: the metrics' last export (the run's totals, collected
+/// after every decision) is then the last the collector gets, not cut off with the
+/// runtime when the traces happen to finish first.
 fn end_exports(
     provider: SdkTracerProvider,
     otlp: Option<OtlpExport>,
@@ -249,6 +252,9 @@ fn end_exports(
     #[cfg(not(feature = "metrics"))]
     let _: Option<MetricsExport> = metrics; // none without the feature
     let finished = traces.wait(deadline).is_some();
+    // Before `finish` shuts the gRPC runtime down: the metric exporter runs on it too.
+    #[cfg(feature = "metrics")]
+    let metrics = metrics.map(|(shutdown, report)| (shutdown.wait(deadline), report));
     let otlp = otlp.map(|o| o.finish(finished));
     match &otlp {
         Some(outcome) => eprintln!("demo: {}", outcome.line(sampled)),
@@ -256,8 +262,8 @@ fn end_exports(
         None => {}
     }
     #[cfg(feature = "metrics")]
-    if let Some((shutdown, report)) = metrics {
-        eprintln!("demo: {}", report.line(shutdown.wait(deadline).as_ref()));
+    if let Some((last, report)) = metrics {
+        eprintln!("demo: {}", report.line(last.as_ref()));
     }
     otlp
 }

@@ -50,6 +50,12 @@ impl AlignedClock {
         }
     }
 
+    /// The resolution of every `AlignedClock` (its inner clock's, one kernel tick on
+    /// Linux), known before one is built: a window shorter than it is refused.
+    pub(crate) fn resolution_of_any() -> Duration {
+        MonotonicClock::new().resolution()
+    }
+
     /// The Unix window (Unix time divided by `window_nanos`) that is this clock's window
     /// 0. A fleet's window id is its Unix window by Redis `TIME`, so fleet window `w` is
     /// this clock's window `w - first_unix_window`.

@@ -110,7 +110,7 @@ fn check_reads_jaeger_strategies_and_splits_limits_across_replicas() {
         &[
             "service \"foo\"",
             "2. rule \"op2\": name ~ \"op2\" => keep 1 per 2s",
-            "default: 5 per 1s -> 2 per 1.2s each (1.667/s), 5.000/s together",
+            "default: 5 per 1s -> 2 per 1.2s each (1.667/s), 5/s together",
             "lints: none",
         ],
     );
@@ -489,6 +489,122 @@ fn hostile_arguments_are_one_line_errors_with_exit_code_2() {
         );
         assert!(out.stdout.is_empty(), "{args:?}: {}", stdout(&out));
     }
+}
+
+/// Issue 17: `--rate -inf` was reported as an unknown argument `-i` (clap took the
+/// value for flags); every negative-looking value now reaches its own check.
+#[test]
+fn negative_looking_values_are_refused_by_their_own_check_not_read_as_flags() {
+    let file = example("sampling.toml");
+    let base = ["simulate", &file, "--service", "checkout"];
+    let ok = ["--rate", "10", "--duration", "1s"];
+    let mut cases: Vec<(Vec<&str>, &str, &str)> = Vec::new();
+    for rate in ["-inf", "-infinity", "-NaN", "-.5", "-1e-3", "-5", "-x"] {
+        let args = [&base[..], &["--rate", rate, "--duration", "1s"]].concat();
+        cases.push((args, rate, "for '--rate <R>'"));
+    }
+    for replicas in ["-inf", "-1", "-x"] {
+        let args = [&base[..], &ok, &["--replicas", replicas]].concat();
+        cases.push((args, replicas, "for '--replicas <K>'"));
+        let args = vec!["check", &file, "--replicas", replicas];
+        cases.push((args, replicas, "for '--replicas <K>'"));
+    }
+    for (args, value, option) in &cases {
+        let out = run(args);
+        let err = stderr(&out);
+        assert_eq!(code(&out), 2, "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("invalid value '{value}' {option}")),
+            "{args:?}: the value is refused by its own check: {err}"
+        );
+        assert!(!err.contains("unexpected argument"), "{args:?}: {err}");
+    }
+}
+
+/// Issue 17: `--rate 1e-300` printed a rate of 300 digits. Rates print in a few
+/// characters, in `simulate` as in `check`.
+#[test]
+fn extreme_rates_print_in_a_few_characters() {
+    let file = example("sampling.toml");
+    let out = run(&[
+        "simulate",
+        &file,
+        "--service",
+        "checkout",
+        "--rate",
+        "1e-300",
+        "--duration",
+        "1s",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains(", 1e-300 per second for 1s,"), "{text}");
+    assert!(text.lines().all(|l| l.len() < 200), "{text}");
+    // The same numbers as check: 1 per 1h across 1000 replicas is not "0.000/s".
+    let hourly = TempFile::new("hourly.toml", "[default]\nlimit = 1000\nwindow = \"1h\"\n");
+    check_prints(
+        &["check", hourly.path(), "--replicas", "1000"],
+        0,
+        &["(0.0002778/s), 0.2778/s together"],
+    );
+}
+
+/// Issue 17: `simulate` showed 1000 kept per second for a window of 1 ms that `check`
+/// calls an error on a 4 ms clock (and `RuleBasedSampler::new` refuses). It now stops
+/// with `check`'s own lint, exit 1, before simulating anything.
+#[test]
+fn simulate_refuses_a_window_below_the_clock_resolution_as_check_does() {
+    use otel_rate_sampler::{Clock, MonotonicClock};
+
+    let resolution = MonotonicClock::new().resolution();
+    let window = resolution / 2;
+    if window < std::time::Duration::from_micros(1) {
+        eprintln!("skipped: this clock ({resolution:?}) serves every window");
+        return;
+    }
+    let text = format!(
+        "[[service]]\nname = \"s\"\n[[service.rule]]\nname = \"fast\"\nspan_name = \"x\"\nlimit = 1\nwindow = \"{}ms\"\n",
+        window.as_secs_f64() * 1e3
+    );
+    let file = TempFile::new("fast.toml", &text);
+    let checked = check_prints(&["check", file.path()], 1, &["1 error(s)"]);
+    let lint = checked
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("error: service \"s\": rule \"fast\": window "))
+        .unwrap_or_else(|| panic!("check reports the window: {checked}"));
+    for span in ["x", "other"] {
+        let out = run(&[
+            "simulate",
+            file.path(),
+            "--service",
+            "s",
+            "--span",
+            span,
+            "--rate",
+            "1000",
+            "--duration",
+            "1s",
+        ]);
+        let err = stderr(&out);
+        assert_eq!(code(&out), 1, "{err}{}", stdout(&out));
+        assert!(out.stdout.is_empty(), "nothing simulated: {}", stdout(&out));
+        assert!(err.contains("not simulated"), "{err}");
+        assert!(err.contains(lint), "check's own lint {lint:?} in {err}");
+    }
+    // Another service of the file is not affected.
+    let other = run(&[
+        "simulate",
+        file.path(),
+        "--service",
+        "t",
+        "--rate",
+        "10",
+        "--duration",
+        "1s",
+    ]);
+    assert_eq!(code(&other), 0, "{}", stderr(&other));
 }
 
 #[test]

@@ -95,6 +95,9 @@ impl ReceivedSpan {
 struct Sink {
     spans: Arc<Mutex<Vec<ReceivedSpan>>>,
     metrics: Arc<Mutex<Vec<ExportMetricsServiceRequest>>>,
+    /// How long a metrics request waits before it is taken and answered (a collector
+    /// under load); zero unless [`Receiver::start_with_metrics_delay`].
+    metrics_delay: Duration,
 }
 
 impl Sink {
@@ -169,6 +172,9 @@ impl MetricsService for Sink {
         &self,
         request: tonic::Request<ExportMetricsServiceRequest>,
     ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+        if !self.metrics_delay.is_zero() {
+            tokio::time::sleep(self.metrics_delay).await;
+        }
         self.ingest_metrics(request.into_inner());
         Ok(tonic::Response::new(ExportMetricsServiceResponse::default()))
     }
@@ -187,12 +193,21 @@ impl Receiver {
     /// Starts both servers; they run until the receiver is dropped (the HTTP threads
     /// until the test process ends).
     pub fn start() -> Self {
+        Self::start_with_metrics_delay(Duration::ZERO)
+    }
+
+    /// Starts both servers, each metrics request waiting `delay` before it is taken and
+    /// answered: a collector slower than the exporter's interval.
+    pub fn start_with_metrics_delay(delay: Duration) -> Self {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .expect("tokio runtime");
-        let sink = Sink::default();
+        let sink = Sink {
+            metrics_delay: delay,
+            ..Sink::default()
+        };
 
         let listener = runtime
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
@@ -317,6 +332,9 @@ fn serve_http_connection(stream: TcpStream, sink: &Sink) -> io::Result<()> {
         let (status, payload) = match path {
             "/v1/metrics" if post => match ExportMetricsServiceRequest::decode(body.as_slice()) {
                 Ok(request) => {
+                    if !sink.metrics_delay.is_zero() {
+                        thread::sleep(sink.metrics_delay);
+                    }
                     sink.ingest_metrics(request);
                     (
                         "200 OK",

@@ -10,6 +10,7 @@ use otel_rate_sampler::{ConfigErrorKind, DeclarativeSampler, SamplingConfig};
 
 use crate::args;
 use crate::failure::Failure;
+use crate::shown;
 
 /// The name shown for services the file does not list (they get the file default).
 const ANY_OTHER: &str = "(any other service)";
@@ -35,7 +36,8 @@ pub(crate) struct CheckArgs {
     #[arg(long, value_name = "NAME", value_parser = NonEmptyStringValueParser::new())]
     service: Option<String>,
     /// Also show each limit divided across K replicas (1 to 1000), as a rate.
-    #[arg(long, value_name = "K", value_parser = args::replicas, default_value = "1", allow_negative_numbers = true)]
+    // Hyphen values: `--replicas -inf` reaches `args::replicas` and is refused there.
+    #[arg(long, value_name = "K", value_parser = args::replicas, default_value = "1", allow_hyphen_values = true)]
     replicas: NonZeroU32,
 }
 
@@ -53,7 +55,18 @@ pub(crate) fn run(args: &CheckArgs) -> Result<ExitCode, Failure> {
     for name in &names {
         print_service(&config, name, args.replicas);
     }
-    let only = args.service.as_deref().map(|name| {
+    let lints = lints(&config, args.service.as_deref(), args.replicas);
+    Ok(print_lints(&lints))
+}
+
+/// The lints of `service` (the whole file's with `None`), split across `replicas`: what
+/// `check` prints, and where `simulate` finds the windows the sampler refuses.
+pub(crate) fn lints(
+    config: &SamplingConfig,
+    service: Option<&str>,
+    replicas: NonZeroU32,
+) -> Vec<Lint> {
+    let only = service.map(|name| {
         // A service the file does not list is linted as the file default ("").
         let listed = config.services().any(|s| s == name);
         if listed {
@@ -62,12 +75,11 @@ pub(crate) fn run(args: &CheckArgs) -> Result<ExitCode, Failure> {
             ""
         }
     });
-    let lints: Vec<Lint> = config
-        .lints(args.replicas)
+    config
+        .lints(replicas)
         .into_iter()
         .filter(|l| only.is_none_or(|name| l.service() == name))
-        .collect();
-    Ok(print_lints(&lints))
+        .collect()
 }
 
 /// The sampler tree of a declarative configuration file (`None` for any other file).
@@ -112,9 +124,9 @@ fn print_service(config: &SamplingConfig, name: &str, replicas: NonZeroU32) {
         for (rule, limit) in rules.local_limits() {
             match limit.per_replica(replicas) {
                 Ok(each) => println!(
-                    "    {rule}: {limit} -> {each} each ({:.3}/s), {:.3}/s together",
-                    each.per_second_rate(),
-                    each.per_second_rate() * f64::from(replicas.get())
+                    "    {rule}: {limit} -> {each} each ({}/s), {}/s together",
+                    shown::rate(each.per_second_rate()),
+                    shown::rate(each.per_second_rate() * f64::from(replicas.get()))
                 ),
                 Err(e) => println!("    {rule}: {limit} cannot be split: {e}"),
             }

@@ -8,11 +8,13 @@
 //! ```
 //!
 //! Exit codes: 0 when all is well (warnings allowed), 1 when the file does not load or a
-//! lint is an error, 2 for a bad argument (always one line on stderr).
+//! lint is an error (for `simulate`, a window its sampler refuses), 2 for a bad argument
+//! (always one line on stderr).
 
 mod args;
 mod check;
 mod failure;
+mod shown;
 mod simulate;
 
 use std::process::ExitCode;

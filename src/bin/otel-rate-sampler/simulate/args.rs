@@ -14,7 +14,9 @@ use crate::args::{self, Kind};
 /// Limits and the cap are exact for the simulated arrivals (evenly spaced, bunched at
 /// the start of ticks of 1 to 10 ms); a probability's share is its expected value. The
 /// work is bounded: at most 50 000 000 sampler and limiter calls and 256 MiB of
-/// limiters per run; a longer run is refused with the duration that fits.
+/// limiters per run; a longer run is refused with the duration that fits. A service
+/// whose sampler would not build (a window shorter than the default clock's resolution,
+/// an error in `check`) is not simulated: exit 1 with `check`'s lint.
 #[derive(Debug, clap::Args)]
 pub(crate) struct SimulateArgs {
     /// The rule file: TOML, Jaeger sampling strategies (`.json`), YAML (`.yaml`, `.yml`),
@@ -25,7 +27,9 @@ pub(crate) struct SimulateArgs {
     #[arg(long, value_name = "NAME", value_parser = NonEmptyStringValueParser::new())]
     pub(super) service: String,
     /// Root spans offered per second, in all (fractional allowed; at most 1e12).
-    #[arg(long, value_name = "R", value_parser = args::rate, allow_negative_numbers = true)]
+    // Hyphen values: `--rate -inf` reaches `args::rate` and is refused there, not read
+    // as flags `-i -n -f`.
+    #[arg(long, value_name = "R", value_parser = args::rate, allow_hyphen_values = true)]
     pub(super) rate: f64,
     /// How long to offer them: 500ms, 10s, 2m, 1h.
     #[arg(long, value_name = "D", value_parser = args::duration, allow_hyphen_values = true)]
@@ -40,6 +44,6 @@ pub(crate) struct SimulateArgs {
     #[arg(long = "attr", value_name = "KEY=VALUE", value_parser = args::attribute)]
     pub(super) attrs: Vec<(String, String)>,
     /// K replicas, each with its own sampler, each offered R/K (1 to 1000).
-    #[arg(long, value_name = "K", value_parser = args::replicas, default_value = "1", allow_negative_numbers = true)]
+    #[arg(long, value_name = "K", value_parser = args::replicas, default_value = "1", allow_hyphen_values = true)]
     pub(super) replicas: NonZeroU32,
 }

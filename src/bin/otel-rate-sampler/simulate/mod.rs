@@ -46,17 +46,44 @@ use std::process::ExitCode;
 
 pub(crate) use args::SimulateArgs;
 use decider::probe;
+use otel_rate_sampler::lint::LintKind;
 use otel_rate_sampler::{ManualClock, SamplingConfig};
 use plan::{memory, Plan};
 use replica::Replica;
 use spans::Span;
 
+use crate::check;
 use crate::failure::Failure;
+
+/// Refuses a service whose real sampler would not build on the default clock: a local
+/// window shorter than the clock's resolution, found by the same lint `check` reports
+/// as an error (`LintKind::WindowBelowClock`). The simulation's `ManualClock` would
+/// serve such a window exactly and show a rate no real process gets.
+fn refuse_what_the_sampler_refuses(
+    a: &SimulateArgs,
+    config: &SamplingConfig,
+) -> Result<(), Failure> {
+    let refused: Vec<String> = check::lints(config, Some(&a.service), a.replicas)
+        .iter()
+        .filter(|l| l.kind() == LintKind::WindowBelowClock)
+        .map(|l| format!("  {l}"))
+        .collect();
+    if refused.is_empty() {
+        return Ok(());
+    }
+    Err(Failure::File(format!(
+        "{}: not simulated: the sampler of service {:?} refuses this file, as `check` says:\n{}",
+        a.file.display(),
+        a.service,
+        refused.join("\n")
+    )))
+}
 
 /// Runs `simulate`: probes what decides, plans the ticks within the budget, runs them
 /// for every replica and prints the report.
 pub(crate) fn run(a: &SimulateArgs) -> Result<ExitCode, Failure> {
     let config = SamplingConfig::from_path(&a.file)?;
+    refuse_what_the_sampler_refuses(a, &config)?;
     let span = Span::of(a);
     let rules = config.effective_rules(&a.service);
     // Before the probe builds a sampler.

@@ -9,6 +9,7 @@ use super::args::SimulateArgs;
 use super::decider::Decider;
 use super::plan::{Plan, Row, MAX_CALLS};
 use super::replica::Replica;
+use crate::shown;
 
 /// What is simulated, what decides it, the cap and the work.
 pub(super) fn header(a: &SimulateArgs, decider: &Decider, rules: &EffectiveRules, plan: &Plan) {
@@ -23,7 +24,7 @@ pub(super) fn header(a: &SimulateArgs, decider: &Decider, rules: &EffectiveRules
         a.span,
         a.kind,
         a.attrs.len(),
-        a.rate,
+        shown::rate(a.rate),
         humantime::format_duration(a.duration),
         a.replicas
     );
