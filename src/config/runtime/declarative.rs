@@ -52,7 +52,18 @@ use crate::sampler::RemoteParents;
 ///   (`root`: `always_on`; `*_parent_sampled`: `always_on`; `*_parent_not_sampled`:
 ///   `always_off`), and keep the whole result of the branch that decides (attributes and
 ///   trace state), unlike the SDK's `Sampler::ParentBased`.
-/// * **Errors** name the file, line, column and key: an unknown sampler key (such as
+/// * **Environment variables** are substituted in scalar values (never in keys) before
+///   the file is read, as the configuration specification's data model says:
+///   `${NAME}` and `${env:NAME}` (an undefined or empty variable is the empty value,
+///   YAML's null), `${NAME:-default}`, and `$$` for a literal `$`. The value's type is
+///   resolved after substitution (`ratio: ${RATIO}` with `RATIO=0.25` is a float; a
+///   quoted `"${RATIO}"` stays a string), a variable cannot inject YAML structure, and
+///   substitution is not recursive. Variables are read from the process environment,
+///   or through the lookup of [`from_lookup`](Self::from_lookup). In a flow collection
+///   (`{ ... }`, `[ ... ]`) YAML reads `{` and `}` as indicators, so write references
+///   in block style there.
+/// * **Errors** name the file, line, column and key: an invalid substitution reference
+///   (`${1A}`, `${A:?x}`), an unknown sampler key (such as
 ///   `xray`, or a typo), a bad `file_format`, a ratio outside `[0, 1]`, and every
 ///   mistake in a `rate_limiting` block.
 ///
@@ -110,7 +121,7 @@ impl DeclarativeSampler {
         lookup: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
         let redis = redis_urls(lookup);
-        let Some(tree) = read_tree(text, file, redis.as_deref())? else {
+        let Some(tree) = read_tree(text, file, redis.as_deref(), lookup)? else {
             return Ok(Self {
                 root: Node::ParentBased(Box::new(Branches::with_root(Node::Sdk(
                     Sampler::AlwaysOn,
@@ -430,6 +441,72 @@ mod tests {
             "tracer_provider.sampler.parent_based.remote_parent_sampled.rate_limiting.default.rate",
             "{err}"
         );
+    }
+
+    #[test]
+    fn variables_are_substituted_in_values_before_they_are_read() {
+        let env = |name: &str| match name {
+            "RATIO" => Some("0.0".to_owned()),
+            "LIMIT" => Some("1".to_owned()),
+            "SERVICE" => Some("checkout".to_owned()),
+            _ => None,
+        };
+        let text = "file_format: \"1.0\"
+tracer_provider:
+  sampler:
+    parent_based:
+      root:
+        rate_limiting:
+          default:
+            limit: ${env:LIMIT}
+            window: ${WINDOW:-1h}
+          service:
+            - name: ${SERVICE}
+              rule:
+                - name: $$health
+                  span_name: op
+                  probability: ${UNSET_PROBABILITY:-0.0}
+      remote_parent_sampled:
+        trace_id_ratio_based:
+          ratio: ${RATIO}
+";
+        let s = DeclarativeSampler::from_yaml_with(text, "otel.yaml", "checkout", &env).unwrap();
+        assert_eq!(
+            s.to_string().split(", remote_parent_not").next(),
+            Some(
+                "parent_based(root: rate_limiting, remote_parent_sampled: trace_id_ratio_based(0)"
+            )
+        );
+        // The rule `$health` (probability 0) drops `op`.
+        assert_eq!(decide(&s, None), SamplingDecision::Drop);
+        assert_eq!(
+            decide(&s, Some(&parent(true, true))),
+            SamplingDecision::Drop
+        );
+        // Without the variables `limit` is empty, so null: a `window` without a limit.
+        let err = load(text).unwrap_err();
+        assert_eq!(
+            (err.line(), err.key()),
+            (
+                9,
+                "tracer_provider.sampler.parent_based.root.rate_limiting.default.window"
+            ),
+            "{err}"
+        );
+        // An invalid reference: the file, its position and key.
+        let err = load("file_format: \"1.0\"\ntracer_provider:\n  sampler:\n    trace_id_ratio_based:\n      ratio: ${RATIO:?unset}\n")
+            .unwrap_err();
+        assert_eq!(
+            (err.kind(), err.line(), err.column(), err.key()),
+            (
+                ConfigErrorKind::Syntax,
+                5,
+                14,
+                "tracer_provider.sampler.trace_id_ratio_based.ratio"
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().starts_with("otel.yaml:5:14: "), "{err}");
     }
 
     #[test]

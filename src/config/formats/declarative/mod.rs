@@ -2,7 +2,11 @@
 //! `file_format: "1.0"`, named by `OTEL_CONFIG_FILE`, whose `tracer_provider.sampler`
 //! is read into a sampler tree that the runtime builds into a `DeclarativeSampler`. This
 //! crate's sampler is the plugin key `rate_limiting`, whose value is a rule file in
-//! YAML. See `examples/otel-config.yaml`.
+//! YAML. See `examples/otel-config.yaml`. Scalar values may hold environment variable
+//! references (`${NAME}`, `${env:NAME}`, `${NAME:-default}`, `$$`), substituted before
+//! the file is read (see `substitution`).
+
+mod substitution;
 
 use std::fmt;
 use std::ops::Range;
@@ -15,6 +19,8 @@ use crate::config::formats::rule_file::{Ctx, RawFile};
 use crate::config::formats::spanned::Spanned;
 use crate::config::formats::yaml::parse;
 use crate::config::model::{values, SamplingConfig};
+
+pub(crate) use substitution::Lookup;
 
 /// The plugin key of this crate's sampler in a declarative configuration file.
 pub(crate) const PLUGIN_KEY: &str = "rate_limiting";
@@ -186,15 +192,18 @@ fn read(ctx: &Ctx<'_>) -> Result<Option<Spanned<RawSampler>>, ConfigError> {
     Ok(doc.tracer_provider.and_then(|t| t.sampler))
 }
 
-/// The sampler tree of a declarative configuration file, each `rate_limiting` block
-/// read into its model (`redis`, from the environment, replacing their `fleet.redis`);
-/// `None` when the file has no sampler.
+/// The sampler tree of a declarative configuration file, its variable references
+/// resolved through `lookup`, each `rate_limiting` block read into its model (`redis`,
+/// from the environment, replacing their `fleet.redis`); `None` when the file has no
+/// sampler.
 pub(crate) fn read_tree(
     text: &str,
     file: &str,
     redis: Option<&[String]>,
+    lookup: Lookup<'_>,
 ) -> Result<Option<Node<SamplingConfig>>, ConfigError> {
-    let ctx = Ctx::new(text, file);
+    let text = substitution::substitute(text, file, lookup)?;
+    let ctx = Ctx::new(&text, file);
     let Some(sampler) = read(&ctx)? else {
         return Ok(None);
     };
@@ -275,11 +284,22 @@ impl Reader<'_> {
 
 /// The `rate_limiting` rule file of a declarative configuration, for
 /// [`SamplingConfig::from_path`]: the first in document order (`root` before the other
-/// `parent_based` branches).
+/// `parent_based` branches), its variable references resolved from the process
+/// environment.
 pub(crate) fn rate_limiting_config(
     text: &str,
     file: &str,
     redis: Option<&[String]>,
+) -> Result<SamplingConfig, ConfigError> {
+    rate_limiting_config_with(text, file, redis, &|name| std::env::var(name).ok())
+}
+
+/// [`rate_limiting_config`], reading variables through `lookup`.
+pub(crate) fn rate_limiting_config_with(
+    text: &str,
+    file: &str,
+    redis: Option<&[String]>,
+    lookup: Lookup<'_>,
 ) -> Result<SamplingConfig, ConfigError> {
     /// The first `rate_limiting` block under `raw` (at `path`): the block, its path and
     /// its span.
@@ -305,7 +325,8 @@ pub(crate) fn rate_limiting_config(
             _ => None,
         }
     }
-    let ctx = Ctx::new(text, file);
+    let text = substitution::substitute(text, file, lookup)?;
+    let ctx = Ctx::new(&text, file);
     let sampler = read(&ctx)?;
     match sampler
         .as_ref()
