@@ -6,6 +6,7 @@
 //! references (`${NAME}`, `${env:NAME}`, `${NAME:-default}`, `$$`), substituted before
 //! the file is read (see `substitution`).
 
+mod composite;
 mod substitution;
 
 use std::fmt;
@@ -56,16 +57,19 @@ enum RawSampler {
     TraceIdRatioBased(Option<RawRatio>),
     ParentBased(Box<RawParentBased>),
     RateLimiting(Box<RawFile>),
+    /// Schema 1.1: the composable samplers.
+    #[serde(rename = "composite/development")]
+    Composite(Box<Spanned<composite::RawComposable>>),
 }
 
 /// The empty mapping (or nothing) the samplers without options take.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Empty {}
+pub(crate) struct Empty {}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawRatio {
+pub(crate) struct RawRatio {
     ratio: Option<Spanned<f64>>,
 }
 
@@ -89,6 +93,9 @@ pub(crate) enum Node<R> {
     RateLimiting(R),
     /// `parent_based`.
     ParentBased(Box<Branches<R>>),
+    /// `composite/development` (feature `composable`).
+    #[cfg(feature = "composable")]
+    Composite(Box<composite::Composite>),
 }
 
 /// The branches of a `parent_based` node.
@@ -123,6 +130,8 @@ impl<R> Node<R> {
         Ok(match self {
             Node::Sdk(s) => Node::Sdk(s),
             Node::RateLimiting(r) => Node::RateLimiting(build(r)?),
+            #[cfg(feature = "composable")]
+            Node::Composite(c) => Node::Composite(c),
             Node::ParentBased(b) => Node::ParentBased(Box::new(Branches {
                 root: b.root.try_map(build)?,
                 remote_parent_sampled: b.remote_parent_sampled.try_map(build)?,
@@ -142,6 +151,8 @@ impl<R> fmt::Display for Node<R> {
             Node::Sdk(Sampler::TraceIdRatioBased(r)) => write!(f, "trace_id_ratio_based({r})"),
             Node::Sdk(other) => write!(f, "{other:?}"),
             Node::RateLimiting(_) => f.write_str(PLUGIN_KEY),
+            #[cfg(feature = "composable")]
+            Node::Composite(c) => f.write_str(&c.description),
             Node::ParentBased(b) => write!(
                 f,
                 "parent_based(root: {}, remote_parent_sampled: {}, remote_parent_not_sampled: {}, local_parent_sampled: {}, local_parent_not_sampled: {})",
@@ -161,7 +172,7 @@ fn read(ctx: &Ctx<'_>) -> Result<Option<Spanned<RawSampler>>, ConfigError> {
         // serde's words for a sampler mapping without exactly one key.
         let message = e.to_string();
         if message.contains("externally tagged enum") || message.contains("after enum variant") {
-            e.with_message(format!("a sampler is a mapping with exactly one key: always_on, always_off, trace_id_ratio_based, parent_based or {PLUGIN_KEY}"))
+            e.with_message(format!("a sampler is a mapping with exactly one key: always_on, always_off, trace_id_ratio_based, parent_based, composite/development or {PLUGIN_KEY}; a composable sampler (under composite/development) one of {}", composite::COMPOSABLE_KEYS))
         } else {
             e
         }
@@ -185,7 +196,7 @@ fn read(ctx: &Ctx<'_>) -> Result<Option<Spanned<RawSampler>>, ConfigError> {
             format.span(),
             "file_format",
             format!(
-                "file_format {text:?} is not one this crate reads; use \"1.0\" (the 1.x schema)"
+                "file_format {text:?} is not one this crate reads; use \"1.0\" or \"1.1\" (the 1.x schema)"
             ),
         ));
     }
@@ -271,6 +282,17 @@ impl Reader<'_> {
                         defaults.local_parent_not_sampled,
                     )?,
                 }))
+            }
+            RawSampler::Composite(raw) => {
+                let path = format!("{path}.composite/development");
+                #[cfg(feature = "composable")]
+                {
+                    Node::Composite(Box::new(composite::build(self.ctx, raw, &path)?))
+                }
+                #[cfg(not(feature = "composable"))]
+                {
+                    return Err(composite::missing_feature(self.ctx, raw, &path));
+                }
             }
             RawSampler::RateLimiting(file) => {
                 let config = self.ctx.config(file, self.redis).map_err(|e| {
