@@ -83,7 +83,7 @@ pub(crate) struct RawAttributePatterns {
 #[serde(deny_unknown_fields)]
 #[cfg_attr(not(feature = "composable"), allow(dead_code))]
 pub(crate) struct RawRateLimiting {
-    limit: Spanned<i64>,
+    limit: Option<Spanned<i64>>,
     window: Option<Spanned<String>>,
     sampler: Option<Spanned<RawComposable>>,
 }
@@ -244,8 +244,16 @@ fn composable(
                 Some(w) => ctx.check(w, format!("{path}.window"), |w| values::limit_window(w))?,
                 None => std::time::Duration::from_secs(1),
             };
+            let Some(limit) = &r.limit else {
+                return Err(ctx.new_error(
+                    ConfigErrorKind::MissingKey,
+                    raw.span(),
+                    format!("{path}.limit"),
+                    "a rate limiter needs `limit`, the most spans kept per window (a whole number from 1)".into(),
+                ));
+            };
             let limit = ctx
-                .check(&r.limit, format!("{path}.limit"), |l| {
+                .check(limit, format!("{path}.limit"), |l| {
                     values::per_window(*l, window)
                 })?
                 .unpaced();
