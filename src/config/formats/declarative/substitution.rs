@@ -435,6 +435,14 @@ mod tests {
     }
 
     #[test]
+    fn anchors_tags_and_comments_keep_their_places() {
+        assert_eq!(
+            sub("a: &x ${INT_VALUE}\nb: *x\nc: !!str ${INT_VALUE}\n# ${1A}\n").unwrap(),
+            "a: &x 1\nb: *x\nc: !!str 1\n# ${1A}\n"
+        );
+    }
+
+    #[test]
     fn a_multi_line_scalar_keeps_the_lines_after_it() {
         let text = "a: one\n  ${STRING_VALUE}\nb: |  # c\n  x ${INT_VALUE}\n  y\nc: 1\n";
         let out = sub(text).unwrap();
