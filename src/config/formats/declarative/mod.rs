@@ -1,5 +1,6 @@
 //! The OpenTelemetry declarative configuration file (feature `yaml`): a YAML file with
-//! `file_format: "1.0"`, named by `OTEL_CONFIG_FILE`, whose `tracer_provider.sampler`
+//! `file_format: "1.0"` or `"1.1"` (whose `composite/development` sampler is read in
+//! `composite`), named by `OTEL_CONFIG_FILE`, whose `tracer_provider.sampler`
 //! is read into a sampler tree that the runtime builds into a `DeclarativeSampler`. This
 //! crate's sampler is the plugin key `rate_limiting`, whose value is a rule file in
 //! YAML. See `examples/otel-config.yaml`. Scalar values may hold environment variable
