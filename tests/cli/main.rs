@@ -782,3 +782,54 @@ at_least = 2.0
     let out = simulate("GET /other");
     assert_eq!(rows(&out), vec![[1000, 3, 1, 2]; 5], "{}", stdout(&out));
 }
+
+#[test]
+fn check_substitutes_variables_in_declarative_files() {
+    let text = "file_format: \"1.1\"
+tracer_provider:
+  sampler:
+    parent_based:
+      root:
+        rate_limiting:
+          default:
+            limit: ${LIMIT}
+            window: ${WINDOW:-2s}
+      remote_parent_sampled:
+        composite/development:
+          probability:
+            ratio: ${env:RATIO}
+";
+    let file = TempFile::new("substitution.yaml", text);
+    let out = Command::new(BIN)
+        .args(["check", file.path()])
+        .env("LIMIT", "7")
+        .env("RATIO", "0.25")
+        .output()
+        .expect("the binary runs");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let printed = stdout(&out);
+    assert!(
+        printed.contains("remote_parent_sampled: composite/development(probability(0.25))"),
+        "{printed}"
+    );
+    assert!(printed.contains("7 per 2s"), "{printed}");
+    // An invalid reference: one line, with its position and key.
+    let file = TempFile::new(
+        "bad-reference.yaml",
+        &text.replace("${env:RATIO}", "${RATIO:?unset}"),
+    );
+    let out = Command::new(BIN)
+        .args(["check", file.path()])
+        .env("LIMIT", "7")
+        .output()
+        .expect("the binary runs");
+    assert_eq!(code(&out), 1, "{}", stdout(&out));
+    let err = stderr(&out);
+    assert!(
+        err.starts_with(&format!(
+            "{}:13:20: tracer_provider.sampler.parent_based.remote_parent_sampled.composite/development.probability.ratio: `${{RATIO:?unset}}`",
+            file.path()
+        )),
+        "{err}"
+    );
+}

@@ -367,3 +367,65 @@ at_least = 2
         "{err}"
     );
 }
+
+/// A 1.1 file, named by `OTEL_CONFIG_FILE` and read through the lookup (its `${LIMIT}`
+/// too): a composite sampler in an SDK pipeline keeps one trace an hour, whole, and
+/// its spans carry the threshold.
+#[cfg(feature = "composable")]
+#[test]
+fn a_composite_sampler_from_a_1_1_file_in_an_sdk_pipeline() {
+    let file = TempFile::new(
+        "composite.yaml",
+        "file_format: \"1.1\"
+tracer_provider:
+  sampler:
+    composite/development:
+      parent_threshold:
+        root:
+          rate_limiting/otel_rate_sampler:
+            limit: ${LIMIT}
+            window: ${WINDOW:-1h}
+            sampler:
+              rule_based:
+                rules:
+                  - span_kinds: [internal]
+                    sampler:
+                      probability:
+                        ratio: ${RATIO:-1}
+",
+    );
+    let path = file.path.to_str().unwrap();
+    let lookup = env(&[(OTEL_CONFIG_FILE, path), ("LIMIT", "1")]);
+    let sampler = DeclarativeSampler::from_lookup("svc", lookup)
+        .unwrap()
+        .unwrap();
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_sampler(sampler)
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let tracer = provider.tracer("test");
+    for _ in 0..3 {
+        tracer.in_span("root", |_cx| {
+            tracer.in_span("child", |_cx| {});
+        });
+    }
+    let spans = exporter.get_finished_spans().unwrap();
+    let names: Vec<_> = spans.iter().map(|s| s.name.to_string()).collect();
+    assert_eq!(names, ["child", "root"]);
+    for span in &spans {
+        assert_eq!(span.span_context.trace_state().get("ot"), Some("th:0"));
+    }
+    // Without the variable the limit is empty (null): a missing key, at its block.
+    let err = DeclarativeSampler::from_lookup("svc", env(&[(OTEL_CONFIG_FILE, path)])).unwrap_err();
+    assert_eq!(
+        (err.kind(), err.line(), err.key()),
+        (
+            ConfigErrorKind::MissingKey,
+            7,
+            "tracer_provider.sampler.composite/development.parent_threshold.root.rate_limiting/otel_rate_sampler.limit"
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().starts_with(&format!("{path}:7:")), "{err}");
+}

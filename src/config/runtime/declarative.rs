@@ -52,7 +52,29 @@ use crate::sampler::RemoteParents;
 ///   (`root`: `always_on`; `*_parent_sampled`: `always_on`; `*_parent_not_sampled`:
 ///   `always_off`), and keep the whole result of the branch that decides (attributes and
 ///   trace state), unlike the SDK's `Sampler::ParentBased`.
-/// * **Errors** name the file, line, column and key: an unknown sampler key (such as
+/// * **`composite/development`** (schema `file_format: "1.1"`, feature `composable`;
+///   without it the key is a `MissingFeature` error): the specification's composable
+///   samplers with the schema's keys, `always_on`, `always_off`, `probability:
+///   {ratio}` (default 1), `parent_threshold: {root}` and `rule_based: {rules: [...]}`,
+///   each rule with `attribute_values: {key, values}`, `attribute_patterns: {key,
+///   included, excluded}`, `span_kinds`, `parent` (`none`, `remote`, `local`) and
+///   `sampler`, built into a `CompositeSampler`. Ours, a
+///   plugin component name: `rate_limiting/otel_rate_sampler: {limit, window, sampler}`,
+///   a `ComposableRateLimiting` of at most `limit`
+///   spans per `window` (default `1s`; the limit unpaced) of what `sampler` (default
+///   `always_on`) keeps.
+/// * **Environment variables** are substituted in scalar values (never in keys) before
+///   the file is read, as the configuration specification's data model says:
+///   `${NAME}` and `${env:NAME}` (an undefined or empty variable is the empty value,
+///   YAML's null), `${NAME:-default}`, and `$$` for a literal `$`. The value's type is
+///   resolved after substitution (`ratio: ${RATIO}` with `RATIO=0.25` is a float; a
+///   quoted `"${RATIO}"` stays a string), a variable cannot inject YAML structure, and
+///   substitution is not recursive. Variables are read from the process environment,
+///   or through the lookup of [`from_lookup`](Self::from_lookup). In a flow collection
+///   (`{ ... }`, `[ ... ]`) YAML reads `{` and `}` as indicators, so write references
+///   in block style there.
+/// * **Errors** name the file, line, column and key: an invalid substitution reference
+///   (`${1A}`, `${A:?x}`), an unknown sampler key (such as
 ///   `xray`, or a typo), a bad `file_format`, a ratio outside `[0, 1]`, and every
 ///   mistake in a `rate_limiting` block.
 ///
@@ -110,7 +132,7 @@ impl DeclarativeSampler {
         lookup: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
         let redis = redis_urls(lookup);
-        let Some(tree) = read_tree(text, file, redis.as_deref())? else {
+        let Some(tree) = read_tree(text, file, redis.as_deref(), lookup)? else {
             return Ok(Self {
                 root: Node::ParentBased(Box::new(Branches::with_root(Node::Sdk(
                     Sampler::AlwaysOn,
@@ -234,6 +256,15 @@ impl Node<RuleBasedSampler> {
             Node::RateLimiting(s) => {
                 s.should_sample(parent_context, trace_id, name, span_kind, attributes, links)
             }
+            #[cfg(feature = "composable")]
+            Node::Composite(c) => c.sampler.should_sample(
+                parent_context,
+                trace_id,
+                name,
+                span_kind,
+                attributes,
+                links,
+            ),
             Node::ParentBased(b) => {
                 let span = parent_context.map(|cx| cx.span());
                 let parent = span
@@ -428,6 +459,257 @@ mod tests {
         assert_eq!(
             err.key(),
             "tracer_provider.sampler.parent_based.remote_parent_sampled.rate_limiting.default.rate",
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn variables_are_substituted_in_values_before_they_are_read() {
+        let env = |name: &str| match name {
+            "RATIO" => Some("0.0".to_owned()),
+            "LIMIT" => Some("1".to_owned()),
+            "SERVICE" => Some("checkout".to_owned()),
+            _ => None,
+        };
+        let text = "file_format: \"1.0\"
+tracer_provider:
+  sampler:
+    parent_based:
+      root:
+        rate_limiting:
+          default:
+            limit: ${env:LIMIT}
+            window: ${WINDOW:-1h}
+          service:
+            - name: ${SERVICE}
+              rule:
+                - name: $$health
+                  span_name: op
+                  probability: ${UNSET_PROBABILITY:-0.0}
+      remote_parent_sampled:
+        trace_id_ratio_based:
+          ratio: ${RATIO}
+";
+        let s = DeclarativeSampler::from_yaml_with(text, "otel.yaml", "checkout", &env).unwrap();
+        assert_eq!(
+            s.to_string().split(", remote_parent_not").next(),
+            Some(
+                "parent_based(root: rate_limiting, remote_parent_sampled: trace_id_ratio_based(0)"
+            )
+        );
+        // The rule `$health` (probability 0) drops `op`.
+        assert_eq!(decide(&s, None), SamplingDecision::Drop);
+        assert_eq!(
+            decide(&s, Some(&parent(true, true))),
+            SamplingDecision::Drop
+        );
+        // Without the variables `limit` is empty, so null: a `window` without a limit.
+        let err = load(text).unwrap_err();
+        assert_eq!(
+            (err.line(), err.key()),
+            (
+                9,
+                "tracer_provider.sampler.parent_based.root.rate_limiting.default.window"
+            ),
+            "{err}"
+        );
+        // An invalid reference: the file, its position and key.
+        let err = load("file_format: \"1.0\"\ntracer_provider:\n  sampler:\n    trace_id_ratio_based:\n      ratio: ${RATIO:?unset}\n")
+            .unwrap_err();
+        assert_eq!(
+            (err.kind(), err.line(), err.column(), err.key()),
+            (
+                ConfigErrorKind::Syntax,
+                5,
+                14,
+                "tracer_provider.sampler.trace_id_ratio_based.ratio"
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().starts_with("otel.yaml:5:14: "), "{err}");
+    }
+
+    #[cfg(feature = "composable")]
+    const COMPOSITE: &str = "file_format: \"1.1\"
+tracer_provider:
+  sampler:
+    composite/development:
+      parent_threshold:
+        root:
+          rule_based:
+            rules:
+              - attribute_values:
+                  key: url.path
+                  values: [/health]
+                sampler:
+                  always_off:
+              - span_kinds: [server]
+                parent: [none]
+                sampler:
+                  rate_limiting/otel_rate_sampler:
+                    limit: ${LIMIT}
+                    window: 1h
+                    sampler:
+                      probability:
+                        ratio: 1.0
+              - attribute_patterns:
+                  key: user
+                  included: [\"a*\"]
+                  excluded: [\"ab*\"]
+                sampler:
+                  always_on:
+              - sampler:
+                  probability:
+                    ratio: 0.0
+";
+
+    #[cfg(feature = "composable")]
+    #[test]
+    fn a_composite_sampler_from_a_1_1_file_decides_and_writes_th() {
+        let env = |name: &str| (name == "LIMIT").then(|| "1".to_owned());
+        let s =
+            DeclarativeSampler::from_yaml_with(COMPOSITE, "otel.yaml", "checkout", &env).unwrap();
+        assert!(
+            s.to_string()
+                .starts_with("composite/development(parent_threshold(root: rule_based([always_off, rate_limiting/otel_rate_sampler(limit: 1 per 3600s"),
+            "{s}"
+        );
+        let decide = |kind: SpanKind, attributes: &[KeyValue]| {
+            s.should_sample(None, TraceId::from(1u128), "op", &kind, attributes, &[])
+        };
+        let health = [KeyValue::new("url.path", "/health")];
+        assert_eq!(
+            decide(SpanKind::Server, &health).decision,
+            SamplingDecision::Drop
+        );
+        // The rate limiter: one kept root an hour, with its threshold written.
+        let kept = decide(SpanKind::Server, &[]);
+        assert_eq!(kept.decision, SamplingDecision::RecordAndSample);
+        assert_eq!(kept.trace_state.get("ot"), Some("th:0"), "{kept:?}");
+        assert_eq!(
+            decide(SpanKind::Server, &[]).decision,
+            SamplingDecision::Drop
+        );
+        // Patterns: `a*` but not `ab*`; then the last rule (ratio 0).
+        let user = |v: &'static str| [KeyValue::new("user", v)];
+        assert_eq!(
+            decide(SpanKind::Client, &user("ann")).decision,
+            SamplingDecision::RecordAndSample
+        );
+        assert_eq!(
+            decide(SpanKind::Client, &user("abe")).decision,
+            SamplingDecision::Drop
+        );
+        // A child follows its parent's threshold.
+        let kept_parent = parent(true, true);
+        assert_eq!(
+            decide_with(&s, &kept_parent),
+            SamplingDecision::RecordAndSample
+        );
+    }
+
+    #[cfg(feature = "composable")]
+    fn decide_with(s: &DeclarativeSampler, cx: &Context) -> SamplingDecision {
+        s.should_sample(
+            Some(cx),
+            TraceId::from(1u128),
+            "op",
+            &SpanKind::Client,
+            &[],
+            &[],
+        )
+        .decision
+    }
+
+    #[cfg(feature = "composable")]
+    #[test]
+    fn bad_composite_keys_are_errors_with_positions() {
+        let env = |name: &str| (name == "LIMIT").then(|| "1".to_owned());
+        let load = |text: &str| {
+            DeclarativeSampler::from_yaml_with(text, "otel.yaml", "checkout", &env).unwrap_err()
+        };
+        // Each case: the text replaced, the kind, line, column and key.
+        let base =
+            "tracer_provider.sampler.composite/development.parent_threshold.root.rule_based.rules";
+        let cases = [
+            (
+                (
+                    "probability:\n                        ratio: 1.0",
+                    "probabilty:\n                        ratio: 1.0",
+                ),
+                ConfigErrorKind::UnknownValue,
+                21,
+                23,
+                format!("{base}[1].sampler.rate_limiting/otel_rate_sampler.sampler.probabilty"),
+            ),
+            (
+                ("[server]", "[sever]"),
+                ConfigErrorKind::UnknownValue,
+                14,
+                30,
+                format!("{base}[1].span_kinds"),
+            ),
+            (
+                ("[none]", "[nobody]"),
+                ConfigErrorKind::UnknownValue,
+                15,
+                26,
+                format!("{base}[1].parent"),
+            ),
+            (
+                ("ratio: 0.0", "ratio: 2"),
+                ConfigErrorKind::InvalidProbability,
+                31,
+                28,
+                format!("{base}[3].sampler.probability.ratio"),
+            ),
+            (
+                ("window: 1h", "window: 1 fortnight"),
+                ConfigErrorKind::InvalidLimit,
+                19,
+                29,
+                format!("{base}[1].sampler.rate_limiting/otel_rate_sampler.window"),
+            ),
+            (
+                (
+                    "                  key: user\n",
+                    "                  key: user\n                  value: x\n",
+                ),
+                ConfigErrorKind::UnknownKey,
+                25,
+                19,
+                format!("{base}[2].attribute_patterns.value"),
+            ),
+        ];
+        for ((from, to), kind, line, column, key) in cases {
+            let text = COMPOSITE.replacen(from, to, 1);
+            assert_ne!(text, COMPOSITE, "{from}");
+            let err = load(&text);
+            assert_eq!(
+                (err.kind(), err.line(), err.column(), err.key()),
+                (kind, line, column, key.as_str()),
+                "{err}"
+            );
+            assert!(
+                err.to_string()
+                    .starts_with(&format!("otel.yaml:{line}:{column}: ")),
+                "{err}"
+            );
+        }
+    }
+
+    #[cfg(not(feature = "composable"))]
+    #[test]
+    fn a_composite_sampler_needs_the_composable_feature() {
+        let err = load("file_format: \"1.1\"\ntracer_provider:\n  sampler:\n    composite/development:\n      always_on:\n")
+            .unwrap_err();
+        assert_eq!(
+            (err.kind(), err.line(), err.key()),
+            (
+                ConfigErrorKind::MissingFeature,
+                5,
+                "tracer_provider.sampler.composite/development"
+            ),
             "{err}"
         );
     }

@@ -1,8 +1,14 @@
 //! The OpenTelemetry declarative configuration file (feature `yaml`): a YAML file with
-//! `file_format: "1.0"`, named by `OTEL_CONFIG_FILE`, whose `tracer_provider.sampler`
+//! `file_format: "1.0"` or `"1.1"` (whose `composite/development` sampler is read in
+//! `composite`), named by `OTEL_CONFIG_FILE`, whose `tracer_provider.sampler`
 //! is read into a sampler tree that the runtime builds into a `DeclarativeSampler`. This
 //! crate's sampler is the plugin key `rate_limiting`, whose value is a rule file in
-//! YAML. See `examples/otel-config.yaml`.
+//! YAML. See `examples/otel-config.yaml`. Scalar values may hold environment variable
+//! references (`${NAME}`, `${env:NAME}`, `${NAME:-default}`, `$$`), substituted before
+//! the file is read (see `substitution`).
+
+mod composite;
+mod substitution;
 
 use std::fmt;
 use std::ops::Range;
@@ -15,6 +21,8 @@ use crate::config::formats::rule_file::{Ctx, RawFile};
 use crate::config::formats::spanned::Spanned;
 use crate::config::formats::yaml::parse;
 use crate::config::model::{values, SamplingConfig};
+
+pub(crate) use substitution::Lookup;
 
 /// The plugin key of this crate's sampler in a declarative configuration file.
 pub(crate) const PLUGIN_KEY: &str = "rate_limiting";
@@ -50,16 +58,19 @@ enum RawSampler {
     TraceIdRatioBased(Option<RawRatio>),
     ParentBased(Box<RawParentBased>),
     RateLimiting(Box<RawFile>),
+    /// Schema 1.1: the composable samplers.
+    #[serde(rename = "composite/development")]
+    Composite(Box<Spanned<composite::RawComposable>>),
 }
 
 /// The empty mapping (or nothing) the samplers without options take.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Empty {}
+pub(crate) struct Empty {}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawRatio {
+pub(crate) struct RawRatio {
     ratio: Option<Spanned<f64>>,
 }
 
@@ -83,6 +94,9 @@ pub(crate) enum Node<R> {
     RateLimiting(R),
     /// `parent_based`.
     ParentBased(Box<Branches<R>>),
+    /// `composite/development` (feature `composable`).
+    #[cfg(feature = "composable")]
+    Composite(Box<composite::Composite>),
 }
 
 /// The branches of a `parent_based` node.
@@ -117,6 +131,8 @@ impl<R> Node<R> {
         Ok(match self {
             Node::Sdk(s) => Node::Sdk(s),
             Node::RateLimiting(r) => Node::RateLimiting(build(r)?),
+            #[cfg(feature = "composable")]
+            Node::Composite(c) => Node::Composite(c),
             Node::ParentBased(b) => Node::ParentBased(Box::new(Branches {
                 root: b.root.try_map(build)?,
                 remote_parent_sampled: b.remote_parent_sampled.try_map(build)?,
@@ -136,6 +152,8 @@ impl<R> fmt::Display for Node<R> {
             Node::Sdk(Sampler::TraceIdRatioBased(r)) => write!(f, "trace_id_ratio_based({r})"),
             Node::Sdk(other) => write!(f, "{other:?}"),
             Node::RateLimiting(_) => f.write_str(PLUGIN_KEY),
+            #[cfg(feature = "composable")]
+            Node::Composite(c) => f.write_str(&c.description),
             Node::ParentBased(b) => write!(
                 f,
                 "parent_based(root: {}, remote_parent_sampled: {}, remote_parent_not_sampled: {}, local_parent_sampled: {}, local_parent_not_sampled: {})",
@@ -155,7 +173,7 @@ fn read(ctx: &Ctx<'_>) -> Result<Option<Spanned<RawSampler>>, ConfigError> {
         // serde's words for a sampler mapping without exactly one key.
         let message = e.to_string();
         if message.contains("externally tagged enum") || message.contains("after enum variant") {
-            e.with_message(format!("a sampler is a mapping with exactly one key: always_on, always_off, trace_id_ratio_based, parent_based or {PLUGIN_KEY}"))
+            e.with_message(format!("a sampler is a mapping with exactly one key: always_on, always_off, trace_id_ratio_based, parent_based, composite/development or {PLUGIN_KEY}; a composable sampler (under composite/development) one of {}", composite::COMPOSABLE_KEYS))
         } else {
             e
         }
@@ -179,22 +197,25 @@ fn read(ctx: &Ctx<'_>) -> Result<Option<Spanned<RawSampler>>, ConfigError> {
             format.span(),
             "file_format",
             format!(
-                "file_format {text:?} is not one this crate reads; use \"1.0\" (the 1.x schema)"
+                "file_format {text:?} is not one this crate reads; use \"1.0\" or \"1.1\" (the 1.x schema)"
             ),
         ));
     }
     Ok(doc.tracer_provider.and_then(|t| t.sampler))
 }
 
-/// The sampler tree of a declarative configuration file, each `rate_limiting` block
-/// read into its model (`redis`, from the environment, replacing their `fleet.redis`);
-/// `None` when the file has no sampler.
+/// The sampler tree of a declarative configuration file, its variable references
+/// resolved through `lookup`, each `rate_limiting` block read into its model (`redis`,
+/// from the environment, replacing their `fleet.redis`); `None` when the file has no
+/// sampler.
 pub(crate) fn read_tree(
     text: &str,
     file: &str,
     redis: Option<&[String]>,
+    lookup: Lookup<'_>,
 ) -> Result<Option<Node<SamplingConfig>>, ConfigError> {
-    let ctx = Ctx::new(text, file);
+    let text = substitution::substitute(text, file, lookup)?;
+    let ctx = Ctx::new(&text, file);
     let Some(sampler) = read(&ctx)? else {
         return Ok(None);
     };
@@ -263,6 +284,17 @@ impl Reader<'_> {
                     )?,
                 }))
             }
+            RawSampler::Composite(raw) => {
+                let path = format!("{path}.composite/development");
+                #[cfg(feature = "composable")]
+                {
+                    Node::Composite(Box::new(composite::build(self.ctx, raw, &path)?))
+                }
+                #[cfg(not(feature = "composable"))]
+                {
+                    return Err(composite::missing_feature(self.ctx, raw, &path));
+                }
+            }
             RawSampler::RateLimiting(file) => {
                 let config = self.ctx.config(file, self.redis).map_err(|e| {
                     e.in_block(&format!("{path}.{PLUGIN_KEY}"), self.ctx.pos(raw.span()))
@@ -275,11 +307,22 @@ impl Reader<'_> {
 
 /// The `rate_limiting` rule file of a declarative configuration, for
 /// [`SamplingConfig::from_path`]: the first in document order (`root` before the other
-/// `parent_based` branches).
+/// `parent_based` branches), its variable references resolved from the process
+/// environment.
 pub(crate) fn rate_limiting_config(
     text: &str,
     file: &str,
     redis: Option<&[String]>,
+) -> Result<SamplingConfig, ConfigError> {
+    rate_limiting_config_with(text, file, redis, &|name| std::env::var(name).ok())
+}
+
+/// [`rate_limiting_config`], reading variables through `lookup`.
+pub(crate) fn rate_limiting_config_with(
+    text: &str,
+    file: &str,
+    redis: Option<&[String]>,
+    lookup: Lookup<'_>,
 ) -> Result<SamplingConfig, ConfigError> {
     /// The first `rate_limiting` block under `raw` (at `path`): the block, its path and
     /// its span.
@@ -305,7 +348,8 @@ pub(crate) fn rate_limiting_config(
             _ => None,
         }
     }
-    let ctx = Ctx::new(text, file);
+    let text = substitution::substitute(text, file, lookup)?;
+    let ctx = Ctx::new(&text, file);
     let sampler = read(&ctx)?;
     match sampler
         .as_ref()

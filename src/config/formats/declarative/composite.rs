@@ -1,0 +1,274 @@
+//! `composite/development` (declarative configuration schema 1.1): the composable
+//! samplers, read with the schema's keys (`always_on`, `always_off`, `probability:
+//! {ratio}`, `parent_threshold: {root}`, `rule_based: {rules: [{attribute_values,
+//! attribute_patterns, span_kinds, parent, sampler}]}`) and this crate's plugin
+//! component [`RATE_LIMITING_KEY`] (`{limit, window, sampler}`), built (feature
+//! `composable`) into a `CompositeSampler`.
+
+use serde::Deserialize;
+
+use crate::config::error::ConfigError;
+use crate::config::formats::rule_file::Ctx;
+use crate::config::formats::spanned::Spanned;
+
+/// The plugin component name of `ComposableRateLimiting`
+/// under `composite/development` (ours; the schema has no rate limiter).
+#[cfg_attr(not(feature = "composable"), allow(dead_code))]
+pub(crate) const RATE_LIMITING_KEY: &str = "rate_limiting/otel_rate_sampler";
+
+/// The keys a composable sampler may have, for error messages.
+pub(crate) const COMPOSABLE_KEYS: &str =
+    "always_on, always_off, probability, parent_threshold, rule_based or rate_limiting/otel_rate_sampler";
+
+/// One composable sampler: a mapping with one key.
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+// Without `composable` read only to be refused; the samplers without options are read
+// only to refuse keys they do not take.
+#[allow(dead_code)]
+pub(crate) enum RawComposable {
+    AlwaysOn(Option<super::Empty>),
+    AlwaysOff(Option<super::Empty>),
+    Probability(Option<super::RawRatio>),
+    ParentThreshold(Box<RawParentThreshold>),
+    RuleBased(Option<RawRuleBased>),
+    #[serde(rename = "rate_limiting/otel_rate_sampler")]
+    RateLimiting(Box<RawRateLimiting>),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(not(feature = "composable"), allow(dead_code))]
+pub(crate) struct RawParentThreshold {
+    root: Spanned<RawComposable>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(not(feature = "composable"), allow(dead_code))]
+pub(crate) struct RawRuleBased {
+    rules: Option<Vec<Spanned<RawRule>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(not(feature = "composable"), allow(dead_code))]
+pub(crate) struct RawRule {
+    attribute_values: Option<RawAttributeValues>,
+    attribute_patterns: Option<RawAttributePatterns>,
+    span_kinds: Option<Vec<Spanned<String>>>,
+    parent: Option<Vec<Spanned<String>>>,
+    sampler: Spanned<RawComposable>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(not(feature = "composable"), allow(dead_code))]
+pub(crate) struct RawAttributeValues {
+    key: String,
+    values: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(not(feature = "composable"), allow(dead_code))]
+pub(crate) struct RawAttributePatterns {
+    key: String,
+    included: Option<Vec<String>>,
+    excluded: Option<Vec<String>>,
+}
+
+/// Ours: `rate_limiting/otel_rate_sampler: {limit, window, sampler}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(not(feature = "composable"), allow(dead_code))]
+pub(crate) struct RawRateLimiting {
+    limit: Option<Spanned<i64>>,
+    window: Option<Spanned<String>>,
+    sampler: Option<Spanned<RawComposable>>,
+}
+
+/// A built composite sampler and its description (`Display` of the sampler tree).
+#[cfg(feature = "composable")]
+#[derive(Clone, Debug)]
+pub(crate) struct Composite {
+    pub(crate) sampler: crate::CompositeSampler<Built>,
+    pub(crate) description: String,
+}
+
+/// A built composable sampler, shared.
+#[cfg(feature = "composable")]
+pub(crate) type Built = std::sync::Arc<dyn crate::ComposableSampler>;
+
+/// Builds `raw` (at `path`) into a [`Composite`].
+#[cfg(feature = "composable")]
+pub(crate) fn build(
+    ctx: &Ctx<'_>,
+    raw: &Spanned<RawComposable>,
+    path: &str,
+) -> Result<Composite, ConfigError> {
+    let (sampler, description) = composable(ctx, raw, path)?;
+    Ok(Composite {
+        sampler: crate::CompositeSampler::new(sampler),
+        description: format!("composite/development({description})"),
+    })
+}
+
+/// Without feature `composable`: the typed error naming the feature.
+#[cfg(not(feature = "composable"))]
+pub(crate) fn missing_feature(
+    ctx: &Ctx<'_>,
+    raw: &Spanned<RawComposable>,
+    path: &str,
+) -> ConfigError {
+    ctx.new_error(
+        crate::config::error::ConfigErrorKind::MissingFeature,
+        raw.span(),
+        path,
+        "composite samplers need this crate's `composable` feature (with `yaml`); build with `--features yaml,composable`".into(),
+    )
+}
+
+#[cfg(feature = "composable")]
+fn composable(
+    ctx: &Ctx<'_>,
+    raw: &Spanned<RawComposable>,
+    path: &str,
+) -> Result<(Built, String), ConfigError> {
+    use std::sync::Arc;
+
+    use crate::config::error::ConfigErrorKind;
+    use crate::config::model::values;
+    use crate::{
+        ComposableAlwaysOff, ComposableAlwaysOn, ComposableParentThreshold, ComposableProbability,
+        ComposableRateLimiting, ComposableRuleBased, Predicate,
+    };
+
+    Ok(match raw.get_ref() {
+        RawComposable::AlwaysOn(_) => (Arc::new(ComposableAlwaysOn), "always_on".into()),
+        RawComposable::AlwaysOff(_) => (Arc::new(ComposableAlwaysOff), "always_off".into()),
+        RawComposable::Probability(r) => {
+            let key = format!("{path}.probability.ratio");
+            let (ratio, span) = match r.as_ref().and_then(|r| r.ratio.as_ref()) {
+                Some(ratio) => (*ratio.get_ref(), ratio.span()),
+                // The schema's default.
+                None => (1.0, raw.span()),
+            };
+            let sampler = ComposableProbability::new(ratio).map_err(|e| {
+                ctx.new_error(
+                    ConfigErrorKind::InvalidProbability,
+                    span,
+                    &key,
+                    e.to_string(),
+                )
+            })?;
+            (Arc::new(sampler), format!("probability({ratio})"))
+        }
+        RawComposable::ParentThreshold(p) => {
+            let (root, text) = composable(ctx, &p.root, &format!("{path}.parent_threshold.root"))?;
+            (
+                Arc::new(ComposableParentThreshold::new(root)),
+                format!("parent_threshold(root: {text})"),
+            )
+        }
+        RawComposable::RuleBased(r) => {
+            let mut builder = ComposableRuleBased::builder();
+            let mut texts = Vec::new();
+            let rules = r
+                .as_ref()
+                .and_then(|r| r.rules.as_deref())
+                .unwrap_or_default();
+            for (i, rule) in rules.iter().enumerate() {
+                let path = format!("{path}.rule_based.rules[{i}]");
+                let rule_ref = rule.get_ref();
+                let mut predicate = Predicate::new();
+                if let Some(kinds) = &rule_ref.span_kinds {
+                    let kinds = kinds
+                        .iter()
+                        .map(|k| {
+                            ctx.check(k, format!("{path}.span_kinds"), |k| values::span_kind(k))
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    predicate = predicate.span_kinds(kinds);
+                }
+                if let Some(parents) = &rule_ref.parent {
+                    let parents = parents
+                        .iter()
+                        .map(|p| match p.get_ref().as_str() {
+                            "none" => Ok(crate::stats::ParentOrigin::Root),
+                            "remote" => Ok(crate::stats::ParentOrigin::Remote),
+                            "local" => Ok(crate::stats::ParentOrigin::Local),
+                            other => Err(ctx.new_error(
+                                ConfigErrorKind::UnknownValue,
+                                p.span(),
+                                format!("{path}.parent"),
+                                format!("unknown parent {other:?}; expected \"none\", \"remote\" or \"local\""),
+                            )),
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    predicate = predicate.parents(parents);
+                }
+                if let Some(v) = &rule_ref.attribute_values {
+                    predicate = predicate.attribute_values(v.key.clone(), &v.values);
+                }
+                if let Some(p) = &rule_ref.attribute_patterns {
+                    let none = Vec::new();
+                    predicate = predicate
+                        .attribute_patterns(
+                            p.key.clone(),
+                            p.included.as_ref().unwrap_or(&none),
+                            p.excluded.as_ref().unwrap_or(&none),
+                        )
+                        .map_err(|e| {
+                            ctx.new_error(
+                                ConfigErrorKind::BadGlob,
+                                rule.span(),
+                                format!("{path}.attribute_patterns"),
+                                e.to_string(),
+                            )
+                        })?;
+                }
+                let (sampler, text) =
+                    composable(ctx, &rule_ref.sampler, &format!("{path}.sampler"))?;
+                builder = builder.rule(predicate, sampler);
+                texts.push(text);
+            }
+            (
+                Arc::new(builder.build()),
+                format!("rule_based([{}])", texts.join(", ")),
+            )
+        }
+        RawComposable::RateLimiting(r) => {
+            let path = format!("{path}.{RATE_LIMITING_KEY}");
+            let window = match &r.window {
+                Some(w) => ctx.check(w, format!("{path}.window"), |w| values::limit_window(w))?,
+                None => std::time::Duration::from_secs(1),
+            };
+            let Some(limit) = &r.limit else {
+                return Err(ctx.new_error(
+                    ConfigErrorKind::MissingKey,
+                    raw.span(),
+                    format!("{path}.limit"),
+                    "a rate limiter needs `limit`, the most spans kept per window (a whole number from 1)".into(),
+                ));
+            };
+            let limit = ctx
+                .check(limit, format!("{path}.limit"), |l| {
+                    values::per_window(*l, window)
+                })?
+                .unpaced();
+            let (delegate, text) = match &r.sampler {
+                Some(s) => composable(ctx, s, &format!("{path}.sampler"))?,
+                None => (Arc::new(ComposableAlwaysOn) as Built, "always_on".into()),
+            };
+            (
+                Arc::new(ComposableRateLimiting::new(delegate, limit)),
+                format!(
+                    "{RATE_LIMITING_KEY}(limit: {} per {:?}, sampler: {text})",
+                    limit.permits(),
+                    limit.window()
+                ),
+            )
+        }
+    })
+}
