@@ -4,7 +4,7 @@
 
 use std::{iter, slice};
 
-use opentelemetry::metrics::AsyncInstrument;
+use opentelemetry::metrics::{AsyncInstrument, Meter};
 use opentelemetry::KeyValue;
 
 use super::instruments::SamplerMetrics;
@@ -67,68 +67,7 @@ impl SamplerMetrics {
     pub fn register_fleet<C: Clock + Send + Sync + 'static>(&self, limiter: &FleetLimiter<C>) {
         let meter = self.meter();
         let key = KeyValue::new(Self::FLEET_KEY, limiter.key().to_owned());
-        let failures: Points = |s| {
-            let kind = |k: FleetFailure| KeyValue::new(SamplerMetrics::ERROR_TYPE, k.as_str());
-            FleetFailure::ALL
-                .map(|k| (s.failures(k), Some(kind(k))))
-                .to_vec()
-        };
-        let leased: Points = |s| {
-            let source = |v: &'static str| Some(KeyValue::new(SamplerMetrics::SOURCE, v));
-            vec![
-                (s.permits_leased, source("redis")),
-                (s.permits_fallback, source("fallback")),
-            ]
-        };
-        // (name, counter or gauge, unit, description, points)
-        let table: [(&'static str, bool, &'static str, &'static str, Points); 7] = [
-            (
-                Self::FLEET_REPLICAS,
-                false,
-                "{replica}",
-                "Live replicas last seen in Redis",
-                |s| vec![(s.instances, None)],
-            ),
-            (
-                Self::FLEET_FALLBACK,
-                false,
-                "1",
-                "1 while spending the local fallback share",
-                |s| vec![(u64::from(s.fallback_active), None)],
-            ),
-            (Self::FLEET_CALLS, true, "{call}", "Calls to Redis", |s| {
-                vec![(s.redis_calls, None)]
-            }),
-            (
-                Self::FLEET_CALL_FAILURES,
-                true,
-                "{call}",
-                "Failed calls to Redis, by kind",
-                failures,
-            ),
-            (
-                Self::FLEET_PERMITS_LEASED,
-                true,
-                "{permit}",
-                "Permits installed for this replica, from Redis or as fallback share",
-                leased,
-            ),
-            (
-                Self::FLEET_PERMITS_USED,
-                true,
-                "{permit}",
-                "Permits spent",
-                |s| vec![(s.permits_used, None)],
-            ),
-            (
-                Self::FLEET_PERMITS_UNUSED,
-                true,
-                "{permit}",
-                "Permits unspent when their window ended",
-                |s| vec![(s.permits_unused, None)],
-            ),
-        ];
-        for (name, counter, unit, description, points) in table {
+        for (name, counter, unit, description, points) in u64_instruments() {
             let (limiter, key) = (limiter.clone(), key.clone());
             let callback = move |out: &dyn AsyncInstrument<u64>| {
                 for (value, extra) in points(&limiter.stats()) {
@@ -152,24 +91,102 @@ impl SamplerMetrics {
                     .build();
             }
         }
-        let seconds = |nanos: u64| nanos as f64 / 1e9;
-        let (l, k) = (limiter.clone(), key.clone());
-        meter
-            .f64_observable_counter(Self::FLEET_CALL_TIME)
-            .with_unit("s")
-            .with_description("Time spent in calls to Redis (sum of round trips)")
-            .with_callback(move |out| {
-                out.observe(seconds(l.stats().call_nanos_total), slice::from_ref(&k))
-            })
-            .build();
-        let (l, k) = (limiter.clone(), key);
-        meter
-            .f64_observable_gauge(Self::FLEET_CALL_LAST_DURATION)
-            .with_unit("s")
-            .with_description("Round trip of the last call to Redis")
-            .with_callback(move |out| {
-                out.observe(seconds(l.stats().last_call_nanos), slice::from_ref(&k))
-            })
-            .build();
+        register_call_times(&meter, limiter, &key);
     }
+}
+
+/// The integer instruments: (name, counter or gauge, unit, description, points).
+fn u64_instruments() -> [(&'static str, bool, &'static str, &'static str, Points); 7] {
+    let failures: Points = |s| {
+        let kind = |k: FleetFailure| KeyValue::new(SamplerMetrics::ERROR_TYPE, k.as_str());
+        FleetFailure::ALL
+            .map(|k| (s.failures(k), Some(kind(k))))
+            .to_vec()
+    };
+    let leased: Points = |s| {
+        let source = |v: &'static str| Some(KeyValue::new(SamplerMetrics::SOURCE, v));
+        vec![
+            (s.permits_leased, source("redis")),
+            (s.permits_fallback, source("fallback")),
+        ]
+    };
+    // (name, counter or gauge, unit, description, points)
+    [
+        (
+            SamplerMetrics::FLEET_REPLICAS,
+            false,
+            "{replica}",
+            "Live replicas last seen in Redis",
+            |s| vec![(s.instances, None)],
+        ),
+        (
+            SamplerMetrics::FLEET_FALLBACK,
+            false,
+            "1",
+            "1 while spending the local fallback share",
+            |s| vec![(u64::from(s.fallback_active), None)],
+        ),
+        (
+            SamplerMetrics::FLEET_CALLS,
+            true,
+            "{call}",
+            "Calls to Redis",
+            |s| vec![(s.redis_calls, None)],
+        ),
+        (
+            SamplerMetrics::FLEET_CALL_FAILURES,
+            true,
+            "{call}",
+            "Failed calls to Redis, by kind",
+            failures,
+        ),
+        (
+            SamplerMetrics::FLEET_PERMITS_LEASED,
+            true,
+            "{permit}",
+            "Permits installed for this replica, from Redis or as fallback share",
+            leased,
+        ),
+        (
+            SamplerMetrics::FLEET_PERMITS_USED,
+            true,
+            "{permit}",
+            "Permits spent",
+            |s| vec![(s.permits_used, None)],
+        ),
+        (
+            SamplerMetrics::FLEET_PERMITS_UNUSED,
+            true,
+            "{permit}",
+            "Permits unspent when their window ended",
+            |s| vec![(s.permits_unused, None)],
+        ),
+    ]
+}
+
+/// The call-time pair (seconds, `f64`): the sum of round trips and the last one.
+fn register_call_times<C: Clock + Send + Sync + 'static>(
+    meter: &Meter,
+    limiter: &FleetLimiter<C>,
+    key: &KeyValue,
+) {
+    let seconds = |nanos: u64| nanos as f64 / 1e9;
+    let (l, k) = (limiter.clone(), key.clone());
+    meter
+        .f64_observable_counter(SamplerMetrics::FLEET_CALL_TIME)
+        .with_unit("s")
+        .with_description("Time spent in calls to Redis (sum of round trips)")
+        .with_callback(move |out| {
+            out.observe(seconds(l.stats().call_nanos_total), slice::from_ref(&k))
+        })
+        .build();
+    let (l, k) = (limiter.clone(), key.clone());
+    meter
+        .f64_observable_gauge(SamplerMetrics::FLEET_CALL_LAST_DURATION)
+        .with_unit("s")
+        .with_description("Round trip of the last call to Redis")
+        .with_callback(move |out| {
+            out.observe(seconds(l.stats().last_call_nanos), slice::from_ref(&k))
+        })
+        .build();
 }

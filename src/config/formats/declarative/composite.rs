@@ -137,33 +137,12 @@ fn composable(
 ) -> Result<(Built, String), ConfigError> {
     use std::sync::Arc;
 
-    use crate::config::error::ConfigErrorKind;
-    use crate::config::model::values;
-    use crate::{
-        ComposableAlwaysOff, ComposableAlwaysOn, ComposableParentThreshold, ComposableProbability,
-        ComposableRateLimiting, ComposableRuleBased, Predicate,
-    };
+    use crate::{ComposableAlwaysOff, ComposableAlwaysOn, ComposableParentThreshold};
 
     Ok(match raw.get_ref() {
         RawComposable::AlwaysOn(_) => (Arc::new(ComposableAlwaysOn), "always_on".into()),
         RawComposable::AlwaysOff(_) => (Arc::new(ComposableAlwaysOff), "always_off".into()),
-        RawComposable::Probability(r) => {
-            let key = format!("{path}.probability.ratio");
-            let (ratio, span) = match r.as_ref().and_then(|r| r.ratio.as_ref()) {
-                Some(ratio) => (*ratio.get_ref(), ratio.span()),
-                // The schema's default.
-                None => (1.0, raw.span()),
-            };
-            let sampler = ComposableProbability::new(ratio).map_err(|e| {
-                ctx.new_error(
-                    ConfigErrorKind::InvalidProbability,
-                    span,
-                    &key,
-                    e.to_string(),
-                )
-            })?;
-            (Arc::new(sampler), format!("probability({ratio})"))
-        }
+        RawComposable::Probability(r) => probability(ctx, raw, r.as_ref(), path)?,
         RawComposable::ParentThreshold(p) => {
             let (root, text) = composable(ctx, &p.root, &format!("{path}.parent_threshold.root"))?;
             (
@@ -171,104 +150,170 @@ fn composable(
                 format!("parent_threshold(root: {text})"),
             )
         }
-        RawComposable::RuleBased(r) => {
-            let mut builder = ComposableRuleBased::builder();
-            let mut texts = Vec::new();
-            let rules = r
-                .as_ref()
-                .and_then(|r| r.rules.as_deref())
-                .unwrap_or_default();
-            for (i, rule) in rules.iter().enumerate() {
-                let path = format!("{path}.rule_based.rules[{i}]");
-                let rule_ref = rule.get_ref();
-                let mut predicate = Predicate::new();
-                if let Some(kinds) = &rule_ref.span_kinds {
-                    let kinds = kinds
-                        .iter()
-                        .map(|k| {
-                            ctx.check(k, format!("{path}.span_kinds"), |k| values::span_kind(k))
-                        })
-                        .collect::<Result<Vec<_>, _>>()?;
-                    predicate = predicate.span_kinds(kinds);
-                }
-                if let Some(parents) = &rule_ref.parent {
-                    let parents = parents
-                        .iter()
-                        .map(|p| match p.get_ref().as_str() {
-                            "none" => Ok(crate::stats::ParentOrigin::Root),
-                            "remote" => Ok(crate::stats::ParentOrigin::Remote),
-                            "local" => Ok(crate::stats::ParentOrigin::Local),
-                            other => Err(ctx.new_error(
-                                ConfigErrorKind::UnknownValue,
-                                p.span(),
-                                format!("{path}.parent"),
-                                format!("unknown parent {other:?}; expected \"none\", \"remote\" or \"local\""),
-                            )),
-                        })
-                        .collect::<Result<Vec<_>, _>>()?;
-                    predicate = predicate.parents(parents);
-                }
-                if let Some(v) = &rule_ref.attribute_values {
-                    predicate = predicate.attribute_values(v.key.clone(), &v.values);
-                }
-                if let Some(p) = &rule_ref.attribute_patterns {
-                    let none = Vec::new();
-                    predicate = predicate
-                        .attribute_patterns(
-                            p.key.clone(),
-                            p.included.as_ref().unwrap_or(&none),
-                            p.excluded.as_ref().unwrap_or(&none),
-                        )
-                        .map_err(|e| {
-                            ctx.new_error(
-                                ConfigErrorKind::BadGlob,
-                                rule.span(),
-                                format!("{path}.attribute_patterns"),
-                                e.to_string(),
-                            )
-                        })?;
-                }
-                let (sampler, text) =
-                    composable(ctx, &rule_ref.sampler, &format!("{path}.sampler"))?;
-                builder = builder.rule(predicate, sampler);
-                texts.push(text);
-            }
-            (
-                Arc::new(builder.build()),
-                format!("rule_based([{}])", texts.join(", ")),
-            )
-        }
-        RawComposable::RateLimiting(r) => {
-            let path = format!("{path}.{RATE_LIMITING_KEY}");
-            let window = match &r.window {
-                Some(w) => ctx.check(w, format!("{path}.window"), |w| values::limit_window(w))?,
-                None => std::time::Duration::from_secs(1),
-            };
-            let Some(limit) = &r.limit else {
-                return Err(ctx.new_error(
-                    ConfigErrorKind::MissingKey,
-                    raw.span(),
-                    format!("{path}.limit"),
-                    "a rate limiter needs `limit`, the most spans kept per window (a whole number from 1)".into(),
-                ));
-            };
-            let limit = ctx
-                .check(limit, format!("{path}.limit"), |l| {
-                    values::per_window(*l, window)
-                })?
-                .unpaced();
-            let (delegate, text) = match &r.sampler {
-                Some(s) => composable(ctx, s, &format!("{path}.sampler"))?,
-                None => (Arc::new(ComposableAlwaysOn) as Built, "always_on".into()),
-            };
-            (
-                Arc::new(ComposableRateLimiting::new(delegate, limit)),
-                format!(
-                    "{RATE_LIMITING_KEY}(limit: {} per {:?}, sampler: {text})",
-                    limit.permits(),
-                    limit.window()
-                ),
-            )
-        }
+        RawComposable::RuleBased(r) => rule_based(ctx, r.as_ref(), path)?,
+        RawComposable::RateLimiting(r) => rate_limiting(ctx, raw, r, path)?,
     })
+}
+
+/// `probability: {ratio}` (the schema's default ratio: 1).
+#[cfg(feature = "composable")]
+fn probability(
+    ctx: &Ctx<'_>,
+    raw: &Spanned<RawComposable>,
+    r: Option<&super::RawRatio>,
+    path: &str,
+) -> Result<(Built, String), ConfigError> {
+    use crate::config::error::ConfigErrorKind;
+    use crate::ComposableProbability;
+
+    let key = format!("{path}.probability.ratio");
+    let (ratio, span) = match r.and_then(|r| r.ratio.as_ref()) {
+        Some(ratio) => (*ratio.get_ref(), ratio.span()),
+        None => (1.0, raw.span()),
+    };
+    let sampler = ComposableProbability::new(ratio).map_err(|e| {
+        ctx.new_error(
+            ConfigErrorKind::InvalidProbability,
+            span,
+            &key,
+            e.to_string(),
+        )
+    })?;
+    Ok((
+        std::sync::Arc::new(sampler),
+        format!("probability({ratio})"),
+    ))
+}
+
+/// `rule_based: {rules: [...]}`, first match wins.
+#[cfg(feature = "composable")]
+fn rule_based(
+    ctx: &Ctx<'_>,
+    r: Option<&RawRuleBased>,
+    path: &str,
+) -> Result<(Built, String), ConfigError> {
+    use crate::ComposableRuleBased;
+
+    let mut builder = ComposableRuleBased::builder();
+    let mut texts = Vec::new();
+    let rules = r.and_then(|r| r.rules.as_deref()).unwrap_or_default();
+    for (i, rule) in rules.iter().enumerate() {
+        let path = format!("{path}.rule_based.rules[{i}]");
+        let predicate = predicate(ctx, rule, &path)?;
+        let (sampler, text) = composable(ctx, &rule.get_ref().sampler, &format!("{path}.sampler"))?;
+        builder = builder.rule(predicate, sampler);
+        texts.push(text);
+    }
+    Ok((
+        std::sync::Arc::new(builder.build()),
+        format!("rule_based([{}])", texts.join(", ")),
+    ))
+}
+
+/// One rule's conditions: span kinds, parents, attribute values and patterns.
+#[cfg(feature = "composable")]
+fn predicate(
+    ctx: &Ctx<'_>,
+    rule: &Spanned<RawRule>,
+    path: &str,
+) -> Result<crate::Predicate, ConfigError> {
+    use crate::config::error::ConfigErrorKind;
+    use crate::config::model::values;
+    use crate::stats::ParentOrigin;
+
+    let raw = rule.get_ref();
+    let mut predicate = crate::Predicate::new();
+    if let Some(kinds) = &raw.span_kinds {
+        let kinds = kinds
+            .iter()
+            .map(|k| ctx.check(k, format!("{path}.span_kinds"), |k| values::span_kind(k)))
+            .collect::<Result<Vec<_>, _>>()?;
+        predicate = predicate.span_kinds(kinds);
+    }
+    if let Some(parents) = &raw.parent {
+        let parents = parents
+            .iter()
+            .map(|p| match p.get_ref().as_str() {
+                "none" => Ok(ParentOrigin::Root),
+                "remote" => Ok(ParentOrigin::Remote),
+                "local" => Ok(ParentOrigin::Local),
+                other => Err(ctx.new_error(
+                    ConfigErrorKind::UnknownValue,
+                    p.span(),
+                    format!("{path}.parent"),
+                    format!("unknown parent {other:?}; expected \"none\", \"remote\" or \"local\""),
+                )),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        predicate = predicate.parents(parents);
+    }
+    if let Some(v) = &raw.attribute_values {
+        predicate = predicate.attribute_values(v.key.clone(), &v.values);
+    }
+    if let Some(p) = &raw.attribute_patterns {
+        let none = Vec::new();
+        predicate = predicate
+            .attribute_patterns(
+                p.key.clone(),
+                p.included.as_ref().unwrap_or(&none),
+                p.excluded.as_ref().unwrap_or(&none),
+            )
+            .map_err(|e| {
+                ctx.new_error(
+                    ConfigErrorKind::BadGlob,
+                    rule.span(),
+                    format!("{path}.attribute_patterns"),
+                    e.to_string(),
+                )
+            })?;
+    }
+    Ok(predicate)
+}
+
+/// Ours: `rate_limiting/otel_rate_sampler: {limit, window, sampler}`, unpaced.
+#[cfg(feature = "composable")]
+fn rate_limiting(
+    ctx: &Ctx<'_>,
+    raw: &Spanned<RawComposable>,
+    r: &RawRateLimiting,
+    path: &str,
+) -> Result<(Built, String), ConfigError> {
+    use crate::config::error::ConfigErrorKind;
+    use crate::config::model::values;
+    use crate::{ComposableAlwaysOn, ComposableRateLimiting};
+
+    let path = format!("{path}.{RATE_LIMITING_KEY}");
+    let window = match &r.window {
+        Some(w) => ctx.check(w, format!("{path}.window"), |w| values::limit_window(w))?,
+        None => std::time::Duration::from_secs(1),
+    };
+    let Some(limit) = &r.limit else {
+        return Err(ctx.new_error(
+            ConfigErrorKind::MissingKey,
+            raw.span(),
+            format!("{path}.limit"),
+            "a rate limiter needs `limit`, the most spans kept per window (a whole number from 1)"
+                .into(),
+        ));
+    };
+    let limit = ctx
+        .check(limit, format!("{path}.limit"), |l| {
+            values::per_window(*l, window)
+        })?
+        .unpaced();
+    let (delegate, text) = match &r.sampler {
+        Some(s) => composable(ctx, s, &format!("{path}.sampler"))?,
+        None => (
+            std::sync::Arc::new(ComposableAlwaysOn) as Built,
+            "always_on".into(),
+        ),
+    };
+    Ok((
+        std::sync::Arc::new(ComposableRateLimiting::new(delegate, limit)),
+        format!(
+            "{RATE_LIMITING_KEY}(limit: {} per {:?}, sampler: {text})",
+            limit.permits(),
+            limit.window()
+        ),
+    ))
 }
