@@ -55,9 +55,11 @@ pub(crate) struct LocalRule<C> {
 
 impl<C: Clock> std::fmt::Debug for LocalRule<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Relaxed: a reading for display; it orders nothing.
+        let open = self.open.load(Ordering::Relaxed);
         f.debug_struct("LocalRule")
             .field("limit", &self.limiter.limit())
-            .field("open", &self.open.load(Ordering::Relaxed))
+            .field("open", &open)
             .finish_non_exhaustive()
     }
 }
