@@ -210,7 +210,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::ManualClock;
+    use crate::clock::ManualClock;
 
     #[test]
     fn carry_over_starts_a_new_limiter_where_the_old_one_was() {

@@ -310,8 +310,8 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::clock::ManualClock;
     use crate::limiter::RateLimiter;
-    use crate::ManualClock;
 
     const W: u64 = 1_000_000_000;
 
@@ -524,8 +524,8 @@ mod loom_tests {
     use loom::sync::Arc;
 
     use super::*;
+    use crate::clock::ManualClock;
     use crate::limiter::loom_support::{model, stamps_of};
-    use crate::ManualClock;
 
     const W: u64 = 1_000_000_000;
 

@@ -157,8 +157,8 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::clock::ManualClock;
     use crate::limiter::RateLimiter;
-    use crate::ManualClock;
 
     /// An unpaced limiter: these tests are about the window, not the schedule.
     fn limiter(permits: u32, window_ms: u64) -> (FixedWindow<ManualClock>, ManualClock) {
@@ -295,8 +295,8 @@ mod loom_tests {
     use loom::thread;
 
     use super::*;
+    use crate::clock::ManualClock;
     use crate::limiter::loom_support::{check_per_window, model, stamps_in_windows, stamps_of};
-    use crate::ManualClock;
 
     const W: u64 = 1_000_000_000;
 

@@ -268,8 +268,8 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::clock::ManualClock;
     use crate::limiter::RateLimiter;
-    use crate::ManualClock;
 
     /// Unpaced: these tests are about the sliding log, not the schedule.
     fn limiter(permits: u32, window_ms: u64) -> (SlidingLog<ManualClock>, ManualClock) {
@@ -372,8 +372,8 @@ mod loom_tests {
     use loom::thread;
 
     use super::*;
+    use crate::clock::ManualClock;
     use crate::limiter::loom_support::{check_per_window, model, stamps_in_windows};
-    use crate::ManualClock;
 
     const W: u64 = 1_000_000_000;
 

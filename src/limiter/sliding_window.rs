@@ -204,8 +204,8 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::clock::ManualClock;
     use crate::limiter::RateLimiter;
-    use crate::ManualClock;
 
     const W: u64 = 1_000_000_000;
 
@@ -327,8 +327,8 @@ mod loom_tests {
     use loom::thread;
 
     use super::*;
+    use crate::clock::ManualClock;
     use crate::limiter::loom_support::{check_per_window, model, stamps_in_windows};
-    use crate::ManualClock;
 
     const W: u64 = 1_000_000_000;
 

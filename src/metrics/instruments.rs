@@ -109,14 +109,17 @@ impl SamplerMetrics {
     /// window (and those of every clone of it).
     pub fn register_adaptive<C: crate::clock::Clock, L: RateLimiter + 'static>(
         &self,
-        sampler: &crate::AdaptiveSampler<C, L>,
+        sampler: &crate::sampler::AdaptiveSampler<C, L>,
     ) {
         self.install(observation::of_adaptive(sampler), false);
     }
 
     /// Reports `sampler`'s decisions per rule, its windows, reloads and generation.
     #[cfg(feature = "config")]
-    pub fn register_rules<C: crate::Clock + Clone>(&self, sampler: &crate::RuleBasedSampler<C>) {
+    pub fn register_rules<C: crate::clock::Clock + Clone>(
+        &self,
+        sampler: &crate::config::RuleBasedSampler<C>,
+    ) {
         self.install(observation::of_rules(sampler), true);
     }
 

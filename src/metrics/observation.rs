@@ -65,7 +65,9 @@ fn of_stats(stats: impl Fn() -> SamplerStats + Send + Sync + 'static) -> Source 
 }
 
 #[cfg(feature = "config")]
-pub(super) fn of_rules<C: crate::Clock + Clone>(sampler: &crate::RuleBasedSampler<C>) -> Source {
+pub(super) fn of_rules<C: crate::clock::Clock + Clone>(
+    sampler: &crate::config::RuleBasedSampler<C>,
+) -> Source {
     let sampler = sampler.clone();
     Arc::new(move || {
         let stats = sampler.stats();
@@ -105,9 +107,9 @@ mod tests {
     use opentelemetry_sdk::trace::ShouldSample;
 
     use super::*;
+    use crate::clock::ManualClock;
     use crate::limit::Limit;
     use crate::stats::{DropReason, ParentOrigin};
-    use crate::ManualClock;
 
     #[test]
     fn an_adaptive_samplers_observation_is_its_stats_and_its_caps_window() {

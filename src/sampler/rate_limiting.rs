@@ -285,7 +285,7 @@ mod tests {
 
     use super::*;
     use crate::attributes::{SAMPLER_PARAM, SAMPLER_TYPE};
-    use crate::ManualClock;
+    use crate::clock::ManualClock;
 
     fn sampler(
         permits: u32,

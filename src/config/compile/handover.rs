@@ -382,8 +382,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::clock::ManualClock;
     use crate::limit::Limit;
-    use crate::ManualClock;
 
     fn rule(algorithm: Algorithm, n: u32, clock: &ManualClock) -> AnyLimiter<ManualClock> {
         // Unpaced: these tests spend a window's permits at one instant.

@@ -144,8 +144,8 @@ mod loom_tests {
     use loom::thread;
 
     use super::*;
+    use crate::clock::ManualClock;
     use crate::limiter::loom_support::model;
-    use crate::ManualClock;
 
     const W: u64 = 1_000_000_000;
 

@@ -233,7 +233,7 @@ mod tests {
     use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags};
 
     use super::*;
-    use crate::ManualClock;
+    use crate::clock::ManualClock;
 
     /// A splitmix64 stream: well-spread trace ids, the same on every run.
     struct Ids(u64);

@@ -126,12 +126,12 @@ mod tests {
     use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult};
 
     use super::*;
+    use crate::clock::ManualClock;
     use crate::config::compile::handover::Handover;
     use crate::config::model::SamplingConfig;
     use crate::sampler::attributes::{self, LOWERBOUND, PROBABILISTIC};
     use crate::sampler::Origin;
     use crate::stats::ParentOrigin;
-    use crate::ManualClock;
 
     /// A rule set of `toml`'s default for a service it does not list, on `clock`.
     fn compiled(toml: &str, clock: &ManualClock) -> RuleSet<ManualClock> {

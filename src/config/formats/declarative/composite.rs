@@ -92,13 +92,13 @@ pub(crate) struct RawRateLimiting {
 #[cfg(feature = "composable")]
 #[derive(Clone, Debug)]
 pub(crate) struct Composite {
-    pub(crate) sampler: crate::CompositeSampler<Built>,
+    pub(crate) sampler: crate::composable::CompositeSampler<Built>,
     pub(crate) description: String,
 }
 
 /// A built composable sampler, shared.
 #[cfg(feature = "composable")]
-pub(crate) type Built = std::sync::Arc<dyn crate::ComposableSampler>;
+pub(crate) type Built = std::sync::Arc<dyn crate::composable::ComposableSampler>;
 
 /// Builds `raw` (at `path`) into a [`Composite`].
 #[cfg(feature = "composable")]
@@ -109,7 +109,7 @@ pub(crate) fn build(
 ) -> Result<Composite, ConfigError> {
     let (sampler, description) = composable(ctx, raw, path)?;
     Ok(Composite {
-        sampler: crate::CompositeSampler::new(sampler),
+        sampler: crate::composable::CompositeSampler::new(sampler),
         description: format!("composite/development({description})"),
     })
 }
@@ -137,7 +137,7 @@ fn composable(
 ) -> Result<(Built, String), ConfigError> {
     use std::sync::Arc;
 
-    use crate::{ComposableAlwaysOff, ComposableAlwaysOn, ComposableParentThreshold};
+    use crate::composable::{ComposableAlwaysOff, ComposableAlwaysOn, ComposableParentThreshold};
 
     Ok(match raw.get_ref() {
         RawComposable::AlwaysOn(_) => (Arc::new(ComposableAlwaysOn), "always_on".into()),
@@ -163,8 +163,8 @@ fn probability(
     r: Option<&super::RawRatio>,
     path: &str,
 ) -> Result<(Built, String), ConfigError> {
+    use crate::composable::ComposableProbability;
     use crate::config::error::ConfigErrorKind;
-    use crate::ComposableProbability;
 
     let key = format!("{path}.probability.ratio");
     let (ratio, span) = match r.and_then(|r| r.ratio.as_ref()) {
@@ -192,7 +192,7 @@ fn rule_based(
     r: Option<&RawRuleBased>,
     path: &str,
 ) -> Result<(Built, String), ConfigError> {
-    use crate::ComposableRuleBased;
+    use crate::composable::ComposableRuleBased;
 
     let mut builder = ComposableRuleBased::builder();
     let mut texts = Vec::new();
@@ -216,13 +216,13 @@ fn predicate(
     ctx: &Ctx<'_>,
     rule: &Spanned<RawRule>,
     path: &str,
-) -> Result<crate::Predicate, ConfigError> {
+) -> Result<crate::composable::Predicate, ConfigError> {
     use crate::config::error::ConfigErrorKind;
     use crate::config::model::values;
     use crate::stats::ParentOrigin;
 
     let raw = rule.get_ref();
-    let mut predicate = crate::Predicate::new();
+    let mut predicate = crate::composable::Predicate::new();
     if let Some(kinds) = &raw.span_kinds {
         let kinds = kinds
             .iter()
@@ -278,9 +278,9 @@ fn rate_limiting(
     r: &RawRateLimiting,
     path: &str,
 ) -> Result<(Built, String), ConfigError> {
+    use crate::composable::{ComposableAlwaysOn, ComposableRateLimiting};
     use crate::config::error::ConfigErrorKind;
     use crate::config::model::values;
-    use crate::{ComposableAlwaysOn, ComposableRateLimiting};
 
     let path = format!("{path}.{RATE_LIMITING_KEY}");
     let window = match &r.window {

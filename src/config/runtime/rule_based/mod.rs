@@ -206,7 +206,7 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     /// state (a permit it acquires is the rule's), and after a [`reload`](Self::reload)
     /// that changed the rule it names the old limiter, which has stopped: ask again.
     #[cfg(feature = "redis")]
-    pub fn fleet_limiter(&self, rule: &str) -> Option<crate::FleetLimiter<C>> {
+    pub fn fleet_limiter(&self, rule: &str) -> Option<crate::fleet::FleetLimiter<C>> {
         self.inner.rules.load().fleet_limiter(rule).cloned()
     }
 }
@@ -308,9 +308,12 @@ mod tests {
             "{err}"
         );
         // A floor beyond any limiter's permits: the floor's key.
-        config.services[0].rules[0].floor = crate::Limit::MAX_PERMITS + 1;
+        config.services[0].rules[0].floor = crate::limit::Limit::MAX_PERMITS + 1;
         config.services[0].cap = config.services[0].cap.map(|c| LimitSpec {
-            limit: c.limit.with_permits(crate::Limit::MAX_PERMITS).unwrap(),
+            limit: c
+                .limit
+                .with_permits(crate::limit::Limit::MAX_PERMITS)
+                .unwrap(),
             ..c
         });
         let err = RuleBasedSampler::new(&config, "a").unwrap_err();
