@@ -5,6 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+mod composite;
+
 const BIN: &str = env!("CARGO_BIN_EXE_otel-rate-sampler");
 
 fn example(name: &str) -> String {
@@ -640,7 +642,7 @@ fn check_shows_the_sampler_tree_and_rules_of_a_declarative_file() {
     assert_eq!(code(&out), 0, "{text}{}", stderr(&out));
     for want in [
         "otel-config.yaml: ok",
-        "sampler: parent_based(root: rate_limiting, remote_parent_sampled: always_on, remote_parent_not_sampled: trace_id_ratio_based(0.1), local_parent_sampled: always_on, local_parent_not_sampled: always_off)",
+        "sampler:\n  parent_based(\n    root: rate_limiting,\n    remote_parent_sampled: always_on,\n    remote_parent_not_sampled: trace_id_ratio_based(0.1),\n    local_parent_sampled: always_on,\n    local_parent_not_sampled: always_off\n  )\n",
         "rules of the first rate_limiting sampler:",
         "service \"checkout\"",
         "rule \"payments\": name ~ \"POST /api/pay*\" => keep",
@@ -673,9 +675,9 @@ fn yaml_and_declarative_files_that_do_not_load_exit_1_with_their_position() {
             ":1:14: file_format: ",
         ),
         (
-            "no-plugin.yaml",
-            "file_format: \"1.0\"\ntracer_provider:\n  sampler:\n    always_on:\n",
-            ":4:5: tracer_provider.sampler: ",
+            "composite-ratio.yaml",
+            "file_format: \"1.1\"\ntracer_provider:\n  sampler:\n    composite/development:\n      probability:\n        ratio: 2\n",
+            ":6:16: tracer_provider.sampler.composite/development.probability.ratio: ",
         ),
     ];
     for (name, text, want) in cases {

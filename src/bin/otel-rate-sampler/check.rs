@@ -1,7 +1,7 @@
 //! `check`: load a file, print each service's effective rules and limiters, lint it.
 
 use std::num::NonZeroU32;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::builder::NonEmptyStringValueParser;
@@ -11,6 +11,7 @@ use otel_rate_sampler::{ConfigErrorKind, DeclarativeSampler, SamplingConfig};
 use crate::args;
 use crate::failure::Failure;
 use crate::shown;
+use crate::tree;
 
 /// The name shown for services the file does not list (they get the file default).
 const ANY_OTHER: &str = "(any other service)";
@@ -30,7 +31,8 @@ const ANY_OTHER: &str = "(any other service)";
 pub(crate) struct CheckArgs {
     /// The rule file: TOML, Jaeger sampling strategies (`.json`), YAML (`.yaml`, `.yml`),
     /// or an OpenTelemetry declarative configuration file (YAML with `file_format`: its
-    /// sampler tree, then the rules of its first `rate_limiting` sampler).
+    /// sampler tree, composite samplers included, then the rules of its first
+    /// `rate_limiting` sampler if it has one).
     file: PathBuf,
     /// Only this service (one the file does not list shows the file default).
     #[arg(long, value_name = "NAME", value_parser = NonEmptyStringValueParser::new())]
@@ -42,10 +44,24 @@ pub(crate) struct CheckArgs {
 }
 
 pub(crate) fn run(args: &CheckArgs) -> Result<ExitCode, Failure> {
-    let config = SamplingConfig::from_path(&args.file)?;
+    let tree = declarative(&args.file, args.service.as_deref())?;
+    // A declarative file without a rule file (composite samplers, the SDK's): its tree
+    // is all there is to show.
+    let config = match &tree {
+        Some(sampler) if !sampler.has_rules() => None,
+        _ => Some(SamplingConfig::from_path(&args.file)?),
+    };
     println!("{}: ok", args.file.display());
-    if let Some(sampler) = declarative(args)? {
-        println!("sampler: {sampler}");
+    if let Some(sampler) = &tree {
+        println!("sampler:");
+        print!("{}", tree::indented(&sampler.to_string(), 1));
+    }
+    let Some(config) = config else {
+        println!("no rule file (a `rate_limiting` sampler): no rules to show or lint");
+        println!("lints: none");
+        return Ok(ExitCode::SUCCESS);
+    };
+    if tree.is_some() {
         println!("rules of the first rate_limiting sampler:");
     }
     let names: Vec<&str> = match &args.service {
@@ -82,20 +98,22 @@ pub(crate) fn lints(
         .collect()
 }
 
-/// The sampler tree of a declarative configuration file (`None` for any other file).
-fn declarative(args: &CheckArgs) -> Result<Option<DeclarativeSampler>, Failure> {
-    let yaml = args
-        .file
+/// The sampler tree of a declarative configuration file for `service` (`None` for any
+/// other file).
+pub(crate) fn declarative(
+    file: &Path,
+    service: Option<&str>,
+) -> Result<Option<DeclarativeSampler>, Failure> {
+    let yaml = file
         .extension()
         .and_then(|e| e.to_str())
         .is_some_and(|e| e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml"));
     if !yaml {
         return Ok(None);
     }
-    let service = args.service.as_deref().unwrap_or(ANY_OTHER);
-    match DeclarativeSampler::from_path(&args.file, service) {
+    match DeclarativeSampler::from_path(file, service.unwrap_or(ANY_OTHER)) {
         Ok(sampler) => Ok(Some(sampler)),
-        // A YAML rule file: it loaded above, and has no `file_format`.
+        // A YAML rule file: it has no `file_format`.
         Err(e) if e.kind() == ConfigErrorKind::MissingKey && e.key() == "file_format" => Ok(None),
         Err(e) => Err(e.into()),
     }

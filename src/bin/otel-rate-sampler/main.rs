@@ -16,6 +16,7 @@ mod check;
 mod failure;
 mod shown;
 mod simulate;
+mod tree;
 
 use std::process::ExitCode;
 

@@ -9,8 +9,9 @@ use opentelemetry::trace::{Link, SpanContext, SpanKind, TraceContextExt, TraceId
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{Sampler, SamplingDecision, SamplingResult, ShouldSample};
 
+use crate::clock::{Clock, MonotonicClock};
 use crate::config::error::ConfigError;
-use crate::config::formats::declarative::{read_tree, Branches, Node};
+use crate::config::formats::declarative::{read_tree, Branches, Lookup, Node};
 use crate::config::formats::read_file;
 use crate::config::model::SamplingConfig;
 use crate::config::runtime::rule_based::RuleBasedSampler;
@@ -78,10 +79,11 @@ use crate::sampler::RemoteParents;
 ///   `xray`, or a typo), a bad `file_format`, a ratio outside `[0, 1]`, and every
 ///   mistake in a `rate_limiting` block.
 ///
-/// Clones share every limiter.
+/// Clones share every limiter. The limiters read the monotonic clock, or the clock
+/// given to [`from_path_with_clock`](Self::from_path_with_clock).
 #[derive(Clone, Debug)]
-pub struct DeclarativeSampler {
-    root: Node<RuleBasedSampler>,
+pub struct DeclarativeSampler<C: Clock = MonotonicClock> {
+    root: Node<RuleBasedSampler<C>>,
 }
 
 impl DeclarativeSampler {
@@ -129,21 +131,9 @@ impl DeclarativeSampler {
         text: &str,
         file: &str,
         service: &str,
-        lookup: &dyn Fn(&str) -> Option<String>,
+        lookup: Lookup<'_>,
     ) -> Result<Self, ConfigError> {
-        let redis = redis_urls(lookup);
-        let Some(tree) = read_tree(text, file, redis.as_deref(), lookup)? else {
-            return Ok(Self {
-                root: Node::ParentBased(Box::new(Branches::with_root(Node::Sdk(
-                    Sampler::AlwaysOn,
-                )))),
-            });
-        };
-        let service = resolve_service(service, lookup)?;
-        let root = tree.try_map(&mut |config| {
-            RuleBasedSampler::from_env_config(&config, &service, redis.clone())
-        })?;
-        Ok(Self { root })
+        Self::build(text, file, service, lookup, MonotonicClock::new())
     }
 
     /// The sampler the file named by `OTEL_CONFIG_FILE` describes (its fleet-scoped limits
@@ -172,6 +162,71 @@ impl DeclarativeSampler {
         let file = path.clone();
         let text = read_file(path.as_ref(), &file)?;
         Self::from_yaml_with(&text, &file, service, &lookup).map(Some)
+    }
+}
+
+impl<C: Clock + Clone> DeclarativeSampler<C> {
+    /// As [`from_path`](DeclarativeSampler::from_path), with every limiter in the tree
+    /// (the rule files' and the composite samplers' rate limiters) timed by `clock`: a
+    /// [`ManualClock`](crate::ManualClock) replays a load in simulated time, as
+    /// `otel-rate-sampler simulate` does.
+    ///
+    /// # Errors
+    ///
+    /// As [`from_path`](DeclarativeSampler::from_path).
+    pub fn from_path_with_clock(
+        path: impl AsRef<Path>,
+        service: &str,
+        clock: C,
+    ) -> Result<Self, ConfigError> {
+        let path = path.as_ref();
+        let file = path.display().to_string();
+        let text = read_file(path, &file)?;
+        Self::build(
+            &text,
+            &file,
+            service,
+            &|name| std::env::var(name).ok(),
+            clock,
+        )
+    }
+
+    fn build(
+        text: &str,
+        file: &str,
+        service: &str,
+        lookup: Lookup<'_>,
+        clock: C,
+    ) -> Result<Self, ConfigError> {
+        let redis = redis_urls(lookup);
+        let Some(tree) = read_tree(text, file, redis.as_deref(), lookup, &clock)? else {
+            return Ok(Self {
+                root: Node::ParentBased(Box::new(Branches::with_root(Node::Sdk(
+                    Sampler::AlwaysOn,
+                )))),
+            });
+        };
+        let service = resolve_service(service, lookup)?;
+        let root = tree.try_map(&mut |config| {
+            RuleBasedSampler::build(&config, &service, clock.clone(), redis.clone())
+        })?;
+        Ok(Self { root })
+    }
+
+    /// Whether a `rate_limiting` rule file decides the spans that start a trace (the
+    /// file's sampler, or the `root` of its `parent_based`): what `simulate` models rule
+    /// by rule.
+    pub fn roots_decided_by_rules(&self) -> bool {
+        match &self.root {
+            Node::RateLimiting(_) => true,
+            Node::ParentBased(b) => matches!(b.root, Node::RateLimiting(_)),
+            _ => false,
+        }
+    }
+
+    /// Whether the tree holds a `rate_limiting` rule file anywhere.
+    pub fn has_rules(&self) -> bool {
+        self.root.has_rate_limiting()
     }
 }
 
@@ -224,7 +279,7 @@ impl DeclarativeSampler {
     }
 }
 
-impl ShouldSample for DeclarativeSampler {
+impl<C: Clock + Clone> ShouldSample for DeclarativeSampler<C> {
     fn should_sample(
         &self,
         parent_context: Option<&Context>,
@@ -239,7 +294,7 @@ impl ShouldSample for DeclarativeSampler {
     }
 }
 
-impl Node<RuleBasedSampler> {
+impl<C: Clock> Node<RuleBasedSampler<C>> {
     fn sample(
         &self,
         parent_context: Option<&Context>,
@@ -328,7 +383,7 @@ impl Node<RuleBasedSampler> {
     }
 }
 
-impl fmt::Display for DeclarativeSampler {
+impl<C: Clock> fmt::Display for DeclarativeSampler<C> {
     /// The sampler tree, on one line: `parent_based(root: rate_limiting,
     /// remote_parent_sampled: always_on, ...)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -571,7 +626,13 @@ tracer_provider:
             DeclarativeSampler::from_yaml_with(COMPOSITE, "otel.yaml", "checkout", &env).unwrap();
         assert!(
             s.to_string()
-                .starts_with("composite/development(parent_threshold(root: rule_based([always_off, rate_limiting/otel_rate_sampler(limit: 1 per 3600s"),
+                .starts_with("composite/development(parent_threshold(root: rule_based([url.path in [\"/health\"] => always_off, span_kinds [\"server\"], parent [\"none\"] => rate_limiting/otel_rate_sampler(limit: 1 per 3600s"),
+            "{s}"
+        );
+        assert!(
+            s.to_string().ends_with(
+                "user ~ [\"a*\"] but not [\"ab*\"] => always_on, any span => probability(0)])))"
+            ),
             "{s}"
         );
         let decide = |kind: SpanKind, attributes: &[KeyValue]| {

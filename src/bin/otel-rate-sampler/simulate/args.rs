@@ -20,8 +20,11 @@ use crate::args::{self, Kind};
 #[derive(Debug, clap::Args)]
 pub(crate) struct SimulateArgs {
     /// The rule file: TOML, Jaeger sampling strategies (`.json`), YAML (`.yaml`, `.yml`),
-    /// or an OpenTelemetry declarative configuration file (YAML with `file_format`,
-    /// simulated with the rules of its first `rate_limiting` sampler).
+    /// or an OpenTelemetry declarative configuration file (YAML with `file_format`):
+    /// rule by rule when a `rate_limiting` rule file decides its roots, else span by span
+    /// through its whole sampler (a `composite/development` one, say), each span at its
+    /// own time with a seeded pseudo-random trace id, one call per span within the
+    /// budget.
     pub(super) file: PathBuf,
     /// The service whose sampler decides (one the file does not list gets the default).
     #[arg(long, value_name = "NAME", value_parser = NonEmptyStringValueParser::new())]

@@ -31,12 +31,16 @@
 //! their windows in the run. A run over [`MAX_CALLS`](plan::MAX_CALLS) or
 //! [`MAX_BYTES`](plan::MAX_BYTES) is refused before it starts.
 //!
+//! A declarative file whose roots no rule file decides (a composite sampler) is offered
+//! span by span instead (`declarative`).
+//!
 //! A file by role: the command's `args`, the `spans` it offers, the `decider` a probe
 //! finds, a `replica`'s sampler and twin, the `plan` of ticks within the budget, and
 //! the `report` printed.
 
 mod args;
 mod decider;
+mod declarative;
 mod plan;
 mod replica;
 mod report;
@@ -80,8 +84,14 @@ fn refuse_what_the_sampler_refuses(
 }
 
 /// Runs `simulate`: probes what decides, plans the ticks within the budget, runs them
-/// for every replica and prints the report.
+/// for every replica and prints the report; a declarative file whose roots no rule
+/// file decides is run span by span (`declarative`).
 pub(crate) fn run(a: &SimulateArgs) -> Result<ExitCode, Failure> {
+    if let Some(sampler) = check::declarative(&a.file, Some(&a.service))? {
+        if !sampler.roots_decided_by_rules() {
+            return declarative::run(a, &sampler);
+        }
+    }
     let config = SamplingConfig::from_path(&a.file)?;
     refuse_what_the_sampler_refuses(a, &config)?;
     let span = Span::of(a);

@@ -22,7 +22,7 @@ const TICKS_PER_WINDOW: u64 = 100;
 /// Tick lengths, longest first; each divides a second.
 const TICK_CHOICES_MS: [u64; 5] = [10, 5, 4, 2, 1];
 /// At most this many rows are printed; a row spans whole seconds.
-const MAX_ROWS: u64 = 60;
+pub(super) const MAX_ROWS: u64 = 60;
 
 /// The fleet's counts over a row of whole seconds.
 #[derive(Clone, Copy, Debug, Default)]
@@ -142,7 +142,7 @@ pub(super) fn memory(rules: &EffectiveRules, replicas: NonZeroU32) -> Result<u12
 }
 
 /// Refuses a run over [`MAX_CALLS`], with the duration that fits.
-fn over_budget(duration: Duration, calls: u128) -> Result<(), Failure> {
+pub(super) fn over_budget(duration: Duration, calls: u128) -> Result<(), Failure> {
     if calls > MAX_CALLS {
         // Calls grow about linearly with the duration.
         let fits = duration.as_secs_f64() * (MAX_CALLS as f64 / calls as f64);

@@ -11,13 +11,9 @@ use super::plan::{Plan, Row, MAX_CALLS};
 use super::replica::Replica;
 use crate::shown;
 
-/// What is simulated, what decides it, the cap and the work.
-pub(super) fn header(a: &SimulateArgs, decider: &Decider, rules: &EffectiveRules, plan: &Plan) {
-    let listed = if rules.listed() {
-        ""
-    } else {
-        " (not listed: the file default)"
-    };
+/// The first line: the service (`listed` says if the file lists it), the spans and the
+/// load.
+pub(super) fn offered(a: &SimulateArgs, listed: &str) {
     println!(
         "service {:?}{listed}: span {:?} ({:?}, {} attributes), {} per second for {}, {} replica(s)",
         a.service,
@@ -28,6 +24,16 @@ pub(super) fn header(a: &SimulateArgs, decider: &Decider, rules: &EffectiveRules
         humantime::format_duration(a.duration),
         a.replicas
     );
+}
+
+/// What is simulated, what decides it, the cap and the work.
+pub(super) fn header(a: &SimulateArgs, decider: &Decider, rules: &EffectiveRules, plan: &Plan) {
+    let listed = if rules.listed() {
+        ""
+    } else {
+        " (not listed: the file default)"
+    };
+    offered(a, listed);
     match decider {
         Decider::Drop => println!(
             "decided by: nothing keeps it (a fresh sampler dropped it: a probability-0 rule, no matching rule and no default, or a cap whose floors leave its rule no shared pool)"
@@ -89,24 +95,27 @@ pub(super) fn rows(plan: &Plan, decider: &Decider, rows: &[Row]) {
 
 /// What each replica (the first few) and the fleet offered and kept.
 pub(super) fn totals(plan: &Plan, replicas: &[Replica]) {
-    let seconds = plan.seconds();
+    let counts: Vec<_> = replicas.iter().map(|r| (r.offered, r.kept)).collect();
+    counts_per_replica(plan.seconds(), &counts);
+}
+
+/// Each replica's (the first few) and the fleet's `(offered, kept)` over `seconds`.
+pub(super) fn counts_per_replica(seconds: f64, replicas: &[(u64, u64)]) {
     const LISTED: usize = 32;
     if replicas.len() > 1 {
-        for (j, r) in replicas.iter().enumerate().take(LISTED) {
+        for (j, (offered, kept)) in replicas.iter().enumerate().take(LISTED) {
             println!(
-                "replica {}: offered {}, kept {} ({:.1}/s)",
+                "replica {}: offered {offered}, kept {kept} ({:.1}/s)",
                 j + 1,
-                r.offered,
-                r.kept,
-                r.kept as f64 / seconds
+                *kept as f64 / seconds
             );
         }
         if replicas.len() > LISTED {
             println!("({} more replicas not listed)", replicas.len() - LISTED);
         }
     }
-    let offered: u64 = replicas.iter().map(|r| r.offered).sum();
-    let kept: u64 = replicas.iter().map(|r| r.kept).sum();
+    let offered: u64 = replicas.iter().map(|r| r.0).sum();
+    let kept: u64 = replicas.iter().map(|r| r.1).sum();
     println!(
         "total ({} replica(s)): offered {offered}, kept {kept} ({:.1}/s)",
         replicas.len(),

@@ -2,7 +2,7 @@
 
 use opentelemetry::trace::{SpanKind, TraceId};
 use opentelemetry::KeyValue;
-use opentelemetry_sdk::trace::{SamplingDecision, ShouldSample};
+use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult, ShouldSample};
 use otel_rate_sampler::{ManualClock, RuleBasedSampler};
 
 use super::args::SimulateArgs;
@@ -39,7 +39,11 @@ impl Span {
 
     /// Whether `sampler` keeps a root span with this trace id.
     pub(super) fn kept(&self, sampler: &RuleBasedSampler<ManualClock>, id: TraceId) -> bool {
-        let result = sampler.should_sample(None, id, &self.name, &self.kind, &self.attributes, &[]);
-        result.decision == SamplingDecision::RecordAndSample
+        self.result(sampler, id).decision == SamplingDecision::RecordAndSample
+    }
+
+    /// What `sampler` decides for a root span with this trace id.
+    pub(super) fn result(&self, sampler: &impl ShouldSample, id: TraceId) -> SamplingResult {
+        sampler.should_sample(None, id, &self.name, &self.kind, &self.attributes, &[])
     }
 }

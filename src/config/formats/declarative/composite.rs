@@ -7,6 +7,8 @@
 
 use serde::Deserialize;
 
+#[cfg(feature = "composable")]
+use crate::clock::Clock;
 use crate::config::error::ConfigError;
 use crate::config::formats::rule_file::Ctx;
 use crate::config::formats::spanned::Spanned;
@@ -100,14 +102,15 @@ pub(crate) struct Composite {
 #[cfg(feature = "composable")]
 pub(crate) type Built = std::sync::Arc<dyn crate::composable::ComposableSampler>;
 
-/// Builds `raw` (at `path`) into a [`Composite`].
+/// Builds `raw` (at `path`) into a [`Composite`], its rate limiters timed by `clock`.
 #[cfg(feature = "composable")]
-pub(crate) fn build(
+pub(crate) fn build<C: Clock + Clone>(
     ctx: &Ctx<'_>,
     raw: &Spanned<RawComposable>,
     path: &str,
+    clock: &C,
 ) -> Result<Composite, ConfigError> {
-    let (sampler, description) = composable(ctx, raw, path)?;
+    let (sampler, description) = composable(ctx, raw, path, clock)?;
     Ok(Composite {
         sampler: crate::composable::CompositeSampler::new(sampler),
         description: format!("composite/development({description})"),
@@ -130,10 +133,11 @@ pub(crate) fn missing_feature(
 }
 
 #[cfg(feature = "composable")]
-fn composable(
+fn composable<C: Clock + Clone>(
     ctx: &Ctx<'_>,
     raw: &Spanned<RawComposable>,
     path: &str,
+    clock: &C,
 ) -> Result<(Built, String), ConfigError> {
     use std::sync::Arc;
 
@@ -144,14 +148,19 @@ fn composable(
         RawComposable::AlwaysOff(_) => (Arc::new(ComposableAlwaysOff), "always_off".into()),
         RawComposable::Probability(r) => probability(ctx, raw, r.as_ref(), path)?,
         RawComposable::ParentThreshold(p) => {
-            let (root, text) = composable(ctx, &p.root, &format!("{path}.parent_threshold.root"))?;
+            let (root, text) = composable(
+                ctx,
+                &p.root,
+                &format!("{path}.parent_threshold.root"),
+                clock,
+            )?;
             (
                 Arc::new(ComposableParentThreshold::new(root)),
                 format!("parent_threshold(root: {text})"),
             )
         }
-        RawComposable::RuleBased(r) => rule_based(ctx, r.as_ref(), path)?,
-        RawComposable::RateLimiting(r) => rate_limiting(ctx, raw, r, path)?,
+        RawComposable::RuleBased(r) => rule_based(ctx, r.as_ref(), path, clock)?,
+        RawComposable::RateLimiting(r) => rate_limiting(ctx, raw, r, path, clock)?,
     })
 }
 
@@ -187,10 +196,11 @@ fn probability(
 
 /// `rule_based: {rules: [...]}`, first match wins.
 #[cfg(feature = "composable")]
-fn rule_based(
+fn rule_based<C: Clock + Clone>(
     ctx: &Ctx<'_>,
     r: Option<&RawRuleBased>,
     path: &str,
+    clock: &C,
 ) -> Result<(Built, String), ConfigError> {
     use crate::composable::ComposableRuleBased;
 
@@ -200,14 +210,50 @@ fn rule_based(
     for (i, rule) in rules.iter().enumerate() {
         let path = format!("{path}.rule_based.rules[{i}]");
         let predicate = predicate(ctx, rule, &path)?;
-        let (sampler, text) = composable(ctx, &rule.get_ref().sampler, &format!("{path}.sampler"))?;
+        let (sampler, text) = composable(
+            ctx,
+            &rule.get_ref().sampler,
+            &format!("{path}.sampler"),
+            clock,
+        )?;
         builder = builder.rule(predicate, sampler);
-        texts.push(text);
+        texts.push(format!("{} => {text}", conditions(rule.get_ref())));
     }
     Ok((
         std::sync::Arc::new(builder.build()),
         format!("rule_based([{}])", texts.join(", ")),
     ))
+}
+
+/// One rule's conditions for people: `span_kinds ["SERVER"], parent ["none"], http.route in
+/// ["/a"], url.path ~ ["/api/*"] but not ["/api/health"]`, or `any span`.
+#[cfg(feature = "composable")]
+fn conditions(raw: &RawRule) -> String {
+    let texts =
+        |v: &[Spanned<String>]| format!("{:?}", v.iter().map(|s| s.get_ref()).collect::<Vec<_>>());
+    let mut parts = Vec::new();
+    if let Some(kinds) = &raw.span_kinds {
+        parts.push(format!("span_kinds {}", texts(kinds)));
+    }
+    if let Some(parents) = &raw.parent {
+        parts.push(format!("parent {}", texts(parents)));
+    }
+    if let Some(v) = &raw.attribute_values {
+        parts.push(format!("{} in {:?}", v.key, v.values));
+    }
+    if let Some(p) = &raw.attribute_patterns {
+        let included = p.included.as_deref().unwrap_or_default();
+        let excluded = p.excluded.as_deref().unwrap_or_default();
+        parts.push(match excluded {
+            [] => format!("{} ~ {included:?}", p.key),
+            _ => format!("{} ~ {included:?} but not {excluded:?}", p.key),
+        });
+    }
+    if parts.is_empty() {
+        "any span".into()
+    } else {
+        parts.join(", ")
+    }
 }
 
 /// One rule's conditions: span kinds, parents, attribute values and patterns.
@@ -272,11 +318,12 @@ fn predicate(
 
 /// Ours: `rate_limiting/otel_rate_sampler: {limit, window, sampler}`, unpaced.
 #[cfg(feature = "composable")]
-fn rate_limiting(
+fn rate_limiting<C: Clock + Clone>(
     ctx: &Ctx<'_>,
     raw: &Spanned<RawComposable>,
     r: &RawRateLimiting,
     path: &str,
+    clock: &C,
 ) -> Result<(Built, String), ConfigError> {
     use crate::composable::{ComposableAlwaysOn, ComposableRateLimiting};
     use crate::config::error::ConfigErrorKind;
@@ -302,14 +349,18 @@ fn rate_limiting(
         })?
         .unpaced();
     let (delegate, text) = match &r.sampler {
-        Some(s) => composable(ctx, s, &format!("{path}.sampler"))?,
+        Some(s) => composable(ctx, s, &format!("{path}.sampler"), clock)?,
         None => (
             std::sync::Arc::new(ComposableAlwaysOn) as Built,
             "always_on".into(),
         ),
     };
     Ok((
-        std::sync::Arc::new(ComposableRateLimiting::new(delegate, limit)),
+        std::sync::Arc::new(ComposableRateLimiting::with_clock(
+            delegate,
+            limit,
+            clock.clone(),
+        )),
         format!(
             "{RATE_LIMITING_KEY}(limit: {} per {:?}, sampler: {text})",
             limit.permits(),

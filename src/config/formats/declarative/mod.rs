@@ -16,6 +16,7 @@ use std::ops::Range;
 use opentelemetry_sdk::trace::Sampler;
 use serde::Deserialize;
 
+use crate::clock::Clock;
 use crate::config::error::{ConfigError, ConfigErrorKind};
 use crate::config::formats::rule_file::{Ctx, RawFile};
 use crate::config::formats::spanned::Spanned;
@@ -123,6 +124,23 @@ impl<R> Branches<R> {
 }
 
 impl<R> Node<R> {
+    /// Whether a `rate_limiting` node is anywhere in the tree.
+    pub(crate) fn has_rate_limiting(&self) -> bool {
+        match self {
+            Node::RateLimiting(_) => true,
+            Node::ParentBased(b) => [
+                &b.root,
+                &b.remote_parent_sampled,
+                &b.remote_parent_not_sampled,
+                &b.local_parent_sampled,
+                &b.local_parent_not_sampled,
+            ]
+            .iter()
+            .any(|n| n.has_rate_limiting()),
+            _ => false,
+        }
+    }
+
     /// The same tree with each `rate_limiting` node built by `build`, in document order.
     pub(crate) fn try_map<S, E>(
         self,
@@ -207,31 +225,39 @@ fn read(ctx: &Ctx<'_>) -> Result<Option<Spanned<RawSampler>>, ConfigError> {
 /// The sampler tree of a declarative configuration file, its variable references
 /// resolved through `lookup`, each `rate_limiting` block read into its model (`redis`,
 /// from the environment, replacing their `fleet.redis`); `None` when the file has no
-/// sampler.
-pub(crate) fn read_tree(
+/// sampler. The composite samplers' rate limiters are timed by `clock`.
+pub(crate) fn read_tree<C: Clock + Clone>(
     text: &str,
     file: &str,
     redis: Option<&[String]>,
     lookup: Lookup<'_>,
+    clock: &C,
 ) -> Result<Option<Node<SamplingConfig>>, ConfigError> {
     let text = substitution::substitute(text, file, lookup)?;
     let ctx = Ctx::new(&text, file);
     let Some(sampler) = read(&ctx)? else {
         return Ok(None);
     };
-    let reader = Reader { ctx: &ctx, redis };
+    let reader = Reader {
+        ctx: &ctx,
+        redis,
+        clock,
+    };
     reader.node(&sampler, "tracer_provider.sampler").map(Some)
 }
 
 /// Lowers sampler trees, with the file's context for errors.
-struct Reader<'a> {
+struct Reader<'a, C> {
     ctx: &'a Ctx<'a>,
     /// [`OTEL_RATE_SAMPLER_REDIS`](crate::env::OTEL_RATE_SAMPLER_REDIS), replacing the
     /// rule files' `fleet.redis`.
     redis: Option<&'a [String]>,
+    /// What the composite samplers' rate limiters read.
+    #[cfg_attr(not(feature = "composable"), allow(dead_code))]
+    clock: &'a C,
 }
 
-impl Reader<'_> {
+impl<C: Clock + Clone> Reader<'_, C> {
     fn node(
         &self,
         raw: &Spanned<RawSampler>,
@@ -288,7 +314,9 @@ impl Reader<'_> {
                 let path = format!("{path}.composite/development");
                 #[cfg(feature = "composable")]
                 {
-                    Node::Composite(Box::new(composite::build(self.ctx, raw, &path)?))
+                    Node::Composite(Box::new(composite::build(
+                        self.ctx, raw, &path, self.clock,
+                    )?))
                 }
                 #[cfg(not(feature = "composable"))]
                 {

@@ -119,7 +119,9 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
         Self::build(config, service, clock, None)
     }
 
-    fn build(
+    /// [`from_env_config`](RuleBasedSampler::from_env_config), with the limiters reading
+    /// `clock`.
+    pub(crate) fn build(
         config: &SamplingConfig,
         service: &str,
         clock: C,
