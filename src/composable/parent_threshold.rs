@@ -5,19 +5,23 @@ use opentelemetry::{Context, KeyValue};
 
 use crate::composable::parent::with_span_context;
 use crate::composable::{ComposableSampler, SamplingIntent, Threshold};
-use crate::sampler::{parent_threshold, ParentThreshold};
+use crate::sampler::{parent_threshold, randomness, ParentThreshold};
 
 /// Follows the parent (the specification's `ComposableParentThreshold`):
 ///
 /// | parent | intent |
 /// |---|---|
 /// | none, or an invalid span context (a root) | the `root` delegate's |
-/// | sampled, with a valid `th` | that threshold, reliable |
-/// | sampled, without `th` (or a malformed one) | threshold 0, not reliable: kept, `th` erased |
+/// | sampled, with a valid `th` its randomness reaches | that threshold, reliable |
+/// | sampled, without `th` (or a malformed one, or one above its randomness) | threshold 0, not reliable: kept, `th` erased |
 /// | not sampled | no threshold: dropped |
 ///
 /// No attributes of its own. A child therefore keeps its parent's threshold, and a
-/// trace stays whole.
+/// trace stays whole. A sampled parent whose `th` is above its randomness (`rv`, else
+/// the trace id's) is apparently inconsistent: as the specification's tracestate
+/// handling asks, the child follows the sampled flag and erases `th` (dropping the
+/// child would break the trace, keeping `th` would claim a probability that did not
+/// decide it).
 ///
 /// Where the specification is ambiguous, ours: it says both "propagates the parent's
 /// sampling decision" and "returns the parent's threshold if available"; a parent that
@@ -57,10 +61,13 @@ impl<R: ComposableSampler> ComposableSampler for ComposableParentThreshold<R> {
                 return Some(SamplingIntent::NON_SAMPLING);
             }
             Some(match parent_threshold(sc.trace_state()) {
-                ParentThreshold::Known(t) => SamplingIntent::new(Some(Threshold(t)), true),
-                ParentThreshold::Absent | ParentThreshold::Malformed => {
-                    SamplingIntent::new(Some(Threshold::ALWAYS), false)
+                // Sampled at this threshold only if its randomness reaches it.
+                ParentThreshold::Known(t) if t.keeps(randomness(trace_id, sc.trace_state())) => {
+                    SamplingIntent::new(Some(Threshold(t)), true)
                 }
+                ParentThreshold::Known(_)
+                | ParentThreshold::Absent
+                | ParentThreshold::Malformed => SamplingIntent::new(Some(Threshold::ALWAYS), false),
             })
         });
         followed.unwrap_or_else(|| {
@@ -124,6 +131,26 @@ mod tests {
             let r = decide(&s, Some(&p), 0, &[]);
             assert_eq!(r.decision, RecordAndSample, "{state}");
             assert!(!r.trace_state.header().contains("th:"), "{state}");
+        }
+    }
+
+    #[test]
+    fn a_sampled_parent_whose_th_is_above_its_randomness_is_followed_without_th() {
+        let s = ComposableParentThreshold::new(ComposableAlwaysOff);
+        // rv below th:c; then no rv, the trace id's randomness one below th:c.
+        for (state, r) in [
+            ("ot=th:c;rv:10000000000000", 1 << 55),
+            ("ot=th:c", (3 << 54) - 1),
+        ] {
+            let p = parent(true, true, state);
+            let i = intent(&s, Some(&p), r, &[]);
+            assert_eq!(
+                (i.threshold(), i.threshold_reliable()),
+                (Some(Threshold::ALWAYS), false)
+            );
+            let result = decide(&s, Some(&p), r, &[]);
+            assert_eq!(result.decision, RecordAndSample, "{state}");
+            assert!(!result.trace_state.header().contains("th:"), "{state}");
         }
     }
 
