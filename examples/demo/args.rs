@@ -101,9 +101,12 @@ struct Args {
     #[arg(long, value_name = "KEY", default_value = "demo", requires = "redis")]
     redis_key: String,
 
-    /// Sample with the rules of --service in this rule file (TOML or Jaeger JSON)
+    /// Sample with the rules of --service in this rule file (TOML, Jaeger JSON, YAML)
     /// instead of --algorithm, --limit and --window; the windows reported are those of
-    /// the service's cap, else of its default limit. Needs --features config.
+    /// the service's cap, else of its default limit. Needs --features config. With
+    /// --features yaml,composable, an OpenTelemetry declarative file (1.1
+    /// `composite/development`, `${VAR}` substituted) is applied whole; its windows are
+    /// those of its first composite rate limiter, else 1s with no limit.
     #[arg(long, value_name = "FILE", conflicts_with = "redis")]
     config: Option<PathBuf>,
 
@@ -379,15 +382,12 @@ impl fmt::Display for Config {
         if let Some(rules) = &self.rules {
             write!(
                 f,
-                "rules of service {:?} from {}{}, windows of its {}: ",
+                "{} of service {:?} from {}{}, windows of its {}: ",
+                rules.applied_by(),
                 rules.service,
                 rules.file.display(),
                 if rules.watch { " (watched)" } else { "" },
-                if rules.config.effective_rules(&rules.service).cap().is_some() {
-                    "cap"
-                } else {
-                    "default limit"
-                },
+                rules.bound_name(),
             )?;
         }
         if self.adaptive {

@@ -114,11 +114,11 @@ pub(crate) enum DemoSampler {
 }
 
 impl DemoSampler {
-    /// Every span the sampler decided so far.
-    pub(crate) fn decisions(&self) -> DecisionStats {
+    /// Every span the sampler decided so far (`None`: a sampler that counts nothing).
+    pub(crate) fn decisions(&self) -> Option<DecisionStats> {
         match self {
-            DemoSampler::Rate(s) => s.stats().decisions,
-            DemoSampler::Adaptive(s) => s.stats().decisions,
+            DemoSampler::Rate(s) => Some(s.stats().decisions),
+            DemoSampler::Adaptive(s) => Some(s.stats().decisions),
             #[cfg(feature = "config")]
             DemoSampler::Rules(r) => r.decisions(),
         }

@@ -49,6 +49,15 @@
 //! in the summary's `reloads` (`{"applied":..,"failed":..}`). A reload that changes the
 //! window length leaves the report on the first one.
 //!
+//! With features `yaml` and `composable`, `--config` also takes an OpenTelemetry
+//! declarative file whose roots no rule file decides (schema 1.1, a
+//! `composite/development` sampler, `${VAR}` references filled from the environment;
+//! see `examples/otel-config-composite.yaml`): the file's whole sampler decides, on the
+//! demo's clock; the windows reported are those of its first composite rate limiter
+//! (else 1 s windows, and the limit shown is the largest a limit takes), and the
+//! summary has no `decisions` (the composite keeps no stats). Its kept roots carry the
+//! `th` the composite wrote.
+//!
 //! One line per window goes to stderr as the window closes, then the headline (what whole
 //! windows kept against the limit); at the end exactly one JSON line goes to stdout:
 //!
@@ -143,8 +152,9 @@ struct Loaded {
     totals: WorkerTotals,
     report: Report,
     end: Instant,
-    /// The sampler's decisions, read once the threads are joined.
-    decisions: DecisionStats,
+    /// The sampler's decisions, read once the threads are joined (`None`: a
+    /// declarative file's sampler, which counts nothing).
+    decisions: Option<DecisionStats>,
     /// `--config`: the reloads seen (with `--watch`) and the largest limit in force.
     #[cfg(feature = "config")]
     reloads: Option<std::sync::Arc<rules::Reloads>>,
@@ -185,7 +195,7 @@ fn run(config: &Config) -> Result<(), String> {
         &loaded.totals,
         &loaded.report,
         &local,
-        &loaded.decisions,
+        loaded.decisions.as_ref(),
         otlp,
     );
     #[cfg(feature = "config")]
@@ -217,12 +227,15 @@ fn run(config: &Config) -> Result<(), String> {
         &loaded.totals,
         &loaded.report,
         &local,
-        &loaded.decisions,
+        loaded.decisions.as_ref(),
         largest_limit,
     ) {
         eprintln!("demo: WARNING: {msg}");
     }
-    eprintln!("demo: {}", summary::decisions_line(&loaded.decisions));
+    eprintln!(
+        "demo: {}",
+        summary::decisions_line(loaded.decisions.as_ref())
+    );
     eprintln!(
         "demo: {}",
         summary::headline(config, &loaded.totals, &loaded.report, summary.exported())

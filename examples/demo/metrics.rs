@@ -60,7 +60,11 @@ impl MetricsExport {
         match sampler {
             DemoSampler::Rate(s) => metrics.register(s),
             #[cfg(feature = "config")]
-            DemoSampler::Rules(r) => metrics.register_rules(r.sampler()),
+            DemoSampler::Rules(r) => {
+                if let Some(s) = r.rule_based() {
+                    metrics.register_rules(s);
+                }
+            }
             DemoSampler::Adaptive(s) => metrics.register_adaptive(s),
         }
     }

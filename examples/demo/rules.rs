@@ -1,6 +1,10 @@
 //! `--config FILE --service NAME` (feature `config`): the service's rules from a rule
 //! file, applied by a [`RuleBasedSampler`] on the demo's clock, and with `--watch`
-//! (feature `reload`) followed as the file changes, one line per reload.
+//! (feature `reload`) followed as the file changes, one line per reload. With feature
+//! `yaml`, an OpenTelemetry declarative file whose roots no rule file decides (a 1.1
+//! `composite/development` sampler, `${VAR}` references substituted) is applied whole,
+//! as a `DeclarativeSampler` on the demo's clock; its windows are those of its first
+//! composite rate limiter, else of 1 s with no limit.
 //!
 //! The limiters sit inside the rule-based sampler, so the window of a kept trace is
 //! learnt from the clock: a [`RecordingClock`] leaves each reading in a thread-local,
@@ -14,9 +18,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult};
+use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult, ShouldSample};
 use otel_rate_sampler::stats::DecisionStats;
 use otel_rate_sampler::summary::RulePolicy;
+#[cfg(feature = "yaml")]
+use otel_rate_sampler::DeclarativeSampler;
 use otel_rate_sampler::{Algorithm, Clock, Limit, RuleBasedSampler, SamplingConfig};
 use serde::Serialize;
 
@@ -49,7 +55,27 @@ pub(crate) struct RulesSource {
     pub(crate) file: PathBuf,
     pub(crate) service: String,
     pub(crate) watch: bool,
-    pub(crate) config: SamplingConfig,
+    /// The rule file's model; `None` for a declarative file applied whole.
+    pub(crate) config: Option<SamplingConfig>,
+}
+
+impl RulesSource {
+    /// What applies the file, for the run's first line.
+    pub(crate) fn applied_by(&self) -> &'static str {
+        match self.config {
+            Some(_) => "rules",
+            None => "declarative sampler",
+        }
+    }
+
+    /// What the windows reported are those of, for the run's first line.
+    pub(crate) fn bound_name(&self) -> &'static str {
+        match &self.config {
+            Some(c) if c.effective_rules(&self.service).cap().is_some() => "cap",
+            Some(_) => "default limit",
+            None => "composite rate limiter (else 1s windows, no limit)",
+        }
+    }
 }
 
 /// The limit whose windows the demo reports for `service`: its cap if it has one (it
@@ -82,15 +108,41 @@ pub(crate) fn load(
     service: &str,
     watch: bool,
 ) -> Result<(RulesSource, Limit, Algorithm), String> {
-    let config = SamplingConfig::from_path(file).map_err(|e| e.to_string())?;
-    let (limit, algorithm) = bound(&config, service)?;
-    let source = RulesSource {
+    let mut source = RulesSource {
         file: file.to_path_buf(),
         service: service.to_owned(),
         watch,
-        config,
+        config: None,
     };
+    #[cfg(feature = "yaml")]
+    if let Some(limit) = composite_bound(file, service)? {
+        if watch {
+            return Err("--watch follows rule files, not a declarative file's sampler".into());
+        }
+        return Ok((source, limit, Algorithm::FixedWindow));
+    }
+    let config = SamplingConfig::from_path(file).map_err(|e| e.to_string())?;
+    let (limit, algorithm) = bound(&config, service)?;
+    source.config = Some(config);
     Ok((source, limit, algorithm))
+}
+
+/// For a declarative file whose roots no rule file decides, the limit whose windows
+/// the demo reports: its first composite rate limiter's, else 1 s windows with no
+/// limit (the most permits a limit takes). `None` for a rule file.
+#[cfg(feature = "yaml")]
+fn composite_bound(file: &Path, service: &str) -> Result<Option<Limit>, String> {
+    let sampler = match DeclarativeSampler::from_path_if_declarative(file, service) {
+        Ok(Some(s)) if !s.roots_decided_by_rules() => s,
+        Ok(_) => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
+    match sampler.composite_limits().first() {
+        Some(limit) => Ok(Some(*limit)),
+        None => Limit::per_window(Limit::MAX_PERMITS, Duration::from_secs(1))
+            .map(|l| Some(l.unpaced()))
+            .map_err(|e| e.to_string()),
+    }
 }
 
 /// The reloads a `--watch` run saw.
@@ -115,10 +167,19 @@ impl Reloads {
     }
 }
 
+/// The sampler `--config` names.
+#[derive(Clone, Debug)]
+enum Sampler {
+    Rules(RuleBasedSampler<RecordingClock>),
+    /// A declarative file applied whole (feature `yaml`).
+    #[cfg(feature = "yaml")]
+    Declarative(DeclarativeSampler<RecordingClock>),
+}
+
 /// The rule-based sampler, telling the generating thread the window of each kept root.
 #[derive(Clone, Debug)]
 pub(crate) struct Rules {
-    sampler: RuleBasedSampler<RecordingClock>,
+    sampler: Sampler,
     clock: RecordingClock,
     window_nanos: u64,
     pub(crate) reloads: Arc<Reloads>,
@@ -137,8 +198,19 @@ impl Rules {
         permits: u32,
     ) -> Result<Self, String> {
         let clock = RecordingClock(clock);
-        let sampler = RuleBasedSampler::with_clock(&source.config, &source.service, clock)
-            .map_err(|e| e.to_string())?;
+        let sampler = match &source.config {
+            Some(config) => Sampler::Rules(
+                RuleBasedSampler::with_clock(config, &source.service, clock)
+                    .map_err(|e| e.to_string())?,
+            ),
+            #[cfg(feature = "yaml")]
+            None => Sampler::Declarative(
+                DeclarativeSampler::from_path_with_clock(&source.file, &source.service, clock)
+                    .map_err(|e| e.to_string())?,
+            ),
+            #[cfg(not(feature = "yaml"))]
+            None => return Err("a declarative file needs feature yaml".into()),
+        };
         let reloads = Arc::new(Reloads::default());
         reloads.largest.store(u64::from(permits), Ordering::Relaxed);
         Ok(Self {
@@ -153,10 +225,14 @@ impl Rules {
     /// kept root was counted in.
     pub(crate) fn stamped(
         &self,
-        decide: impl FnOnce(&RuleBasedSampler<RecordingClock>) -> SamplingResult,
+        decide: impl FnOnce(&dyn ShouldSample) -> SamplingResult,
     ) -> SamplingResult {
         LAST_READ.with(|c| c.set(None));
-        let result = decide(&self.sampler);
+        let result = match &self.sampler {
+            Sampler::Rules(s) => decide(s),
+            #[cfg(feature = "yaml")]
+            Sampler::Declarative(s) => decide(s),
+        };
         let window = (result.decision == SamplingDecision::RecordAndSample).then(|| {
             // A probability rule reads no clock: the window of now.
             let now = LAST_READ
@@ -168,15 +244,20 @@ impl Rules {
         result
     }
 
-    /// Every span the sampler decided, summed over its rules.
-    pub(crate) fn decisions(&self) -> DecisionStats {
-        self.sampler.stats().total()
+    /// Every span the sampler decided, summed over its rules (`None` for a
+    /// declarative file's sampler, which counts nothing).
+    pub(crate) fn decisions(&self) -> Option<DecisionStats> {
+        self.rule_based().map(|s| s.stats().total())
     }
 
-    /// The sampler, for its metrics.
-    #[cfg(feature = "metrics")]
-    pub(crate) fn sampler(&self) -> &RuleBasedSampler<RecordingClock> {
-        &self.sampler
+    /// The rule-based sampler (`None` for a declarative file's), for its metrics and
+    /// reloads.
+    pub(crate) fn rule_based(&self) -> Option<&RuleBasedSampler<RecordingClock>> {
+        match &self.sampler {
+            Sampler::Rules(s) => Some(s),
+            #[cfg(feature = "yaml")]
+            Sampler::Declarative(_) => None,
+        }
     }
 
     /// `--watch`: follows `file`, printing one line per reload on stderr and counting
@@ -193,8 +274,10 @@ impl Rules {
         let reloads = Arc::clone(&self.reloads);
         let service = source.service.clone();
         let file = source.file.clone();
-        let watcher = self
-            .sampler
+        let sampler = self
+            .rule_based()
+            .ok_or("--watch follows rule files, not a declarative file's sampler")?;
+        let watcher = sampler
             .watch(&source.file, move |outcome| {
                 // Relaxed: counters, read once the run is over.
                 let n = reloads.applied.load(Ordering::Relaxed)

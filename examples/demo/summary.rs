@@ -56,8 +56,10 @@ pub(crate) struct Summary {
     /// with `--unpaced`.
     #[serde(skip_serializing_if = "Option::is_none")]
     kept_per_tenth: Option<[u64; 10]>,
-    /// The sampler's own counts (`stats()`): every span it decided, roots and children.
-    decisions: Decisions,
+    /// The sampler's own counts (`stats()`): every span it decided, roots and children
+    /// (absent for a declarative file's composite sampler, which keeps none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    decisions: Option<Decisions>,
     /// `--config`: the rule file.
     #[serde(skip_serializing_if = "Option::is_none")]
     config: Option<String>,
@@ -81,7 +83,7 @@ impl Summary {
         totals: &WorkerTotals,
         report: &Report,
         local: &ExportTally,
-        decisions: &DecisionStats,
+        decisions: Option<&DecisionStats>,
         otlp: Option<OtlpOutcome>,
     ) -> Self {
         let window_nanos = config.limit.window_nanos();
@@ -116,7 +118,7 @@ impl Summary {
             min_full_window: report.min_full_window,
             per_window: report.per_window.clone(),
             kept_per_tenth: config.fleet.is_none().then_some(report.kept_per_tenth),
-            decisions: Decisions::from(decisions),
+            decisions: decisions.map(Decisions::from),
             config: None,
             service: None,
             reloads: None,
@@ -194,7 +196,11 @@ impl From<&DecisionStats> for Decisions {
 }
 
 /// One line on the sampler's decisions, as the summary's `decisions` counts them.
-pub(crate) fn decisions_line(stats: &DecisionStats) -> String {
+pub(crate) fn decisions_line(stats: Option<&DecisionStats>) -> String {
+    let Some(stats) = stats else {
+        return "sampler decisions: not counted (a declarative file's sampler keeps no stats)"
+            .into();
+    };
     let list = |pairs: &BTreeMap<&str, u64>| {
         let shown: Vec<String> = pairs
             .iter()
@@ -281,26 +287,12 @@ pub(crate) fn warnings(
     totals: &WorkerTotals,
     report: &Report,
     local: &ExportTally,
-    decisions: &DecisionStats,
+    decisions: Option<&DecisionStats>,
     largest_limit: u64,
 ) -> Vec<String> {
     let mut odd = Vec::new();
-    // Refused by the limit, with --config by a rule's probability or the cap, with
-    // --adaptive also by the probability.
-    let roots_dropped: u64 = DropReason::ALL
-        .into_iter()
-        .map(|r| decisions.dropped_for_from(r, ParentOrigin::Root))
-        .sum();
-    if decisions.kept_from(ParentOrigin::Root) != totals.sampled
-        || roots_dropped != totals.offered - totals.sampled
-    {
-        odd.push(format!(
-            "the sampler's stats() kept {} and dropped {roots_dropped} roots; the threads \
-             counted {} sampled of {} offered",
-            decisions.kept_from(ParentOrigin::Root),
-            totals.sampled,
-            totals.offered
-        ));
+    if let Some(decisions) = decisions {
+        stats_agree(totals, decisions, &mut odd);
     }
     if local.complete != totals.sampled {
         odd.push(format!(
@@ -345,4 +337,25 @@ pub(crate) fn warnings(
         ));
     }
     odd
+}
+
+/// Whether the sampler's `stats()` agree with what the threads counted.
+fn stats_agree(totals: &WorkerTotals, decisions: &DecisionStats, odd: &mut Vec<String>) {
+    // Refused by the limit, with --config by a rule's probability or the cap, with
+    // --adaptive also by the probability.
+    let roots_dropped: u64 = DropReason::ALL
+        .into_iter()
+        .map(|r| decisions.dropped_for_from(r, ParentOrigin::Root))
+        .sum();
+    if decisions.kept_from(ParentOrigin::Root) != totals.sampled
+        || roots_dropped != totals.offered - totals.sampled
+    {
+        odd.push(format!(
+            "the sampler's stats() kept {} and dropped {roots_dropped} roots; the threads \
+             counted {} sampled of {} offered",
+            decisions.kept_from(ParentOrigin::Root),
+            totals.sampled,
+            totals.offered
+        ));
+    }
 }

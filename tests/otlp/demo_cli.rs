@@ -15,10 +15,7 @@ use std::time::Duration;
 
 use crate::receiver::Receiver;
 
-#[path = "../support/demo_run.rs"]
-mod demo_run;
-
-use demo_run::{stderr, summary};
+use crate::demo_run::{self, stderr, summary};
 
 /// Short runs: five 200 ms windows (plus partial ones at the ends).
 const RUN: [&str; 8] = [

@@ -5,6 +5,12 @@
 
 mod cross_service;
 mod demo_cli;
+// The demo with a declarative 1.1 file: a composite sampler, th at the receiver.
+#[cfg(all(feature = "yaml", feature = "composable"))]
+mod demo_composite;
+// The demo binary as the tests build and run it.
+#[path = "../support/demo_run.rs"]
+mod demo_run;
 // The fleet instruments over OTLP, against a real redis-server.
 #[cfg(all(feature = "metrics", feature = "redis"))]
 mod fleet_metrics;

@@ -54,6 +54,8 @@ pub(crate) fn demo_binary() -> &'static PathBuf {
         // the sampler's metrics when it has the metrics feature).
         let features: Vec<&str> = [
             ("config", cfg!(feature = "config")),
+            ("yaml", cfg!(feature = "yaml")),
+            ("composable", cfg!(feature = "composable")),
             ("reload", cfg!(feature = "reload")),
             ("cli", cfg!(feature = "cli")),
             ("redis", cfg!(feature = "redis")),

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::builder::NonEmptyStringValueParser;
 use otel_rate_sampler::lint::{Lint, Severity};
-use otel_rate_sampler::{ConfigErrorKind, DeclarativeSampler, SamplingConfig};
+use otel_rate_sampler::{DeclarativeSampler, SamplingConfig};
 
 use crate::args;
 use crate::failure::Failure;
@@ -104,19 +104,10 @@ pub(crate) fn declarative(
     file: &Path,
     service: Option<&str>,
 ) -> Result<Option<DeclarativeSampler>, Failure> {
-    let yaml = file
-        .extension()
-        .and_then(|e| e.to_str())
-        .is_some_and(|e| e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml"));
-    if !yaml {
-        return Ok(None);
-    }
-    match DeclarativeSampler::from_path(file, service.unwrap_or(ANY_OTHER)) {
-        Ok(sampler) => Ok(Some(sampler)),
-        // A YAML rule file: it has no `file_format`.
-        Err(e) if e.kind() == ConfigErrorKind::MissingKey && e.key() == "file_format" => Ok(None),
-        Err(e) => Err(e.into()),
-    }
+    Ok(DeclarativeSampler::from_path_if_declarative(
+        file,
+        service.unwrap_or(ANY_OTHER),
+    )?)
 }
 
 fn print_service(config: &SamplingConfig, name: &str, replicas: NonZeroU32) {

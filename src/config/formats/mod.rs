@@ -47,10 +47,7 @@ impl SamplingConfig {
             .unwrap_or_default();
         if extension.eq_ignore_ascii_case("json") {
             Self::from_jaeger_json_str(&text, &file)
-        } else if ["yaml", "yml"]
-            .iter()
-            .any(|e| extension.eq_ignore_ascii_case(e))
-        {
+        } else if is_yaml_path(path) {
             Self::from_yaml_file(&text, &file, redis)
         } else {
             Self::from_toml_with(&text, &file, redis)
@@ -84,6 +81,13 @@ impl SamplingConfig {
             "a YAML file needs the `yaml` feature of otel-rate-sampler; build with it, or write the rules in TOML",
         ))
     }
+}
+
+/// Whether `path` names a YAML file, by its extension (`.yaml`, `.yml`, any case).
+pub(crate) fn is_yaml_path(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml"))
 }
 
 /// The text of the file at `path` (named `file` in errors).

@@ -11,11 +11,12 @@ use opentelemetry_sdk::trace::{Sampler, SamplingDecision, SamplingResult, Should
 
 use crate::clock::{Clock, MonotonicClock};
 use crate::config::error::ConfigError;
-use crate::config::formats::declarative::{read_tree, Branches, Lookup, Node};
-use crate::config::formats::read_file;
+use crate::config::formats::declarative::{is_declarative, read_tree, Branches, Lookup, Node};
+use crate::config::formats::{is_yaml_path, read_file};
 use crate::config::model::SamplingConfig;
 use crate::config::runtime::rule_based::RuleBasedSampler;
 use crate::config::vars::{redis_urls, resolve_service, OTEL_CONFIG_FILE};
+use crate::limit::Limit;
 use crate::sampler::env::{default_limit, var, DEFAULT_TRACES_PER_SECOND, UNKNOWN_SERVICE};
 use crate::sampler::erase_threshold;
 use crate::sampler::RemoteParents;
@@ -98,6 +99,30 @@ impl DeclarativeSampler {
         let file = path.display().to_string();
         let text = read_file(path, &file)?;
         Self::from_yaml_str(&text, &file, service)
+    }
+
+    /// Like [`from_path`](Self::from_path), but `Ok(None)` for a file that is not a
+    /// declarative configuration file: not YAML (by its extension, `.yaml` or `.yml`),
+    /// or without a top-level `file_format` key (a YAML rule file). What a tool that
+    /// takes either kind of file asks first.
+    ///
+    /// # Errors
+    ///
+    /// As [`from_path`](Self::from_path), for a declarative configuration file.
+    pub fn from_path_if_declarative(
+        path: impl AsRef<Path>,
+        service: &str,
+    ) -> Result<Option<Self>, ConfigError> {
+        let path = path.as_ref();
+        if !is_yaml_path(path) {
+            return Ok(None);
+        }
+        let file = path.display().to_string();
+        let text = read_file(path, &file)?;
+        if !is_declarative(&text) {
+            return Ok(None);
+        }
+        Self::from_yaml_str(&text, &file, service).map(Some)
     }
 
     /// Parses a declarative configuration (`file` names it in errors), for `service`
@@ -227,6 +252,13 @@ impl<C: Clock + Clone> DeclarativeSampler<C> {
     /// Whether the tree holds a `rate_limiting` rule file anywhere.
     pub fn has_rules(&self) -> bool {
         self.root.has_rate_limiting()
+    }
+
+    /// The limits of the `rate_limiting/otel_rate_sampler` rate limiters in its
+    /// composite samplers (feature `composable`), the roots' first, each composite's in
+    /// document order: the bounds a load against the file is measured by.
+    pub fn composite_limits(&self) -> Vec<Limit> {
+        self.root.composite_limits()
     }
 }
 
@@ -635,6 +667,12 @@ tracer_provider:
             ),
             "{s}"
         );
+        let hour = std::time::Duration::from_secs(3600);
+        assert_eq!(
+            s.composite_limits(),
+            [Limit::per_window(1, hour).unwrap().unpaced()]
+        );
+        assert!(!s.roots_decided_by_rules() && !s.has_rules());
         let decide = |kind: SpanKind, attributes: &[KeyValue]| {
             s.should_sample(None, TraceId::from(1u128), "op", &kind, attributes, &[])
         };

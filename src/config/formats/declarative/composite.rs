@@ -96,6 +96,16 @@ pub(crate) struct RawRateLimiting {
 pub(crate) struct Composite {
     pub(crate) sampler: crate::composable::CompositeSampler<Built>,
     pub(crate) description: String,
+    /// The limits of its rate limiters, in document order.
+    pub(crate) limits: Vec<crate::limit::Limit>,
+}
+
+/// What building a composite's rate limiters takes and leaves: the clock they read,
+/// and their limits as they are built.
+#[cfg(feature = "composable")]
+struct Limiters<'a, C> {
+    clock: &'a C,
+    limits: std::cell::RefCell<Vec<crate::limit::Limit>>,
 }
 
 /// A built composable sampler, shared.
@@ -110,10 +120,15 @@ pub(crate) fn build<C: Clock + Clone>(
     path: &str,
     clock: &C,
 ) -> Result<Composite, ConfigError> {
-    let (sampler, description) = composable(ctx, raw, path, clock)?;
+    let limiters = Limiters {
+        clock,
+        limits: Default::default(),
+    };
+    let (sampler, description) = composable(ctx, raw, path, &limiters)?;
     Ok(Composite {
         sampler: crate::composable::CompositeSampler::new(sampler),
         description: format!("composite/development({description})"),
+        limits: limiters.limits.into_inner(),
     })
 }
 
@@ -137,7 +152,7 @@ fn composable<C: Clock + Clone>(
     ctx: &Ctx<'_>,
     raw: &Spanned<RawComposable>,
     path: &str,
-    clock: &C,
+    limiters: &Limiters<'_, C>,
 ) -> Result<(Built, String), ConfigError> {
     use std::sync::Arc;
 
@@ -152,15 +167,15 @@ fn composable<C: Clock + Clone>(
                 ctx,
                 &p.root,
                 &format!("{path}.parent_threshold.root"),
-                clock,
+                limiters,
             )?;
             (
                 Arc::new(ComposableParentThreshold::new(root)),
                 format!("parent_threshold(root: {text})"),
             )
         }
-        RawComposable::RuleBased(r) => rule_based(ctx, r.as_ref(), path, clock)?,
-        RawComposable::RateLimiting(r) => rate_limiting(ctx, raw, r, path, clock)?,
+        RawComposable::RuleBased(r) => rule_based(ctx, r.as_ref(), path, limiters)?,
+        RawComposable::RateLimiting(r) => rate_limiting(ctx, raw, r, path, limiters)?,
     })
 }
 
@@ -200,7 +215,7 @@ fn rule_based<C: Clock + Clone>(
     ctx: &Ctx<'_>,
     r: Option<&RawRuleBased>,
     path: &str,
-    clock: &C,
+    limiters: &Limiters<'_, C>,
 ) -> Result<(Built, String), ConfigError> {
     use crate::composable::ComposableRuleBased;
 
@@ -214,7 +229,7 @@ fn rule_based<C: Clock + Clone>(
             ctx,
             &rule.get_ref().sampler,
             &format!("{path}.sampler"),
-            clock,
+            limiters,
         )?;
         builder = builder.rule(predicate, sampler);
         texts.push(format!("{} => {text}", conditions(rule.get_ref())));
@@ -323,7 +338,7 @@ fn rate_limiting<C: Clock + Clone>(
     raw: &Spanned<RawComposable>,
     r: &RawRateLimiting,
     path: &str,
-    clock: &C,
+    limiters: &Limiters<'_, C>,
 ) -> Result<(Built, String), ConfigError> {
     use crate::composable::{ComposableAlwaysOn, ComposableRateLimiting};
     use crate::config::error::ConfigErrorKind;
@@ -348,8 +363,10 @@ fn rate_limiting<C: Clock + Clone>(
             values::per_window(*l, window)
         })?
         .unpaced();
+    // Document order: this limiter's before its delegate's.
+    limiters.limits.borrow_mut().push(limit);
     let (delegate, text) = match &r.sampler {
-        Some(s) => composable(ctx, s, &format!("{path}.sampler"), clock)?,
+        Some(s) => composable(ctx, s, &format!("{path}.sampler"), limiters)?,
         None => (
             std::sync::Arc::new(ComposableAlwaysOn) as Built,
             "always_on".into(),
@@ -359,7 +376,7 @@ fn rate_limiting<C: Clock + Clone>(
         std::sync::Arc::new(ComposableRateLimiting::with_clock(
             delegate,
             limit,
-            clock.clone(),
+            limiters.clock.clone(),
         )),
         format!(
             "{RATE_LIMITING_KEY}(limit: {} per {:?}, sampler: {text})",

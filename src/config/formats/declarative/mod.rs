@@ -111,6 +111,17 @@ pub(crate) struct Branches<R> {
 }
 
 impl<R> Branches<R> {
+    /// The branches, `root` first.
+    fn nodes(&self) -> [&Node<R>; 5] {
+        [
+            &self.root,
+            &self.remote_parent_sampled,
+            &self.remote_parent_not_sampled,
+            &self.local_parent_sampled,
+            &self.local_parent_not_sampled,
+        ]
+    }
+
     /// The specification's defaults around `root`.
     pub(crate) fn with_root(root: Node<R>) -> Self {
         Self {
@@ -128,16 +139,23 @@ impl<R> Node<R> {
     pub(crate) fn has_rate_limiting(&self) -> bool {
         match self {
             Node::RateLimiting(_) => true,
-            Node::ParentBased(b) => [
-                &b.root,
-                &b.remote_parent_sampled,
-                &b.remote_parent_not_sampled,
-                &b.local_parent_sampled,
-                &b.local_parent_not_sampled,
-            ]
-            .iter()
-            .any(|n| n.has_rate_limiting()),
+            Node::ParentBased(b) => b.nodes().iter().any(|n| n.has_rate_limiting()),
             _ => false,
+        }
+    }
+
+    /// The limits of the composite samplers' rate limiters (`root` before the other
+    /// `parent_based` branches, each composite's in document order).
+    pub(crate) fn composite_limits(&self) -> Vec<crate::limit::Limit> {
+        match self {
+            #[cfg(feature = "composable")]
+            Node::Composite(c) => c.limits.clone(),
+            Node::ParentBased(b) => b
+                .nodes()
+                .iter()
+                .flat_map(|n| n.composite_limits())
+                .collect(),
+            _ => Vec::new(),
         }
     }
 
