@@ -1,13 +1,15 @@
 //! [`DeclarativeSampler`]: the sampler tree of an OpenTelemetry declarative
 //! configuration file (feature `yaml`), built from what the reader in
-//! `formats/declarative.rs` returns.
+//! `formats/declarative/` returns; `sample` is how the tree decides.
+
+mod sample;
 
 use std::fmt;
 use std::path::Path;
 
-use opentelemetry::trace::{Link, SpanContext, SpanKind, TraceContextExt, TraceId};
+use opentelemetry::trace::{Link, SpanKind, TraceId};
 use opentelemetry::{Context, KeyValue};
-use opentelemetry_sdk::trace::{Sampler, SamplingDecision, SamplingResult, ShouldSample};
+use opentelemetry_sdk::trace::{Sampler, SamplingResult, ShouldSample};
 
 use crate::clock::{Clock, MonotonicClock};
 use crate::config::error::ConfigError;
@@ -18,7 +20,6 @@ use crate::config::runtime::rule_based::RuleBasedSampler;
 use crate::config::vars::{redis_urls, resolve_service, OTEL_CONFIG_FILE};
 use crate::limit::Limit;
 use crate::sampler::env::{default_limit, var, DEFAULT_TRACES_PER_SECOND, UNKNOWN_SERVICE};
-use crate::sampler::erase_threshold;
 use crate::sampler::RemoteParents;
 
 /// The sampler an OpenTelemetry declarative configuration file describes (feature
@@ -326,95 +327,6 @@ impl<C: Clock + Clone> ShouldSample for DeclarativeSampler<C> {
     }
 }
 
-impl<C: Clock> Node<RuleBasedSampler<C>> {
-    fn sample(
-        &self,
-        parent_context: Option<&Context>,
-        trace_id: TraceId,
-        name: &str,
-        span_kind: &SpanKind,
-        attributes: &[KeyValue],
-        links: &[Link],
-    ) -> SamplingResult {
-        match self {
-            Node::Sdk(s) => {
-                s.should_sample(parent_context, trace_id, name, span_kind, attributes, links)
-            }
-            Node::RateLimiting(s) => {
-                s.should_sample(parent_context, trace_id, name, span_kind, attributes, links)
-            }
-            #[cfg(feature = "composable")]
-            Node::Composite(c) => c.sampler.should_sample(
-                parent_context,
-                trace_id,
-                name,
-                span_kind,
-                attributes,
-                links,
-            ),
-            Node::ParentBased(b) => {
-                let span = parent_context.map(|cx| cx.span());
-                let parent = span
-                    .as_ref()
-                    .map(|s| s.span_context())
-                    .filter(|sc| sc.is_valid());
-                let Some(parent) = parent else {
-                    return b.root.sample(
-                        parent_context,
-                        trace_id,
-                        name,
-                        span_kind,
-                        attributes,
-                        links,
-                    );
-                };
-                let branch = match (parent.is_remote(), parent.is_sampled()) {
-                    (true, true) => &b.remote_parent_sampled,
-                    (true, false) => &b.remote_parent_not_sampled,
-                    (false, true) => &b.local_parent_sampled,
-                    (false, false) => &b.local_parent_not_sampled,
-                };
-                branch.sample_in_branch(
-                    parent,
-                    parent_context,
-                    trace_id,
-                    name,
-                    span_kind,
-                    attributes,
-                    links,
-                )
-            }
-        }
-    }
-
-    /// Samples a span with a valid `parent` in a `parent_based` branch: a rate limiter
-    /// decides it as if it started a trace, keeping the parent's trace state.
-    #[allow(clippy::too_many_arguments)] // `should_sample`'s own, and the parent
-    fn sample_in_branch(
-        &self,
-        parent: &SpanContext,
-        parent_context: Option<&Context>,
-        trace_id: TraceId,
-        name: &str,
-        span_kind: &SpanKind,
-        attributes: &[KeyValue],
-        links: &[Link],
-    ) -> SamplingResult {
-        match self {
-            Node::RateLimiting(s) => {
-                let mut result =
-                    s.should_sample(None, trace_id, name, span_kind, attributes, links);
-                result.trace_state = match result.decision {
-                    SamplingDecision::RecordAndSample => erase_threshold(parent.trace_state()),
-                    _ => parent.trace_state().clone(),
-                };
-                result
-            }
-            _ => self.sample(parent_context, trace_id, name, span_kind, attributes, links),
-        }
-    }
-}
-
 impl<C: Clock> fmt::Display for DeclarativeSampler<C> {
     /// The sampler tree, on one line: `parent_based(root: rate_limiting,
     /// remote_parent_sampled: always_on, ...)`.
@@ -425,7 +337,8 @@ impl<C: Clock> fmt::Display for DeclarativeSampler<C> {
 
 #[cfg(test)]
 mod tests {
-    use opentelemetry::trace::{SpanId, TraceFlags, TraceState};
+    use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceState};
+    use opentelemetry_sdk::trace::SamplingDecision;
 
     use super::*;
     use crate::config::error::ConfigErrorKind;
