@@ -103,12 +103,13 @@ pub use sampler::{
 };
 
 // The README's code blocks, compiled as doctests without becoming the crate's docs
-// (its examples need the `config`, `yaml`, `metrics`, `redis` and `jaeger-remote`
+// (its examples need the `config`, `yaml`, `composable`, `metrics`, `redis` and `jaeger-remote`
 // features: CI's `--all-features`).
 #[cfg(all(
     doctest,
     feature = "config",
     feature = "yaml",
+    feature = "composable",
     feature = "metrics",
     feature = "redis",
     feature = "jaeger-remote"

@@ -211,3 +211,29 @@ fn a_yaml_file_without_the_yaml_feature_says_so() {
     assert_eq!(err.kind(), ConfigErrorKind::MissingFeature, "{err}");
     assert!(err.to_string().contains("`yaml` feature"), "{err}");
 }
+
+/// The README's 1.1 file is the composite example's, comments aside: the same sampler
+/// tree and limits.
+#[cfg(all(feature = "yaml", feature = "composable"))]
+#[test]
+fn the_readme_composite_file_is_the_example_s() {
+    use otel_rate_sampler::DeclarativeSampler;
+
+    let readme = include_str!("../../README.md");
+    let open = "```yaml\nfile_format: \"1.1\"\n";
+    let start = readme.find(open).expect("a 1.1 YAML block") + "```yaml\n".len();
+    let end = start + readme[start..].find("```").unwrap();
+    let from_readme =
+        DeclarativeSampler::from_yaml_str(&readme[start..end], "README.md", "checkout")
+            .unwrap_or_else(|e| panic!("{e}"));
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/otel-config-composite.yaml"
+    );
+    let example = DeclarativeSampler::from_path(path, "checkout").unwrap();
+    assert_eq!(from_readme.to_string(), example.to_string());
+    assert_eq!(from_readme.composite_limits(), example.composite_limits());
+    assert!(from_readme
+        .to_string()
+        .contains("rate_limiting/otel_rate_sampler"));
+}
