@@ -8,23 +8,21 @@
 //! `ComposableParentThreshold` keeps its parent's threshold, and two services built
 //! apart with one probability keep the same traces.
 
-use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU64, Ordering};
-
+use crate::seeded_ids::Seeded;
 use opentelemetry::trace::{
     SpanContext, SpanId, SpanKind, TraceContextExt, TraceFlags, TraceId, TraceState, Tracer as _,
     TracerProvider as _,
 };
 use opentelemetry::Context;
 use opentelemetry_sdk::trace::{
-    IdGenerator, InMemorySpanExporter, SamplingDecision, SamplingResult, SdkTracerProvider,
-    ShouldSample,
+    InMemorySpanExporter, SamplingDecision, SamplingResult, SdkTracerProvider, ShouldSample,
 };
 use opentelemetry_sdk::Resource;
 use otel_rate_sampler::{
     ComposableAlwaysOff, ComposableParentThreshold, ComposableProbability, CompositeSampler,
     Threshold,
 };
+use std::collections::BTreeSet;
 
 /// `2^56`.
 const MAX: u64 = 1 << 56;
@@ -254,35 +252,8 @@ fn a_parent_whose_th_contradicts_its_sampled_flag_is_followed_without_th() {
     assert_eq!(th_of(&below.trace_state), None);
 }
 
-/// Trace ids from a fixed seed: two generators with one seed give the same sequence.
-#[derive(Debug)]
-struct Seeded(AtomicU64);
-
-impl Seeded {
-    fn next(&self) -> u64 {
-        // Relaxed: a counter for ids, no other memory depends on it.
-        let mut z = self
-            .0
-            .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed)
-            .wrapping_add(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
-
-impl IdGenerator for Seeded {
-    fn new_trace_id(&self) -> TraceId {
-        TraceId::from((u128::from(self.next()) << 64) | u128::from(self.next()))
-    }
-
-    fn new_span_id(&self) -> SpanId {
-        SpanId::from(self.next() | 1)
-    }
-}
-
-/// The trace ids (as numbers) and `th`s a service keeps of `n` roots (and a child each), with its
-/// own provider, `service.name` and sampler at `ratio`.
+/// The trace ids (as numbers) and `th`s a service keeps of `n` roots (and a child
+/// each), with its own provider, `service.name` and sampler at `ratio`.
 fn service_keeps(name: &'static str, ratio: f64, n: usize) -> BTreeSet<(u128, String)> {
     let exporter = InMemorySpanExporter::default();
     let sampler = CompositeSampler::new(ComposableParentThreshold::new(
@@ -291,7 +262,7 @@ fn service_keeps(name: &'static str, ratio: f64, n: usize) -> BTreeSet<(u128, St
     let provider = SdkTracerProvider::builder()
         .with_resource(Resource::builder().with_service_name(name).build())
         .with_sampler(sampler)
-        .with_id_generator(Seeded(AtomicU64::new(42)))
+        .with_id_generator(Seeded::new(42))
         .with_simple_exporter(exporter.clone())
         .build();
     let tracer = provider.tracer(name);

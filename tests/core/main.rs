@@ -16,3 +16,7 @@ mod env;
 mod pacing;
 mod reject_allocates_nothing;
 mod sdk_provider;
+// Ids from a fixed seed, the same in two providers.
+#[cfg(feature = "composable")]
+#[path = "../support/seeded_ids.rs"]
+mod seeded_ids;

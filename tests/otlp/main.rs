@@ -23,3 +23,10 @@ mod fleet_server;
 mod metrics;
 mod otlp_end_to_end;
 mod receiver;
+// Two services, one probability, the same traces at the receiver.
+#[cfg(all(feature = "yaml", feature = "composable"))]
+mod same_probability;
+// Ids from a fixed seed, the same in two providers.
+#[cfg(all(feature = "yaml", feature = "composable"))]
+#[path = "../support/seeded_ids.rs"]
+mod seeded_ids;

@@ -429,6 +429,21 @@ pub fn provider(
     sampler: impl opentelemetry_sdk::trace::ShouldSample + 'static,
     exporter: opentelemetry_otlp::SpanExporter,
 ) -> SdkTracerProvider {
+    provider_with_ids(
+        service,
+        sampler,
+        exporter,
+        opentelemetry_sdk::trace::RandomIdGenerator::default(),
+    )
+}
+
+/// [`provider`], its trace and span ids from `ids`.
+pub fn provider_with_ids(
+    service: &'static str,
+    sampler: impl opentelemetry_sdk::trace::ShouldSample + 'static,
+    exporter: opentelemetry_otlp::SpanExporter,
+    ids: impl opentelemetry_sdk::trace::IdGenerator + 'static,
+) -> SdkTracerProvider {
     let batch = BatchSpanProcessor::builder(exporter)
         .with_batch_config(
             BatchConfigBuilder::default()
@@ -440,6 +455,7 @@ pub fn provider(
         .build();
     SdkTracerProvider::builder()
         .with_sampler(sampler)
+        .with_id_generator(ids)
         .with_span_processor(batch)
         .with_resource(Resource::builder().with_service_name(service).build())
         .build()
