@@ -61,25 +61,21 @@ pub(crate) struct StampingLimiter {
 
 impl RateLimiter for StampingLimiter {
     fn acquire_stamped(&self) -> Option<u64> {
-        let (stamp, window) = match &self.inner {
+        match &self.inner {
             DemoLimiter::Local(l) => {
                 let stamp = l.acquire_stamped();
-                let w = u128::from(self.window_nanos);
-                // Below 10: the offset is below the window.
-                let tenth = stamp.map(|s| (u128::from(s % self.window_nanos) * 10 / w) as usize);
-                KEPT_TENTH.with(|cell| cell.set(tenth));
-                (stamp, stamp.map(|s| s / self.window_nanos))
+                counted_at(stamp, self.window_nanos);
+                stamp
             }
             // The fleet counts by window id, exactly; the stamp is the start of that
             // window on the demo's clock (the sampler only asks whether there is one).
             #[cfg(feature = "redis")]
             DemoLimiter::Fleet(f) => {
                 let window = f.acquire();
-                (window.map(|k| k.saturating_mul(self.window_nanos)), window)
+                COUNTED_IN.with(|cell| cell.set(window));
+                window.map(|k| k.saturating_mul(self.window_nanos))
             }
-        };
-        COUNTED_IN.with(|cell| cell.set(window));
-        stamp
+        }
     }
 
     fn limit(&self) -> Limit {
@@ -91,12 +87,15 @@ impl RateLimiter for StampingLimiter {
     }
 }
 
-/// Tells this thread's next reader of [`COUNTED_IN`] the window its last admission was
-/// counted in (`None`: refused): for samplers whose limiters are not a
-/// [`StampingLimiter`].
-#[cfg_attr(not(feature = "config"), allow(dead_code))]
-pub(crate) fn counted_in(window: Option<u64>) {
-    COUNTED_IN.with(|cell| cell.set(window));
+/// Tells this thread's next reader of [`COUNTED_IN`] and [`KEPT_TENTH`] the window and
+/// the tenth of it its last admission was counted in, from the clock reading `at`
+/// (`None`: refused): for samplers whose limiters are not a [`StampingLimiter`].
+pub(crate) fn counted_at(at: Option<u64>, window_nanos: u64) {
+    let w = u128::from(window_nanos);
+    // Below 10: the offset is below the window.
+    let tenth = at.map(|s| (u128::from(s % window_nanos) * 10 / w) as usize);
+    KEPT_TENTH.with(|cell| cell.set(tenth));
+    COUNTED_IN.with(|cell| cell.set(at.map(|s| s / window_nanos)));
 }
 
 /// The sampler the demo runs: the rate-limiting sampler on `--algorithm` (or the

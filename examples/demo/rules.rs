@@ -233,14 +233,13 @@ impl Rules {
             #[cfg(feature = "yaml")]
             Sampler::Declarative(s) => decide(s),
         };
-        let window = (result.decision == SamplingDecision::RecordAndSample).then(|| {
-            // A probability rule reads no clock: the window of now.
-            let now = LAST_READ
+        let at = (result.decision == SamplingDecision::RecordAndSample).then(|| {
+            // A probability reads no clock: now.
+            LAST_READ
                 .with(Cell::take)
-                .unwrap_or_else(|| self.clock.now_nanos());
-            now / self.window_nanos
+                .unwrap_or_else(|| self.clock.now_nanos())
         });
-        crate::load::counted_in(window);
+        crate::load::counted_at(at, self.window_nanos);
         result
     }
 
