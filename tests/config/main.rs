@@ -21,6 +21,8 @@ mod jaeger_remote;
 mod metrics;
 mod model;
 mod pacing;
+#[cfg(all(feature = "reload", unix))]
+mod reload_burst;
 mod reload_caps;
 #[cfg(all(feature = "reload", unix))]
 mod reload_watch;

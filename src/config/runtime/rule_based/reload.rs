@@ -10,6 +10,7 @@ use super::{compile, Inner, RuleBasedSampler};
 use crate::clock::{Clock, MonotonicClock};
 use crate::config::compile::handover::{wait_for_readers, Handover};
 use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
+use crate::config::formats::unreadable;
 use crate::config::model::SamplingConfig;
 use crate::stats::RuleBasedStats;
 
@@ -158,6 +159,20 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
         path: &std::path::Path,
     ) -> Result<SamplingConfig, ConfigError> {
         SamplingConfig::from_path_with(path, self.inner.redis.as_deref())
+    }
+
+    /// Loads `bytes`, read from `path`, as [`load_for_reload`](Self::load_for_reload)
+    /// loads the file.
+    pub(crate) fn load_read_for_reload(
+        &self,
+        path: &std::path::Path,
+        bytes: Vec<u8>,
+    ) -> Result<SamplingConfig, ConfigError> {
+        let text = String::from_utf8(bytes).map_err(|e| {
+            let e = std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+            unreadable(&path.display().to_string(), e)
+        })?;
+        SamplingConfig::from_file_text(path, &text, self.inner.redis.as_deref())
     }
 }
 
