@@ -4,6 +4,8 @@
 #![cfg(feature = "config")]
 
 mod adaptive;
+#[cfg(feature = "yaml")]
+mod declarative_budget;
 #[cfg(all(feature = "reload", unix))]
 #[path = "../support/demo_run.rs"]
 mod demo_run;

@@ -10,7 +10,6 @@ use super::{compile, Inner, RuleBasedSampler};
 use crate::clock::{Clock, MonotonicClock};
 use crate::config::compile::handover::{wait_for_readers, Handover};
 use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
-use crate::config::formats::unreadable;
 use crate::config::model::SamplingConfig;
 use crate::stats::RuleBasedStats;
 
@@ -163,6 +162,7 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
 
     /// Loads `bytes`, read from `path`, as [`load_for_reload`](Self::load_for_reload)
     /// loads the file.
+    #[cfg(feature = "reload")]
     pub(crate) fn load_read_for_reload(
         &self,
         path: &std::path::Path,
@@ -170,7 +170,7 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     ) -> Result<SamplingConfig, ConfigError> {
         let text = String::from_utf8(bytes).map_err(|e| {
             let e = std::io::Error::new(std::io::ErrorKind::InvalidData, e);
-            unreadable(&path.display().to_string(), e)
+            crate::config::formats::unreadable(&path.display().to_string(), e)
         })?;
         SamplingConfig::from_file_text(path, &text, self.inner.redis.as_deref())
     }
