@@ -35,25 +35,24 @@ pub(crate) enum Culprit {
     Cap,
 }
 
-/// What one sampler's limiters, or several samplers' together, take: the total and
-/// the first of the largest.
+/// What one sampler's limiters take: the total and the first of the largest.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Sized {
-    pub(crate) total: usize,
+struct Footprint {
+    total: usize,
     /// The largest limiter: whose, its limit, its bytes (`None`: no limiter at all).
-    pub(crate) largest: Option<(Culprit, LimitSpec, usize)>,
+    largest: Option<(Culprit, LimitSpec, usize)>,
 }
 
-impl Sized {
-    const NONE: Sized = Sized {
+impl Footprint {
+    const NONE: Footprint = Footprint {
         total: 0,
         largest: None,
     };
 
     /// `self` and one more limiter; of equals, the first stays the largest.
-    fn add(self, culprit: Culprit, spec: LimitSpec, bytes: usize) -> Sized {
+    fn add(self, culprit: Culprit, spec: LimitSpec, bytes: usize) -> Footprint {
         let larger = self.largest.is_none_or(|(_, _, b)| bytes > b);
-        Sized {
+        Footprint {
             total: self.total.saturating_add(bytes),
             largest: if larger {
                 Some((culprit, spec, bytes))
@@ -72,14 +71,14 @@ impl SamplingConfig {
         std::iter::once(None)
             .chain((0..self.services.len()).map(Some))
             .find_map(|service| {
-                let sized = self.sampler_size(service);
-                let (largest, largest_spec, largest_bytes) = sized.largest?;
-                (sized.total > self.memory_budget).then_some(OverBudget {
+                let footprint = self.sampler_footprint(service);
+                let (largest, largest_spec, largest_bytes) = footprint.largest?;
+                (footprint.total > self.memory_budget).then_some(OverBudget {
                     service,
                     largest,
                     largest_bytes,
                     largest_spec,
-                    total: sized.total,
+                    total: footprint.total,
                 })
             })
     }
@@ -87,13 +86,13 @@ impl SamplingConfig {
     /// What the limiters of the sampler of listed service `service` (`None`: of the
     /// file default) take: its own policy (the default's, when it has none) and cap as
     /// it applies them, and its rules, own and inherited.
-    fn sampler_size(&self, service: Option<usize>) -> Sized {
+    fn sampler_footprint(&self, service: Option<usize>) -> Footprint {
         let default = &self.default;
         match service {
             None => {
                 let rules =
                     || (default.rules.iter().enumerate()).map(|(j, r)| (Culprit::Rule(j), r));
-                sized(default.policy, default.cap, rules)
+                footprint(default.policy, default.cap, rules)
             }
             Some(i) => {
                 let s = &self.services[i];
@@ -104,7 +103,7 @@ impl SamplingConfig {
                         .map(|(k, r)| (Culprit::Inherited(k), r));
                     own.chain(inherited)
                 };
-                sized(s.policy.or(default.policy), s.cap, rules)
+                footprint(s.policy.or(default.policy), s.cap, rules)
             }
         }
     }
@@ -112,11 +111,11 @@ impl SamplingConfig {
 
 /// What the limiters of one sampler take: its `policy` and `cap` (as it applies them)
 /// and its `rules`, counted without allocating.
-fn sized<'a, I: Iterator<Item = (Culprit, &'a Rule)>>(
+fn footprint<'a, I: Iterator<Item = (Culprit, &'a Rule)>>(
     policy: Option<Policy>,
     cap: Option<LimitSpec>,
     rules: impl Fn() -> I,
-) -> Sized {
+) -> Footprint {
     let floors: u64 = rules().map(|(_, r)| u64::from(r.floor)).sum();
     let per_rule = rules().flat_map(move |(culprit, rule)| {
         // A limit's limiter, or a lower bound's.
@@ -143,8 +142,8 @@ fn sized<'a, I: Iterator<Item = (Culprit, &'a Rule)>>(
     per_rule
         .chain(policy)
         .chain(pool)
-        .fold(Sized::NONE, |sized, (c, spec)| {
-            sized.add(c, spec, limiter_bytes(spec))
+        .fold(Footprint::NONE, |footprint, (c, spec)| {
+            footprint.add(c, spec, limiter_bytes(spec))
         })
 }
 
@@ -180,9 +179,9 @@ pub(crate) fn over_budget_together(
     let mut largest: Option<(usize, Option<usize>, Culprit, LimitSpec, usize)> = None;
     for (k, config) in configs.iter().enumerate() {
         let listed = config.position(service);
-        let sized = config.sampler_size(listed);
-        total = total.saturating_add(sized.total);
-        if let Some((culprit, spec, bytes)) = sized.largest {
+        let footprint = config.sampler_footprint(listed);
+        total = total.saturating_add(footprint.total);
+        if let Some((culprit, spec, bytes)) = footprint.largest {
             if largest.is_none_or(|(.., most)| bytes > most) {
                 largest = Some((k, listed, culprit, spec, bytes));
             }
@@ -378,6 +377,29 @@ mod tests {
             (over.service, over.largest, over.total),
             (Some(0), Culprit::Cap, total)
         );
+    }
+
+    #[test]
+    fn samplers_built_together_are_held_to_the_largest_budget_any_sets() {
+        let log = |permits: u32| {
+            let text = format!("[default]\nlimit = {permits}\nalgorithm = \"sliding-log\"\n");
+            SamplingConfig::from_toml_str(&text, "b.toml").unwrap()
+        };
+        let (mut small, mut large) = (log(1000), log(2000));
+        let total = small.sampler_footprint(None).total + large.sampler_footprint(None).total;
+        small.memory_budget = 1 << 10;
+        large.memory_budget = total;
+        assert!(over_budget_together(&[&small, &large], "svc").is_none());
+        std::mem::swap(&mut small.memory_budget, &mut large.memory_budget);
+        assert!(over_budget_together(&[&small, &large], "svc").is_none());
+        small.memory_budget = total - 1;
+        let over = over_budget_together(&[&small, &large], "svc").unwrap();
+        // The largest limiter is the second sampler's.
+        assert_eq!(
+            (over.sampler, over.service, over.largest),
+            (1, None, Culprit::Policy)
+        );
+        assert_eq!(over.key(&large, "svc"), "default");
     }
 
     #[test]
