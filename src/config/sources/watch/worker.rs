@@ -121,7 +121,8 @@ impl<C: Clock + Clone + Send + Sync + 'static> Worker<C> {
         let mut next_poll = Instant::now() + poll;
         loop {
             // Every event already delivered counts before a check is due: a worker
-            // descheduled past a quiet period must not take a burst going on for over.
+            // descheduled past a quiet period must not take a burst still going on for
+            // a quiet one.
             loop {
                 match rx.try_recv() {
                     Ok(Message::Event(event)) => self.take(event),
@@ -184,8 +185,7 @@ impl<C: Clock + Clone + Send + Sync + 'static> Worker<C> {
 
     /// Whether `event` may change what the path names or holds: it touches a path the
     /// lookup went through, or a directory above one (removed, renamed), or it asks for
-    /// a rescan.
-    /// Reads (the watcher's own among them) are not.
+    /// a rescan. Reads (the watcher's own among them) change nothing.
     fn relevant(&self, event: &notify::Event) -> bool {
         if is_read(event) {
             return false;
