@@ -146,7 +146,7 @@ impl DeclarativeSampler {
         };
         let service = resolve_service(service, lookup)?;
         // Every block's sampler is built: they must fit in the budget together.
-        check_budget(&tree, file, &service)?;
+        check_budget(&tree.rate_limiting(), file, &service)?;
         let root = tree.try_map(&mut |block| {
             RuleBasedSampler::from_env_config(&block.config, &service, redis.clone())
         })?;

@@ -4,7 +4,6 @@
 
 use crate::config::check::budget::over_budget_together;
 use crate::config::error::{ConfigError, Pos};
-use crate::config::formats::declarative::Node;
 use crate::config::model::SamplingConfig;
 
 /// One `rate_limiting` block, read.
@@ -23,28 +22,7 @@ impl Block {
     }
 }
 
-/// Every `rate_limiting` block under `node`, in document order.
-fn blocks<'a>(node: &'a Node<Block>, out: &mut Vec<&'a Block>) {
-    match node {
-        Node::Sdk(_) => {}
-        #[cfg(feature = "composable")]
-        Node::Composite(_) => {}
-        Node::RateLimiting(block) => out.push(block),
-        Node::ParentBased(b) => {
-            for branch in [
-                &b.root,
-                &b.remote_parent_sampled,
-                &b.remote_parent_not_sampled,
-                &b.local_parent_sampled,
-                &b.local_parent_not_sampled,
-            ] {
-                blocks(branch, out);
-            }
-        }
-    }
-}
-
-/// Checks that the samplers of every `rate_limiting` block of `tree` (from `file`),
+/// Checks that the samplers of `found`, every `rate_limiting` block of a file (`file`),
 /// built for `service`, fit in the memory budget together, before any is built.
 ///
 /// # Errors
@@ -52,13 +30,7 @@ fn blocks<'a>(node: &'a Node<Block>, out: &mut Vec<&'a Block>) {
 /// A [`MemoryBudget`](crate::ConfigErrorKind::MemoryBudget) error at the largest
 /// limiter: its position and full key
 /// (`tracer_provider.sampler.parent_based.root.rate_limiting.default.rule[0]`).
-pub(crate) fn check_budget(
-    tree: &Node<Block>,
-    file: &str,
-    service: &str,
-) -> Result<(), ConfigError> {
-    let mut found = Vec::new();
-    blocks(tree, &mut found);
+pub(crate) fn check_budget(found: &[&Block], file: &str, service: &str) -> Result<(), ConfigError> {
     let configs: Vec<&SamplingConfig> = found.iter().map(|b| &b.config).collect();
     let Some(over) = over_budget_together(&configs, service) else {
         return Ok(());

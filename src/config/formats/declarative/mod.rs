@@ -146,6 +146,26 @@ impl<R> Node<R> {
     }
 }
 
+impl<R> Node<R> {
+    /// Every `rate_limiting` node's value, in document order.
+    pub(crate) fn rate_limiting(&self) -> Vec<&R> {
+        match self {
+            Node::RateLimiting(r) => vec![r],
+            Node::ParentBased(b) => [
+                &b.root,
+                &b.remote_parent_sampled,
+                &b.remote_parent_not_sampled,
+                &b.local_parent_sampled,
+                &b.local_parent_not_sampled,
+            ]
+            .into_iter()
+            .flat_map(Node::rate_limiting)
+            .collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
 impl<R> fmt::Display for Node<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
