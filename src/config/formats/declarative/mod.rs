@@ -314,8 +314,8 @@ impl Reader<'_> {
             }
             RawSampler::RateLimiting(file) => {
                 let (key, at) = (format!("{path}.{PLUGIN_KEY}"), self.ctx.pos(raw.span()));
-                let config =
-                    (self.ctx.config(file, self.redis)).map_err(|e| e.in_block(&key, at))?;
+                let config = self.ctx.config(file, self.redis);
+                let config = config.map_err(|e| e.in_block(&key, at))?;
                 Node::RateLimiting(Block::new(config, key, at))
             }
         })
