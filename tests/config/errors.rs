@@ -1,6 +1,6 @@
 //! Every kind of configuration error: its kind, file, line, column, key and message.
 
-use otel_rate_sampler::{ConfigErrorKind as K, SamplingConfig};
+use otel_rate_sampler::{ConfigError, ConfigErrorKind as K, SamplingConfig};
 
 const HEAD: &str = "[default]\nrate = 1.0\n";
 
@@ -13,16 +13,23 @@ fn check(with_head: bool, body: &str, kind: K, line: usize, column: usize, key: 
         body.to_owned()
     };
     let err = SamplingConfig::from_toml_str(&text, "s.toml").expect_err("must fail");
+    assert_error(&err, "s.toml", (kind, line, column, key), says);
+}
+
+/// Checks `err`'s file, kind, position and key, that its message starts with them and
+/// says `says`.
+#[track_caller]
+fn assert_error(err: &ConfigError, file: &str, at: (K, usize, usize, &str), says: &str) {
+    let (kind, line, column, key) = at;
     let msg = err.to_string();
     assert_eq!(err.kind(), kind, "{msg}");
     assert_eq!(
-        (err.file(), err.line(), err.column()),
-        ("s.toml", line, column),
+        (err.file(), err.line(), err.column(), err.key()),
+        (file, line, column, key),
         "{msg}"
     );
-    assert_eq!(err.key(), key, "{msg}");
     assert!(
-        msg.starts_with(&format!("s.toml:{line}:{column}: ")),
+        msg.starts_with(&format!("{file}:{line}:{column}: ")),
         "{msg}"
     );
     assert!(msg.contains(says), "{msg:?} should say {says:?}");
@@ -610,4 +617,81 @@ fn bad_lower_bounds_are_typed_errors_at_the_at_least_key() {
         "service[0].cap.at_least",
         "takes no `at_least`",
     );
+}
+
+/// A declarative configuration file's errors name the full key path from the document's
+/// root, with the file, line and column, and say what was wrong in words.
+#[cfg(feature = "yaml")]
+mod declarative {
+    use otel_rate_sampler::{ConfigErrorKind as K, DeclarativeSampler};
+
+    const HEAD: &str = "file_format: \"1.0\"\ntracer_provider:\n  sampler:\n";
+
+    #[track_caller]
+    fn check(body: &str, kind: K, line: usize, column: usize, key: &str, says: &str) {
+        let text = format!("{HEAD}{body}");
+        let err =
+            DeclarativeSampler::from_yaml_str(&text, "otel.yaml", "svc").expect_err("must fail");
+        super::assert_error(&err, "otel.yaml", (kind, line, column, key), says);
+        assert!(err.to_string().contains(&format!(": {key}: ")), "{err}");
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_is_named_by_its_full_path() {
+        // Before: `otel.yaml:8:20: limit: invalid i64`.
+        check(
+            "    parent_based:\n      root:\n        rate_limiting:\n          default:\n            limit: abc\n",
+            K::Syntax,
+            8,
+            20,
+            "tracer_provider.sampler.parent_based.root.rate_limiting.default.limit",
+            "invalid",
+        );
+        check(
+            "    parent_based:\n      root:\n        rate_limiting:\n          service:\n            - name: a\n              rule:\n                - { span_name: x, limit: many }\n",
+            K::Syntax,
+            10,
+            42,
+            "tracer_provider.sampler.parent_based.root.rate_limiting.service[0].rule[0].limit",
+            "invalid",
+        );
+        check(
+            "    trace_id_ratio_based:\n      ratio: half\n",
+            K::Syntax,
+            5,
+            14,
+            "tracer_provider.sampler.trace_id_ratio_based.ratio",
+            "invalid",
+        );
+    }
+
+    #[test]
+    fn a_bad_value_is_named_by_its_full_path() {
+        check(
+            "    parent_based:\n      local_parent_sampled:\n        rate_limiting:\n          default:\n            limit: -5\n",
+            K::InvalidLimit,
+            8,
+            20,
+            "tracer_provider.sampler.parent_based.local_parent_sampled.rate_limiting.default.limit",
+            "not a permit count",
+        );
+    }
+
+    #[test]
+    fn nesting_too_deep_is_said_in_words_not_a_debug_form() {
+        // Before: `budget breached: Depth { depth: 65 }`.
+        let mut body = String::new();
+        for level in 0..40 {
+            let indent = " ".repeat(4 + 4 * level);
+            body.push_str(&format!("{indent}parent_based:\n{indent}  root:\n"));
+        }
+        body.push_str(&format!("{}always_on:\n", " ".repeat(4 + 4 * 40)));
+        let err = DeclarativeSampler::from_yaml_str(&format!("{HEAD}{body}"), "otel.yaml", "svc")
+            .expect_err("must fail");
+        let msg = err.to_string();
+        assert_eq!(err.kind(), K::Syntax, "{msg}");
+        assert!(msg.starts_with("otel.yaml:"), "{msg}");
+        assert!(msg.contains("nested more than 64 deep"), "{msg}");
+        assert!(!msg.contains('{') && !msg.contains("Depth"), "{msg}");
+    }
 }

@@ -99,11 +99,11 @@ fn yaml_errors_name_the_file_line_column_and_key() {
         (ConfigErrorKind::UnknownKey, 3, 3, "default.probabilty"),
         "{err}"
     );
-    // A value of the wrong type, and broken YAML.
+    // A value of the wrong type (named by its full path, as in TOML), and broken YAML.
     let err = SamplingConfig::from_yaml_str("default:\n  rate: fast\n", "s.yaml").unwrap_err();
     assert_eq!(
         (err.kind(), err.line(), err.key()),
-        (ConfigErrorKind::Syntax, 2, "rate"),
+        (ConfigErrorKind::Syntax, 2, "default.rate"),
         "{err}"
     );
     let err = SamplingConfig::from_yaml_str("default: [\n", "s.yaml").unwrap_err();

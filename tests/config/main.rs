@@ -4,6 +4,8 @@
 #![cfg(feature = "config")]
 
 mod adaptive;
+#[cfg(feature = "yaml")]
+mod declarative_budget;
 #[cfg(all(feature = "reload", unix))]
 #[path = "../support/demo_run.rs"]
 mod demo_run;
@@ -21,6 +23,8 @@ mod jaeger_remote;
 mod metrics;
 mod model;
 mod pacing;
+#[cfg(all(feature = "reload", unix))]
+mod reload_burst;
 mod reload_caps;
 #[cfg(all(feature = "reload", unix))]
 mod reload_watch;

@@ -1,7 +1,8 @@
 //! The samplers' reject path allocates nothing: a counting global allocator watches
 //! `should_sample` for a root on a saturated sampler, for every algorithm, for the
 //! adaptive sampler (by its probability and by its cap), and for the rule-based sampler
-//! (feature `config`) against rules with globs and attributes.
+//! (feature `config`) against rules with globs and attributes. And a declarative file
+//! over the memory budget (feature `yaml`) is refused before its limiters are allocated.
 //!
 //! The allocator counts only the allocations the current thread makes while it is
 //! armed, so other test threads (and the harness) cannot disturb the count. That it
@@ -21,16 +22,19 @@ thread_local! {
     // `const` thread-locals without a destructor: reading them never allocates.
     static ARMED: Cell<bool> = const { Cell::new(false) };
     static EVENTS: Cell<u64> = const { Cell::new(0) };
+    static BYTES: Cell<u64> = const { Cell::new(0) };
 }
 
 /// [`System`], counting this thread's allocations, reallocations and frees while armed.
 struct Counting;
 
-fn note() {
+/// Counts one heap event of `bytes` allocated (0 for a free) on this thread, if armed.
+fn note(bytes: usize) {
     // `try_with`: the allocator runs during thread teardown too, after the locals are gone.
     let _ = ARMED.try_with(|armed| {
         if armed.get() {
             EVENTS.with(|n| n.set(n.get() + 1));
+            BYTES.with(|n| n.set(n.get() + bytes as u64));
         }
     });
 }
@@ -41,25 +45,25 @@ fn note() {
 // allocates.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note();
+        note(layout.size());
         // SAFETY: the caller's contract for `alloc` is passed on unchanged.
         unsafe { System.alloc(layout) }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note();
+        note(layout.size());
         // SAFETY: as for `alloc`.
         unsafe { System.alloc_zeroed(layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note();
+        note(new_size);
         // SAFETY: `ptr` and `layout` come from this allocator, that is from `System`.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        note();
+        note(0);
         // SAFETY: `ptr` and `layout` come from this allocator, that is from `System`.
         unsafe { System.dealloc(ptr, layout) }
     }
@@ -119,10 +123,44 @@ static ALLOCATOR: Counting = Counting;
 /// the heap events (allocations, reallocations, frees) it caused on this thread.
 fn heap_events<R>(f: impl FnOnce() -> R) -> (R, u64) {
     EVENTS.with(|n| n.set(0));
+    BYTES.with(|n| n.set(0));
     ARMED.with(|armed| armed.set(true));
     let result = f();
     ARMED.with(|armed| armed.set(false));
     (result, EVENTS.with(Cell::get))
+}
+
+/// A declarative file whose five `rate_limiting` blocks each fit in the memory budget
+/// but not together (five sliding logs of 64 MiB) is refused having allocated a few
+/// kilobytes on the heap: the sum is checked before any limiter is built. (Before: the
+/// five were built, 334 MB resident.)
+#[cfg(feature = "yaml")]
+#[test]
+fn a_declarative_file_over_the_budget_is_refused_before_its_limiters_are_allocated() {
+    let block =
+        "        rate_limiting:\n          default: { limit: 4194303, algorithm: sliding-log }\n";
+    let text = [
+        "root",
+        "remote_parent_sampled",
+        "remote_parent_not_sampled",
+        "local_parent_sampled",
+        "local_parent_not_sampled",
+    ]
+    .iter()
+    .fold(
+        "file_format: \"1.0\"\ntracer_provider:\n  sampler:\n    parent_based:\n".to_owned(),
+        |text, branch| text + &format!("      {branch}:\n{block}"),
+    );
+    let (refused, _) = heap_events(|| {
+        otel_rate_sampler::DeclarativeSampler::from_yaml_str(&text, "otel.yaml", "svc").is_err()
+    });
+    let bytes = BYTES.with(Cell::get);
+    assert!(refused);
+    // One of the logs alone would be 64 MiB.
+    assert!(
+        bytes < 1 << 20,
+        "{bytes} bytes allocated to refuse the file"
+    );
 }
 
 /// Offers a root of each of `names` 1000 times to `decide`, watching the heap: how

@@ -6,7 +6,7 @@ use std::mem::size_of;
 use crate::clock::MonotonicClock;
 use crate::config::error::ConfigErrorKind;
 use crate::config::model::values::Invalid;
-use crate::config::model::{LimitSpec, Policy, Rule, SamplingConfig};
+use crate::config::model::{LimitOf, LimitSpec, Policy, Rule, SamplingConfig};
 use crate::limit::Limit;
 use crate::limiter::{Algorithm, AnyLimiter};
 
@@ -35,91 +35,203 @@ pub(crate) enum Culprit {
     Cap,
 }
 
+/// What one sampler's limiters take: the total and the first of the largest.
+#[derive(Clone, Copy, Debug)]
+struct Footprint {
+    total: usize,
+    /// The largest limiter: whose, its limit, its bytes (`None`: no limiter at all).
+    largest: Option<(Culprit, LimitSpec, usize)>,
+}
+
+impl Footprint {
+    const NONE: Footprint = Footprint {
+        total: 0,
+        largest: None,
+    };
+
+    /// `self` and one more limiter; of equals, the first stays the largest.
+    fn add(self, culprit: Culprit, spec: LimitSpec, bytes: usize) -> Footprint {
+        let larger = self.largest.is_none_or(|(_, _, b)| bytes > b);
+        Footprint {
+            total: self.total.saturating_add(bytes),
+            largest: if larger {
+                Some((culprit, spec, bytes))
+            } else {
+                self.largest
+            },
+        }
+    }
+}
+
 impl SamplingConfig {
     /// The first of the file default and the listed services (in file order) whose
-    /// sampler's limiters would take more than the memory budget. Linear in the file.
+    /// sampler's limiters would take more than the memory budget. Linear in the file;
+    /// allocates nothing.
     pub(crate) fn over_budget(&self) -> Option<OverBudget> {
-        let default = &self.default;
-        let default_rules = || {
-            default
-                .rules
-                .iter()
-                .enumerate()
-                .map(|(j, r)| (Culprit::Rule(j), r))
-        };
-        if let Some(over) = self.over(None, default.policy, default.cap, default_rules) {
-            return Some(over);
-        }
-        self.services.iter().enumerate().find_map(|(i, s)| {
-            let rules = || {
-                let own = s
-                    .rules
-                    .iter()
-                    .enumerate()
-                    .map(|(j, r)| (Culprit::Rule(j), r));
-                let inherited = self
-                    .inherited_rules(s)
-                    .map(|(k, r)| (Culprit::Inherited(k), r));
-                own.chain(inherited)
-            };
-            self.over(Some(i), s.policy.or(default.policy), s.cap, rules)
-        })
+        std::iter::once(None)
+            .chain((0..self.services.len()).map(Some))
+            .find_map(|service| {
+                let footprint = self.sampler_footprint(service);
+                let (largest, largest_spec, largest_bytes) = footprint.largest?;
+                (footprint.total > self.memory_budget).then_some(OverBudget {
+                    service,
+                    largest,
+                    largest_bytes,
+                    largest_spec,
+                    total: footprint.total,
+                })
+            })
     }
 
-    /// The budget check of one sampler: its own `policy` and `cap` (as it applies them)
-    /// and its `rules` (own and inherited), counted first without allocating; only a
-    /// sampler over the budget is looked at again for its largest limiter.
-    fn over<'a, I: Iterator<Item = (Culprit, &'a Rule)>>(
-        &self,
-        service: Option<usize>,
-        policy: Option<Policy>,
-        cap: Option<LimitSpec>,
-        rules: impl Fn() -> I,
-    ) -> Option<OverBudget> {
-        let limiters = || {
-            let floors: u64 = rules().map(|(_, r)| u64::from(r.floor)).sum();
-            let per_rule = rules().flat_map(move |(culprit, rule)| {
-                // A limit's limiter, or a lower bound's.
-                let own = rule.policy.limiter().map(|spec| (culprit, spec));
-                let floor = cap.filter(|_| rule.floor > 0).and_then(|cap| {
-                    let limit = Limit::per_window(rule.floor, cap.limit.window()).ok()?;
-                    Some((
-                        Culprit::Cap,
-                        LimitSpec::local(limit, Algorithm::FixedWindow),
-                    ))
-                });
-                own.into_iter().chain(floor)
-            });
-            let policy = policy
-                .and_then(|p| p.limiter())
-                .map(|spec| (Culprit::Policy, spec));
-            // The cap's shared pool: the cap less the floors (as the sampler builds it).
-            let pool = cap.and_then(|cap| {
-                let pool = u64::from(cap.limit.permits()).saturating_sub(floors);
-                let pool = u32::try_from(pool).ok().filter(|&p| p > 0)?;
-                let limit = Limit::per_window(pool, cap.limit.window()).ok()?;
-                Some((Culprit::Cap, LimitSpec { limit, ..cap }))
-            });
-            per_rule
-                .chain(policy)
-                .chain(pool)
-                .map(|(c, spec)| (c, spec, limiter_bytes(spec)))
-        };
-        let total = limiters().fold(0usize, |sum, (_, _, b)| sum.saturating_add(b));
-        if total <= self.memory_budget {
-            return None;
+    /// What the limiters of the sampler of listed service `service` (`None`: of the
+    /// file default) take: its own policy (the default's, when it has none) and cap as
+    /// it applies them, and its rules, own and inherited.
+    fn sampler_footprint(&self, service: Option<usize>) -> Footprint {
+        let default = &self.default;
+        match service {
+            None => {
+                let rules =
+                    || (default.rules.iter().enumerate()).map(|(j, r)| (Culprit::Rule(j), r));
+                footprint(default.policy, default.cap, rules)
+            }
+            Some(i) => {
+                let s = &self.services[i];
+                let rules = || {
+                    let own = (s.rules.iter().enumerate()).map(|(j, r)| (Culprit::Rule(j), r));
+                    let inherited = self
+                        .inherited_rules(s)
+                        .map(|(k, r)| (Culprit::Inherited(k), r));
+                    own.chain(inherited)
+                };
+                footprint(s.policy.or(default.policy), s.cap, rules)
+            }
         }
-        // The first of the largest (`max_by_key` keeps the last of equals).
-        let sized: Vec<_> = limiters().collect();
-        let (largest, largest_spec, largest_bytes) =
-            sized.into_iter().rev().max_by_key(|(_, _, b)| *b)?;
-        Some(OverBudget {
-            service,
-            largest,
-            largest_bytes,
-            largest_spec,
-            total,
+    }
+}
+
+/// What the limiters of one sampler take: its `policy` and `cap` (as it applies them)
+/// and its `rules`, counted without allocating.
+fn footprint<'a, I: Iterator<Item = (Culprit, &'a Rule)>>(
+    policy: Option<Policy>,
+    cap: Option<LimitSpec>,
+    rules: impl Fn() -> I,
+) -> Footprint {
+    let floors: u64 = rules().map(|(_, r)| u64::from(r.floor)).sum();
+    let per_rule = rules().flat_map(move |(culprit, rule)| {
+        // A limit's limiter, or a lower bound's.
+        let own = rule.policy.limiter().map(|spec| (culprit, spec));
+        let floor = cap.filter(|_| rule.floor > 0).and_then(|cap| {
+            let limit = Limit::per_window(rule.floor, cap.limit.window()).ok()?;
+            Some((
+                Culprit::Cap,
+                LimitSpec::local(limit, Algorithm::FixedWindow),
+            ))
+        });
+        own.into_iter().chain(floor)
+    });
+    let policy = policy
+        .and_then(|p| p.limiter())
+        .map(|spec| (Culprit::Policy, spec));
+    // The cap's shared pool: the cap less the floors (as the sampler builds it).
+    let pool = cap.and_then(|cap| {
+        let pool = u64::from(cap.limit.permits()).saturating_sub(floors);
+        let pool = u32::try_from(pool).ok().filter(|&p| p > 0)?;
+        let limit = Limit::per_window(pool, cap.limit.window()).ok()?;
+        Some((Culprit::Cap, LimitSpec { limit, ..cap }))
+    });
+    per_rule
+        .chain(policy)
+        .chain(pool)
+        .fold(Footprint::NONE, |footprint, (c, spec)| {
+            footprint.add(c, spec, limiter_bytes(spec))
         })
+}
+
+/// Samplers built together for one service (the `rate_limiting` blocks of a
+/// declarative configuration file) whose limiters would take more than the budget,
+/// together.
+#[derive(Debug)]
+#[cfg_attr(not(feature = "yaml"), allow(dead_code))] // only declarative files build several
+pub(crate) struct OverBudgetTogether {
+    /// The position of the sampler holding the largest limiter.
+    pub(crate) sampler: usize,
+    /// In that sampler's file: the listed service's position, `None` for the default.
+    pub(crate) service: Option<usize>,
+    /// The largest limiter of them all.
+    pub(crate) largest: Culprit,
+    pub(crate) largest_spec: LimitSpec,
+    largest_bytes: usize,
+    total: usize,
+    budget: usize,
+    samplers: usize,
+}
+
+/// The check of samplers built together for `service`, each from one of `configs`:
+/// the sum of all their limiters against the largest budget any of them sets (the
+/// default unless one sets more). Linear in the files; allocates nothing.
+#[cfg_attr(not(feature = "yaml"), allow(dead_code))]
+pub(crate) fn over_budget_together(
+    configs: &[&SamplingConfig],
+    service: &str,
+) -> Option<OverBudgetTogether> {
+    let budget = configs.iter().map(|c| c.memory_budget).max()?;
+    let mut total = 0usize;
+    let mut largest: Option<(usize, Option<usize>, Culprit, LimitSpec, usize)> = None;
+    for (k, config) in configs.iter().enumerate() {
+        let listed = config.position(service);
+        let footprint = config.sampler_footprint(listed);
+        total = total.saturating_add(footprint.total);
+        if let Some((culprit, spec, bytes)) = footprint.largest {
+            if largest.is_none_or(|(.., most)| bytes > most) {
+                largest = Some((k, listed, culprit, spec, bytes));
+            }
+        }
+    }
+    let (sampler, service, largest, largest_spec, largest_bytes) = largest?;
+    (total > budget).then_some(OverBudgetTogether {
+        sampler,
+        service,
+        largest,
+        largest_spec,
+        largest_bytes,
+        total,
+        budget,
+        samplers: configs.len(),
+    })
+}
+
+#[cfg_attr(not(feature = "yaml"), allow(dead_code))]
+impl OverBudgetTogether {
+    /// The key of the largest limiter in `config`, the file of its sampler built for
+    /// `service` (`default.rule[0]`, `service[1].cap`).
+    pub(crate) fn key(&self, config: &SamplingConfig, service: &str) -> String {
+        let rules = &config.default.rules;
+        let of = match self.largest {
+            Culprit::Rule(j) => {
+                let rules = self.service.map_or(rules, |i| &config.services[i].rules);
+                LimitOf::Rule(rules[j].name.clone())
+            }
+            Culprit::Inherited(j) => LimitOf::Rule(rules[j].name.clone()),
+            Culprit::Policy => LimitOf::Default,
+            Culprit::Cap => LimitOf::Cap,
+        };
+        config.limit_key(service, &of, "")
+    }
+
+    /// What is wrong and what to do: the samplers, the total, the largest limiter (in
+    /// `config`, the file of its sampler) and its bytes.
+    pub(crate) fn invalid(&self, config: &SamplingConfig, service: &str) -> Invalid {
+        Invalid::new(
+            ConfigErrorKind::MemoryBudget,
+            format!(
+                "the file's {} samplers for service {service:?} would take {} ({} bytes) together, over the memory budget of {}; the largest is {}",
+                self.samplers,
+                human(self.total),
+                self.total,
+                human(self.budget),
+                largest(config, self.service, self.largest, self.largest_spec, self.largest_bytes),
+            ),
+        )
     }
 }
 
@@ -130,30 +242,44 @@ impl OverBudget {
             Some(i) => format!("service {:?}", config.services[i].name),
             None => "[default] (every service not listed)".to_owned(),
         };
-        let rules = &config.default.rules;
-        let largest = match self.largest {
-            Culprit::Rule(j) => {
-                let rules = self.service.map_or(rules, |i| &config.services[i].rules);
-                format!("rule {:?}", rules[j].name)
-            }
-            Culprit::Inherited(j) => format!("rule {:?} (inherited from [default])", rules[j].name),
-            Culprit::Policy => "its own policy".to_owned(),
-            Culprit::Cap => "its cap".to_owned(),
-        };
-        let spec = self.largest_spec;
         Invalid::new(
             ConfigErrorKind::MemoryBudget,
             format!(
-                "{who}: its limiters would take {} ({} bytes), over the memory budget of {}; the largest is {largest}, {} {}: {}. A sliding log keeps 16 bytes per permit: use algorithm \"sliding\" (constant memory), fewer permits per window, or raise [limits] memory_budget",
+                "{who}: its limiters would take {} ({} bytes), over the memory budget of {}; the largest is {}",
                 human(self.total),
                 self.total,
                 human(config.memory_budget),
-                spec.algorithm,
-                spec.limit,
-                human(self.largest_bytes),
+                largest(config, self.service, self.largest, self.largest_spec, self.largest_bytes),
             ),
         )
     }
+}
+
+/// The largest limiter, `culprit` of `service` (`None`: the file default) in `config`,
+/// and what to do about it.
+pub(crate) fn largest(
+    config: &SamplingConfig,
+    service: Option<usize>,
+    culprit: Culprit,
+    spec: LimitSpec,
+    bytes: usize,
+) -> String {
+    let rules = &config.default.rules;
+    let whose = match culprit {
+        Culprit::Rule(j) => {
+            let rules = service.map_or(rules, |i| &config.services[i].rules);
+            format!("rule {:?}", rules[j].name)
+        }
+        Culprit::Inherited(j) => format!("rule {:?} (inherited from [default])", rules[j].name),
+        Culprit::Policy => "its own policy".to_owned(),
+        Culprit::Cap => "its cap".to_owned(),
+    };
+    format!(
+        "{whose}, {} {}: {}. A sliding log keeps 16 bytes per permit: use algorithm \"sliding\" (constant memory), fewer permits per window, or raise [limits] memory_budget",
+        spec.algorithm,
+        spec.limit,
+        human(bytes),
+    )
 }
 
 /// `n` bytes for people: B, KiB, MiB or GiB.
@@ -251,6 +377,29 @@ mod tests {
             (over.service, over.largest, over.total),
             (Some(0), Culprit::Cap, total)
         );
+    }
+
+    #[test]
+    fn samplers_built_together_are_held_to_the_largest_budget_any_sets() {
+        let log = |permits: u32| {
+            let text = format!("[default]\nlimit = {permits}\nalgorithm = \"sliding-log\"\n");
+            SamplingConfig::from_toml_str(&text, "b.toml").unwrap()
+        };
+        let (mut small, mut large) = (log(1000), log(2000));
+        let total = small.sampler_footprint(None).total + large.sampler_footprint(None).total;
+        small.memory_budget = 1 << 10;
+        large.memory_budget = total;
+        assert!(over_budget_together(&[&small, &large], "svc").is_none());
+        std::mem::swap(&mut small.memory_budget, &mut large.memory_budget);
+        assert!(over_budget_together(&[&small, &large], "svc").is_none());
+        small.memory_budget = total - 1;
+        let over = over_budget_together(&[&small, &large], "svc").unwrap();
+        // The largest limiter is the second sampler's.
+        assert_eq!(
+            (over.sampler, over.service, over.largest),
+            (1, None, Culprit::Policy)
+        );
+        assert_eq!(over.key(&large, "svc"), "default");
     }
 
     #[test]

@@ -41,16 +41,27 @@ impl SamplingConfig {
     ) -> Result<Self, ConfigError> {
         let file = path.display().to_string();
         let text = read_file(path, &file)?;
+        Self::from_file_text(path, &text, redis)
+    }
+
+    /// The file at `path` as [`from_path_with`](Self::from_path_with) reads it, from
+    /// `text`, its contents already read.
+    pub(crate) fn from_file_text(
+        path: &Path,
+        text: &str,
+        redis: Option<&[String]>,
+    ) -> Result<Self, ConfigError> {
+        let file = path.display().to_string();
         let extension = path
             .extension()
             .and_then(|e| e.to_str())
             .unwrap_or_default();
         if extension.eq_ignore_ascii_case("json") {
-            Self::from_jaeger_json_str(&text, &file)
+            Self::from_jaeger_json_str(text, &file)
         } else if is_yaml_path(path) {
-            Self::from_yaml_file(&text, &file, redis)
+            Self::from_yaml_file(text, &file, redis)
         } else {
-            Self::from_toml_with(&text, &file, redis)
+            Self::from_toml_with(text, &file, redis)
         }
     }
 
@@ -92,14 +103,17 @@ pub(crate) fn is_yaml_path(path: &Path) -> bool {
 
 /// The text of the file at `path` (named `file` in errors).
 pub(crate) fn read_file(path: &Path, file: &str) -> Result<String, ConfigError> {
-    std::fs::read_to_string(path).map_err(|e| {
-        ConfigError::new(
-            ConfigErrorKind::Io,
-            file,
-            Pos::default(),
-            "",
-            format!("cannot read the file: {e}"),
-        )
-        .with_source(e)
-    })
+    std::fs::read_to_string(path).map_err(|e| unreadable(file, e))
+}
+
+/// The error of a file (named `file`) that cannot be read.
+pub(crate) fn unreadable(file: &str, e: std::io::Error) -> ConfigError {
+    ConfigError::new(
+        ConfigErrorKind::Io,
+        file,
+        Pos::default(),
+        "",
+        format!("cannot read the file: {e}"),
+    )
+    .with_source(e)
 }

@@ -6,8 +6,9 @@ use std::fmt;
 
 use serde::de::{DeserializeOwned, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
+use serde_saphyr::budget::BudgetBreach;
 
-use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
+use crate::config::error::{ConfigError, ConfigErrorKind, LineIndex, Pos};
 use crate::config::formats::rule_file::{Ctx, RawFile};
 use crate::config::formats::spanned::{reading, Format, Spanned};
 use crate::config::model::SamplingConfig;
@@ -85,7 +86,10 @@ fn yaml_error(e: &serde_saphyr::Error, text: &str, file: &str) -> ConfigError {
         line: usize::try_from(l.line()).unwrap_or(usize::MAX),
         column: usize::try_from(l.column()).unwrap_or(usize::MAX),
     });
-    let message = plain_message(e);
+    let message = match e.without_snippet() {
+        serde_saphyr::Error::Budget { breach, .. } => budget_message(breach),
+        _ => plain_message(e),
+    };
     let quoted = |prefix: &str| {
         message
             .split_once(prefix)
@@ -106,9 +110,41 @@ fn yaml_error(e: &serde_saphyr::Error, text: &str, file: &str) -> ConfigError {
             key_path(text, pos).unwrap_or(value),
         )
     } else {
-        (ConfigErrorKind::Syntax, key_on_line(text, pos.line))
+        // A value of the wrong type is named by its full path, as the checks name it
+        // (a document over the reader's budget is not read again).
+        let budget = matches!(e.without_snippet(), serde_saphyr::Error::Budget { .. });
+        let key = (!budget)
+            .then(|| key_path(text, pos))
+            .flatten()
+            .unwrap_or_else(|| key_on_line(text, pos.line));
+        (ConfigErrorKind::Syntax, key)
     };
     ConfigError::new(kind, file, pos, key, message)
+}
+
+/// What a breach of serde-saphyr's budget means, said for the file's author (its own
+/// message is the `Debug` form of the breach).
+fn budget_message(breach: &BudgetBreach) -> String {
+    let advice = "a configuration file needs far less; look for runaway nesting, generated content or anchors";
+    match breach {
+        BudgetBreach::Depth { .. } => format!(
+            "mappings and sequences are nested more than {} deep, the most this reader takes; {advice}",
+            serde_saphyr::Budget::default().max_depth
+        ),
+        BudgetBreach::Events { events } => {
+            format!("the document is too large ({events} YAML events read); {advice}")
+        }
+        BudgetBreach::Nodes { nodes } => {
+            format!("the document is too large ({nodes} values read); {advice}")
+        }
+        BudgetBreach::Aliases { .. }
+        | BudgetBreach::Anchors { .. }
+        | BudgetBreach::AliasAnchorRatio { .. }
+        | BudgetBreach::MergeKeys { .. } => {
+            format!("the document uses too many anchors, aliases or merge keys; {advice}")
+        }
+        _ => format!("the document is too large for this reader; {advice}"),
+    }
 }
 
 /// A YAML document as keys with their spans, for [`key_path`] (only on an error path).
@@ -213,30 +249,47 @@ impl<'de> Deserialize<'de> for KeyText {
     }
 }
 
-/// The full path (`service[0].rule[1].rat`) of the key written at `pos`, found in the
-/// document parsed again as a [`Tree`] (only on this error path).
+/// The full path (`service[0].rule[1].rat`) of the key written at `pos`, or else of
+/// the key whose scalar value is written at `pos` (`service[0].rule[1].limit` for its
+/// `abc`: the last key on that line before it), found in the document parsed again as a
+/// [`Tree`] (only on this error path).
 fn key_path(text: &str, pos: Pos) -> Option<String> {
-    fn in_tree(tree: &Tree, text: &str, pos: Pos, path: &str) -> Option<String> {
+    /// Visits every key with its path, and whether its value is a scalar.
+    fn walk(tree: &Tree, path: &str, visit: &mut impl FnMut(&Spanned<String>, &str, bool)) {
         match tree {
-            Tree::Map(entries) => entries.iter().find_map(|(key, value)| {
-                let path = match path {
-                    "" => key.get_ref().clone(),
-                    _ => format!("{path}.{}", key.get_ref()),
-                };
-                if Pos::of_offset(text, key.span().start) == pos {
-                    return Some(path);
+            Tree::Map(entries) => {
+                for (key, value) in entries {
+                    let path = match path {
+                        "" => key.get_ref().clone(),
+                        _ => format!("{path}.{}", key.get_ref()),
+                    };
+                    visit(key, &path, matches!(value, Tree::Leaf));
+                    walk(value, &path, visit);
                 }
-                in_tree(value, text, pos, &path)
-            }),
-            Tree::Seq(items) => items
-                .iter()
-                .enumerate()
-                .find_map(|(i, item)| in_tree(item, text, pos, &format!("{path}[{i}]"))),
-            Tree::Leaf => None,
+            }
+            Tree::Seq(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    walk(item, &format!("{path}[{i}]"), visit);
+                }
+            }
+            Tree::Leaf => {}
         }
     }
     let tree: Tree = from_str(text).ok()?;
-    in_tree(&tree, text, pos, "")
+    let lines = LineIndex::new(text);
+    let (mut exact, mut before) = (None, None::<(Pos, String)>);
+    walk(&tree, "", &mut |key, path, scalar| {
+        let at = lines.pos(key.span().start);
+        if at == pos {
+            exact.get_or_insert_with(|| path.to_owned());
+        } else if scalar && before.as_ref().is_none_or(|(b, _)| b.column < at.column) {
+            let end = lines.pos(key.span().end);
+            if end.line == pos.line && end.column < pos.column {
+                before = Some((at, path.to_owned()));
+            }
+        }
+    });
+    exact.or(before.map(|(_, path)| path))
 }
 
 /// The error's message alone: serde-saphyr's `Display` may add the position and a
@@ -294,6 +347,41 @@ mod tests {
             Some("service[0].name")
         );
         assert_eq!(key_path(text, Pos { line: 4, column: 6 }), None);
+        // A scalar value is named by its key: the last one before it on its line.
+        assert_eq!(
+            key_path(
+                text,
+                Pos {
+                    line: 7,
+                    column: 19
+                }
+            )
+            .as_deref(),
+            Some("service[0].rule[0].span_nam")
+        );
+        let flow = "a:\n  - { b: 1, c: x }\n";
+        assert_eq!(
+            key_path(
+                flow,
+                Pos {
+                    line: 2,
+                    column: 17
+                }
+            )
+            .as_deref(),
+            Some("a[0].c")
+        );
+        assert_eq!(
+            key_path(
+                flow,
+                Pos {
+                    line: 2,
+                    column: 12
+                }
+            )
+            .as_deref(),
+            Some("a[0].b")
+        );
     }
 
     #[test]

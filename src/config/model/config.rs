@@ -192,6 +192,12 @@ impl SamplingConfig {
         self.index.contains_key(service)
     }
 
+    /// Where the file lists `service` among its services (in constant time).
+    #[cfg_attr(not(feature = "yaml"), allow(dead_code))] // for declarative files
+    pub(crate) fn position(&self, service: &str) -> Option<usize> {
+        self.index.get(service).copied()
+    }
+
     /// The settings that apply to `service`: its own with the inherited default rules,
     /// or the file default's.
     pub(crate) fn service(&self, service: &str) -> ServiceConfig {

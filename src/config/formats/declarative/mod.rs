@@ -7,6 +7,7 @@
 //! references (`${NAME}`, `${env:NAME}`, `${NAME:-default}`, `$$`), substituted before
 //! the file is read (see `substitution`).
 
+mod blocks;
 mod composite;
 mod substitution;
 mod tree;
@@ -23,6 +24,7 @@ use crate::config::formats::spanned::Spanned;
 use crate::config::formats::yaml::parse;
 use crate::config::model::{values, SamplingConfig};
 
+pub(crate) use blocks::{check_budget, Block};
 pub(crate) use substitution::Lookup;
 pub(crate) use tree::{Branches, Node, PLUGIN_KEY};
 
@@ -130,7 +132,7 @@ pub(crate) fn read_tree<C: Clock + Clone>(
     redis: Option<&[String]>,
     lookup: Lookup<'_>,
     clock: &C,
-) -> Result<Option<Node<SamplingConfig>>, ConfigError> {
+) -> Result<Option<Node<Block>>, ConfigError> {
     let text = substitution::substitute(text, file, lookup)?;
     let ctx = Ctx::new(&text, file);
     let Some(sampler) = read(&ctx)? else {
@@ -156,11 +158,7 @@ struct Reader<'a, C> {
 }
 
 impl<C: Clock + Clone> Reader<'_, C> {
-    fn node(
-        &self,
-        raw: &Spanned<RawSampler>,
-        path: &str,
-    ) -> Result<Node<SamplingConfig>, ConfigError> {
+    fn node(&self, raw: &Spanned<RawSampler>, path: &str) -> Result<Node<Block>, ConfigError> {
         Ok(match raw.get_ref() {
             RawSampler::AlwaysOn(_) => Node::Sdk(Sampler::AlwaysOn),
             RawSampler::AlwaysOff(_) => Node::Sdk(Sampler::AlwaysOff),
@@ -177,12 +175,11 @@ impl<C: Clock + Clone> Reader<'_, C> {
             }
             RawSampler::ParentBased(p) => {
                 let path = format!("{path}.parent_based");
-                let branch = |raw: &Option<Spanned<RawSampler>>,
-                              name: &str,
-                              default: Node<SamplingConfig>| {
-                    raw.as_ref()
-                        .map_or(Ok(default), |raw| self.node(raw, &format!("{path}.{name}")))
-                };
+                let branch =
+                    |raw: &Option<Spanned<RawSampler>>, name: &str, default: Node<Block>| {
+                        raw.as_ref()
+                            .map_or(Ok(default), |raw| self.node(raw, &format!("{path}.{name}")))
+                    };
                 let defaults = Branches::with_root(Node::Sdk(Sampler::AlwaysOn));
                 Node::ParentBased(Box::new(Branches {
                     root: branch(&p.root, "root", defaults.root)?,
@@ -222,10 +219,10 @@ impl<C: Clock + Clone> Reader<'_, C> {
                 }
             }
             RawSampler::RateLimiting(file) => {
-                let config = self.ctx.config(file, self.redis).map_err(|e| {
-                    e.in_block(&format!("{path}.{PLUGIN_KEY}"), self.ctx.pos(raw.span()))
-                })?;
-                Node::RateLimiting(config)
+                let (key, at) = (format!("{path}.{PLUGIN_KEY}"), self.ctx.pos(raw.span()));
+                let config = self.ctx.config(file, self.redis);
+                let config = config.map_err(|e| e.in_block(&key, at))?;
+                Node::RateLimiting(Block::new(config, key, at))
             }
         })
     }

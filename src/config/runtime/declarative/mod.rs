@@ -13,7 +13,9 @@ use opentelemetry_sdk::trace::{Sampler, SamplingResult, ShouldSample};
 
 use crate::clock::{Clock, MonotonicClock};
 use crate::config::error::ConfigError;
-use crate::config::formats::declarative::{is_declarative, read_tree, Branches, Lookup, Node};
+use crate::config::formats::declarative::{
+    check_budget, is_declarative, read_tree, Branches, Lookup, Node,
+};
 use crate::config::formats::{is_yaml_path, read_file};
 use crate::config::model::SamplingConfig;
 use crate::config::runtime::rule_based::RuleBasedSampler;
@@ -76,6 +78,11 @@ use crate::sampler::RemoteParents;
 ///   or through the lookup of [`from_lookup`](Self::from_lookup). In a flow collection
 ///   (`{ ... }`, `[ ... ]`) YAML reads `{` and `}` as indicators, so write references
 ///   in block style there.
+/// * **Memory.** Every `rate_limiting` block's sampler is built, so the memory budget
+///   (see [`SamplingConfig`]: the largest a block's `limits.memory_budget` sets, else
+///   128 MiB) holds their limiters together, as built for the service: a file over it is
+///   a [`MemoryBudget`](crate::ConfigErrorKind::MemoryBudget) error at its largest
+///   limiter, found before any limiter is allocated.
 /// * **Errors** name the file, line, column and key: an invalid substitution reference
 ///   (`${1A}`, `${A:?x}`), an unknown sampler key (such as
 ///   `xray`, or a typo), a bad `file_format`, a ratio outside `[0, 1]`, and every
@@ -233,8 +240,10 @@ impl<C: Clock + Clone> DeclarativeSampler<C> {
             });
         };
         let service = resolve_service(service, lookup)?;
-        let root = tree.try_map(&mut |config| {
-            RuleBasedSampler::build(&config, &service, clock.clone(), redis.clone())
+        // Every block's sampler is built: they must fit in the budget together.
+        check_budget(&tree.rate_limiting(), file, &service)?;
+        let root = tree.try_map(&mut |block| {
+            RuleBasedSampler::build(&block.config, &service, clock.clone(), redis.clone())
         })?;
         Ok(Self { root })
     }

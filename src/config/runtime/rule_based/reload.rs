@@ -159,6 +159,21 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     ) -> Result<SamplingConfig, ConfigError> {
         SamplingConfig::from_path_with(path, self.inner.redis.as_deref())
     }
+
+    /// Loads `bytes`, read from `path`, as [`load_for_reload`](Self::load_for_reload)
+    /// loads the file.
+    #[cfg(feature = "reload")]
+    pub(crate) fn load_read_for_reload(
+        &self,
+        path: &std::path::Path,
+        bytes: Vec<u8>,
+    ) -> Result<SamplingConfig, ConfigError> {
+        let text = String::from_utf8(bytes).map_err(|e| {
+            let e = std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+            crate::config::formats::unreadable(&path.display().to_string(), e)
+        })?;
+        SamplingConfig::from_file_text(path, &text, self.inner.redis.as_deref())
+    }
 }
 
 /// Reloads a [`RuleBasedSampler`]'s rules from elsewhere than the sampler

@@ -1,7 +1,9 @@
 //! Hot reload: watch a rule file, through every symlink to it, and swap a sampler's
 //! rules when what it names changes.
 
+mod arm;
 mod resolve;
+mod snapshot;
 mod worker;
 
 use std::fmt;
@@ -49,10 +51,14 @@ impl WatchOptions {
         }
     }
 
-    /// The quiet period: a change is applied once no event has touched the file (or a
+    /// The quiet period: a change is read once no event has touched the file (or a
     /// link to it) for this long, so a file saved in several writes, or saved many
     /// times in a row, is read once, complete. A file that never stays quiet is still
-    /// read every 10 quiet periods. Zero applies each event's result at once.
+    /// read every 10 quiet periods. It is also the settle time: a version read is
+    /// applied only once read again unchanged (size, modification time, identity and
+    /// contents) this long after, with no write notification on the file between, so a
+    /// file still being written is not applied (see [`ConfigWatcher`]). Zero applies
+    /// each event's result at once.
     pub const fn debounce(mut self, period: Duration) -> Self {
         self.debounce = period;
         self
@@ -123,10 +129,19 @@ impl Default for WatchOptions {
 /// # What it applies
 ///
 /// After a quiet period ([`debounce`](WatchOptions::debounce)), the file is read; if its
-/// contents differ from the last ones seen, it is loaded and, only if it parses and
-/// validates, applied ([`RuleBasedSampler::reload_from_path`]). Unchanged contents
-/// (a touch, a swap to identical contents, the same file seen twice) cause no reload
-/// and no callback. The contents when watching starts are taken as the ones in force.
+/// contents differ from the last ones seen, they are read again a quiet period later
+/// and, only if the size, modification time, identity and contents are the same on both
+/// reads and no write notification touched the file between them, loaded and, only if
+/// they parse and validate, applied (as [`RuleBasedSampler::reload_from_path`] does,
+/// from the bytes read). So a file still being written is never applied, also when the
+/// check is forced during a long burst of saves or made by polling: only a state the
+/// file kept for a whole quiet period is (a writer that stops that long in the middle
+/// of a file cannot be told from one that finished). The bound: once the writes stop,
+/// the last version is applied within two quiet periods (a polling interval and a
+/// quiet period where no notification comes), plus the time to read and build it.
+/// Unchanged contents (a touch, a swap to identical contents, the same file seen twice)
+/// cause no reload and no callback. The contents when watching starts are taken as the
+/// ones in force.
 ///
 /// # What it reports
 ///

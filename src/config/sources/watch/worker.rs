@@ -1,17 +1,18 @@
 //! The watcher's thread: notifications in, a quiet period, then one check that
-//! re-resolves the path, re-arms the watches and reloads if the contents changed.
+//! re-resolves the path, re-arms the watches and reloads once the contents changed and
+//! stayed the same for a settle period (see `snapshot`).
 
-use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, BTreeSet};
-use std::hash::{Hash, Hasher};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::mpsc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use notify::{RecommendedWatcher, RecursiveMode, Watcher};
+use notify::event::{AccessKind, AccessMode};
+use notify::EventKind;
 
+use super::arm::{Arming, Watches};
 use super::resolve::{resolve, Resolved};
+use super::snapshot::{stat, Pending, Snapshot, Stat};
 use super::{watch_error, WatchOptions};
 use crate::clock::Clock;
 use crate::config::error::ConfigError;
@@ -43,16 +44,8 @@ enum Check {
     Forced,
     /// The polling fallback.
     Poll,
-}
-
-/// The file as last seen: cheap metadata (to skip reading on a poll) and a digest of
-/// what reading it gave (to reload only on a change).
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct Stat {
-    len: u64,
-    modified: Option<SystemTime>,
-    #[cfg(unix)]
-    identity: (u64, u64),
+    /// A changed version read a settle period ago is read again.
+    Settle,
 }
 
 pub(super) struct Worker<C> {
@@ -61,14 +54,17 @@ pub(super) struct Worker<C> {
     options: WatchOptions,
     on_reload: Callback,
     tx: mpsc::Sender<Message>,
-    backend: Option<RecommendedWatcher>,
-    /// The directories watched now, with their identity when they were armed: one
-    /// replaced by another of the same path (moved away and recreated) is armed again.
-    armed: BTreeMap<PathBuf, Option<DirIdentity>>,
+    watches: Watches,
     resolved: Resolved,
+    /// The file's metadata as last read: a poll reads it again only if this changed.
     stat: Option<(PathBuf, Stat)>,
-    /// A digest of the contents last seen (`None`: unreadable).
+    /// A digest of the contents last applied or refused (`None`: unreadable).
     seen: Option<u64>,
+    /// A changed version read, not applied until it is read again unchanged a settle
+    /// period later; dropped by a write notification on the file.
+    pending: Option<Pending>,
+    /// The burst of events going on: (first event, last event).
+    burst: Option<(Instant, Instant)>,
     /// The last watcher error reported, not to repeat it on every check.
     last_error: Option<String>,
 }
@@ -82,17 +78,18 @@ impl<C: Clock + Clone + Send + Sync + 'static> Worker<C> {
         tx: mpsc::Sender<Message>,
         resolved: Resolved,
     ) -> Self {
-        let first = read(&resolved.file);
+        let first = Snapshot::read(&resolved.file);
         Self {
             sampler,
             path,
             options,
             on_reload,
             tx,
-            backend: None,
-            armed: BTreeMap::new(),
-            stat: first.map(|(stat, _)| (resolved.file.clone(), stat)),
-            seen: first.map(|(_, digest)| digest),
+            watches: Watches::default(),
+            stat: first.as_ref().map(|s| (resolved.file.clone(), s.stat)),
+            seen: first.map(|s| s.digest),
+            pending: None,
+            burst: None,
             resolved,
             last_error: None,
         }
@@ -105,7 +102,7 @@ impl<C: Clock + Clone + Send + Sync + 'static> Worker<C> {
                 // The worker is gone only once the ConfigWatcher is dropped.
                 let _ = tx.send(Message::Event(event));
             }) {
-                Ok(backend) => self.backend = Some(backend),
+                Ok(backend) => self.watches.start(backend),
                 Err(e) => self.report(format!(
                     "cannot start file notifications ({e}); following the file by polling"
                 )),
@@ -121,16 +118,31 @@ impl<C: Clock + Clone + Send + Sync + 'static> Worker<C> {
             .polling_interval()
             .max(Duration::from_millis(1));
         let max_delay = debounce.saturating_mul(MAX_DELAY_PERIODS);
-        // (first event of the burst, last event): a check is due after the quiet period.
-        let mut burst: Option<(Instant, Instant)> = None;
         let mut next_poll = Instant::now() + poll;
         loop {
+            // Every event already delivered counts before a check is due: a worker
+            // descheduled past a quiet period must not take a burst still going on for
+            // a quiet one.
+            loop {
+                match rx.try_recv() {
+                    Ok(Message::Event(event)) => self.take(event),
+                    Err(mpsc::TryRecvError::Empty) => break,
+                    Ok(Message::Stop) | Err(mpsc::TryRecvError::Disconnected) => return,
+                }
+            }
             let now = Instant::now();
-            let due = burst.map(|(first, last)| (last + debounce).min(first + max_delay));
-            if due.is_some_and(|due| now >= due) {
-                let quiet = burst.is_some_and(|(_, last)| now >= last + debounce);
-                burst = None;
+            let burst_due = self
+                .burst
+                .map(|(first, last)| (last + debounce).min(first + max_delay));
+            if burst_due.is_some_and(|due| now >= due) {
+                let quiet = self.burst.is_some_and(|(_, last)| now >= last + debounce);
+                self.burst = None;
                 self.check(if quiet { Check::Quiet } else { Check::Forced });
+                continue;
+            }
+            let settle_due = self.pending.as_ref().map(|p| p.due(debounce));
+            if settle_due.is_some_and(|due| now >= due) {
+                self.check(Check::Settle);
                 continue;
             }
             if now >= next_poll {
@@ -138,30 +150,46 @@ impl<C: Clock + Clone + Send + Sync + 'static> Worker<C> {
                 self.check(Check::Poll);
                 continue;
             }
-            let wake = due.map_or(next_poll, |due| due.min(next_poll));
+            let wake = [burst_due, settle_due]
+                .into_iter()
+                .flatten()
+                .fold(next_poll, Instant::min);
             match rx.recv_timeout(wake.saturating_duration_since(now)) {
                 Ok(Message::Stop) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Ok(Message::Event(Ok(event))) => {
-                    if self.relevant(&event) {
-                        let now = Instant::now();
-                        burst = Some((burst.map_or(now, |(first, _)| first), now));
-                    }
-                }
-                Ok(Message::Event(Err(e))) => {
-                    self.report(format!("the file watcher failed: {e}"));
-                    // Re-arm and re-read after the quiet period.
-                    let now = Instant::now();
-                    burst = Some((burst.map_or(now, |(first, _)| first), now));
-                }
+                Ok(Message::Event(event)) => self.take(event),
             }
         }
     }
 
+    /// Takes a notification: one that may change what the path names or holds starts
+    /// or extends a burst, and one on the file (or a link to it) drops the version
+    /// pending; a failed backend is reported, and the path re-armed and re-read after
+    /// the quiet period.
+    fn take(&mut self, event: notify::Result<notify::Event>) {
+        let now = Instant::now();
+        match event {
+            Ok(event) if !self.relevant(&event) => return,
+            Ok(event) => {
+                if self.on_the_file(&event) {
+                    self.pending = None;
+                }
+            }
+            Err(e) => {
+                self.report(format!("the file watcher failed: {e}"));
+                self.pending = None;
+            }
+        }
+        self.burst = Some((self.burst.map_or(now, |(first, _)| first), now));
+    }
+
     /// Whether `event` may change what the path names or holds: it touches a path the
     /// lookup went through, or a directory above one (removed, renamed), or it asks for
-    /// a rescan.
+    /// a rescan. Reads (the watcher's own among them) change nothing.
     fn relevant(&self, event: &notify::Event) -> bool {
+        if is_read(event) {
+            return false;
+        }
         event.need_rescan()
             || event.paths.is_empty()
             || event.paths.iter().any(|p| {
@@ -172,17 +200,81 @@ impl<C: Clock + Clone + Send + Sync + 'static> Worker<C> {
             })
     }
 
-    /// Re-resolves the path, re-arms the watches, and reloads if the file's contents
-    /// changed (a file that became unreadable counts as a change, reported once). A poll
-    /// reads the file only if its metadata changed; a check forced in the middle of a
-    /// burst applies the file only if it loads, and otherwise leaves it to the burst's
-    /// quiet check (it may be half-written).
+    /// Whether relevant `event` may have written what the path names: it names the
+    /// file, a link the lookup went through or a directory on the way (not another file
+    /// beside them), or asks for a rescan.
+    fn on_the_file(&self, event: &notify::Event) -> bool {
+        event.need_rescan()
+            || event.paths.is_empty()
+            || event
+                .paths
+                .iter()
+                .any(|p| self.resolved.traversed.contains(p))
+    }
+
+    /// Re-resolves the path, re-arms the watches, and reads the file if it may have
+    /// changed (on a poll: if its metadata changed, or a version is pending). A changed
+    /// version is applied once read unchanged a settle period (the quiet period) after
+    /// its first read, with no write notification on the file between (see
+    /// `snapshot`). A file that became unreadable counts as a change, reported once.
+    /// While a burst goes on, a version that does not load (or an unreadable file) is
+    /// left to the check after the burst: it may be half-written.
     fn check(&mut self, kind: Check) {
+        let pending = self.pending.take();
+        if !self.follow() {
+            return;
+        }
+        let file = self.resolved.file.clone();
+        if kind == Check::Poll && pending.is_none() {
+            let stat = stat(&file).map(|s| (file.clone(), s));
+            if stat.is_some() && stat == self.stat {
+                return;
+            }
+        }
+        let in_burst = kind == Check::Forced || self.burst.is_some();
+        let now = Instant::now();
+        let Some(snapshot) = Snapshot::read(&file) else {
+            self.stat = None;
+            if self.seen.is_some() && !in_burst {
+                self.seen = None;
+                let outcome = self.sampler.reload_from_path(&self.path);
+                self.conclude(outcome);
+            }
+            return;
+        };
+        self.stat = Some((file, snapshot.stat));
+        if Some(snapshot.digest) == self.seen {
+            return;
+        }
+        let settle = self.options.debounce_period();
+        let settled = match Pending::next(pending, snapshot, now, settle) {
+            Ok(settled) => settled,
+            Err(pending) => {
+                self.pending = Some(pending);
+                return;
+            }
+        };
+        let digest = settled.digest;
+        let outcome = match self.sampler.load_read_for_reload(&self.path, settled.bytes) {
+            Ok(config) => self.sampler.reload(&config),
+            Err(_) if in_burst => return,
+            Err(e) => {
+                self.sampler.count_reload(false);
+                Err(e)
+            }
+        };
+        self.seen = Some(digest);
+        self.conclude(outcome);
+    }
+
+    /// Resolves the path again and re-arms the watches on what it goes through; `false`
+    /// (reported) if it cannot be resolved.
+    fn follow(&mut self) -> bool {
         match resolve(&self.path) {
             Ok(resolved) => self.resolved = resolved,
             Err(e) => {
                 self.report(format!("cannot resolve the path: {e}"));
-                return;
+                return false;
             }
         }
         // A directory can vanish between resolving and watching (the kubelet removes
@@ -195,31 +287,15 @@ impl<C: Clock + Clone + Send + Sync + 'static> Worker<C> {
                 Ok(resolved) => self.resolved = resolved,
                 Err(e) => {
                     self.report(format!("cannot resolve the path: {e}"));
-                    return;
+                    return false;
                 }
             }
         }
-        let file = self.resolved.file.clone();
-        if kind == Check::Poll {
-            let stat = stat(&file).map(|s| (file.clone(), s));
-            if stat.is_some() && stat == self.stat {
-                return;
-            }
-        }
-        let seen = read(&file);
-        self.stat = seen.map(|(stat, _)| (file, stat));
-        let digest = seen.map(|(_, digest)| digest);
-        if digest == self.seen {
-            return;
-        }
-        let outcome = match kind {
-            Check::Forced => match self.sampler.load_for_reload(&self.path) {
-                Ok(config) => self.sampler.reload(&config),
-                Err(_) => return,
-            },
-            Check::Quiet | Check::Poll => self.sampler.reload_from_path(&self.path),
-        };
-        self.seen = digest;
+        true
+    }
+
+    /// Logs a reload's `outcome` and gives it to the callback.
+    fn conclude(&mut self, outcome: Result<(), ConfigError>) {
         match &outcome {
             Ok(()) => {
                 self.last_error = None;
@@ -253,59 +329,18 @@ impl<C: Clock + Clone + Send + Sync + 'static> Worker<C> {
         }
     }
 
-    /// Watches the directories the path's lookup depends on (for one that does not
-    /// exist, its nearest existing ancestor, to see it come back), and stops watching
-    /// the ones it no longer depends on. Returns `false` if one vanished meanwhile (the
-    /// lookup is stale); other failures are reported, and polling covers them.
+    /// Arms the watches on what the path now goes through (see [`Watches::arm`]):
+    /// `false` if a directory vanished meanwhile (the lookup is stale); other failures
+    /// are reported, and polling covers them.
     fn arm(&mut self) -> bool {
-        let Some(backend) = self.backend.as_mut() else {
-            return true;
-        };
-        let mut wanted: BTreeSet<PathBuf> = self
-            .resolved
-            .dirs
-            .iter()
-            .filter_map(|d| existing(d))
-            .collect();
-        // The file's directory's parent too: it sees the directory renamed or removed.
-        if let Some(parent) = self.resolved.file.parent().and_then(Path::parent) {
-            wanted.extend(existing(parent));
-        }
-        let mut armed = BTreeMap::new();
-        for (dir, identity) in std::mem::take(&mut self.armed) {
-            let same = identity == dir_identity(&dir);
-            if same && wanted.contains(&dir) {
-                armed.insert(dir, identity);
-            } else {
-                // Gone, or replaced: a watch follows the directory it was set on, not
-                // the path. It may have been removed with its directory already.
-                let _ = backend.unwatch(&dir);
+        match self.watches.arm(&self.resolved) {
+            Arming::Done => true,
+            Arming::Vanished => false,
+            Arming::Failed(why) => {
+                self.report(format!("{why}; following by polling"));
+                true
             }
         }
-        let mut failed = Vec::new();
-        let mut vanished = false;
-        for dir in wanted {
-            if armed.contains_key(&dir) {
-                continue;
-            }
-            let identity = dir_identity(&dir);
-            match backend.watch(&dir, RecursiveMode::NonRecursive) {
-                Ok(()) => {
-                    armed.insert(dir, identity);
-                }
-                Err(_) if !dir.is_dir() => vanished = true,
-                // Tried again on the next check.
-                Err(e) => failed.push(format!("cannot watch {}: {e}", dir.display())),
-            }
-        }
-        self.armed = armed;
-        if vanished {
-            return false;
-        }
-        if !failed.is_empty() {
-            self.report(format!("{}; following by polling", failed.join("; ")));
-        }
-        true
     }
 
     /// Reports a watcher error to the callback and the log, unless it is the last one
@@ -321,51 +356,14 @@ impl<C: Clock + Clone + Send + Sync + 'static> Worker<C> {
     }
 }
 
-/// `dir`, or its nearest existing ancestor.
-fn existing(dir: &Path) -> Option<PathBuf> {
-    dir.ancestors().find(|d| d.is_dir()).map(Path::to_path_buf)
-}
-
-/// What tells a directory from another at the same path (device and inode on Unix).
-type DirIdentity = (u64, u64);
-
-/// The identity of the directory `dir` (`None` where the platform has none to give: a
-/// directory there is armed once per path).
-fn dir_identity(dir: &Path) -> Option<DirIdentity> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt;
-        std::fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
+/// Whether `event` only reads: an open, a read, a close without a write (the watcher's
+/// own reads among them). A close after a write is a write's end.
+fn is_read(event: &notify::Event) -> bool {
+    match event.kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => false,
+        EventKind::Access(_) => true,
+        _ => false,
     }
-    #[cfg(not(unix))]
-    {
-        let _ = dir;
-        None
-    }
-}
-
-fn stat(file: &Path) -> Option<Stat> {
-    let meta = std::fs::metadata(file).ok()?;
-    #[cfg(unix)]
-    let identity = {
-        use std::os::unix::fs::MetadataExt;
-        (meta.dev(), meta.ino())
-    };
-    Some(Stat {
-        len: meta.len(),
-        modified: meta.modified().ok(),
-        #[cfg(unix)]
-        identity,
-    })
-}
-
-/// The file's metadata and a digest of its contents, or `None` if it cannot be read.
-fn read(file: &Path) -> Option<(Stat, u64)> {
-    let stat = stat(file)?;
-    let bytes = std::fs::read(file).ok()?;
-    let mut hasher = DefaultHasher::new();
-    bytes.hash(&mut hasher);
-    Some((stat, hasher.finish()))
 }
 
 /// The source of a watcher error.
