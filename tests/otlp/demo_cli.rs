@@ -457,6 +457,10 @@ fn the_default_run_spreads_kept_traces_and_unpaced_front_loads_them() {
     );
 }
 
+/// What the demo's clock can move across a tenth's edge at 100 per 1 s: a tenth's share
+/// (one burst), and 2 roots.
+const SHIFT: u64 = 12;
+
 /// Kept roots per tenth of each 1 s window (Unix time), from the spans a receiver got.
 fn roots_per_tenth(receiver: &Receiver) -> Vec<(u64, [u64; 10])> {
     let mut per_window: std::collections::BTreeMap<u64, [u64; 10]> = Default::default();
@@ -480,13 +484,20 @@ fn roots_per_tenth(receiver: &Receiver) -> Vec<(u64, [u64; 10])> {
 /// window the clock is at; its windows are aligned on Unix time, as the spans' start
 /// times are).
 ///
-/// The bounds allow 2 for the clocks: a span's start time (the wall clock, read when
-/// `tracing` opens the span) and its limiter's reading (the monotonic clock mapped to
-/// Unix time, read when the sampler decides) differ by microseconds, which moves a root
-/// or two across a tenth's or a window's edge. A stalled run may keep fewer and catch up
-/// later (CI saw [.., 1, 19, ..] once the demo was descheduled for a tenth), as the
-/// design allows; it never gets ahead of the schedule, and a sliding kind's tenth takes
-/// more than its 10 only while the window before and this one hold at most 100.
+/// The bounds allow one tenth's share and 2 for the clocks ([`SHIFT`]): a span's start
+/// time is the wall clock, read when `tracing` opens the span; its limiter's reading is
+/// the demo's clock (monotonic, 4 ms resolution here, its origin mapped to Unix time at
+/// start-up), read when the sampler decides. Under overload a tenth's share goes in a
+/// burst at its first reading, which those few milliseconds can move into the tenth
+/// (or window) before: a fixed window was seen as [20, 0, 10, ..]. A stalled run may
+/// keep fewer and catch up later (CI saw [.., 1, 19, ..] once the demo was descheduled
+/// for a tenth), as the design allows; it never gets ahead of the schedule, and a
+/// sliding kind's tenth takes more than its 10 only while the window before and this
+/// one hold at most 100. The replay this guards against keeps, after a window of 100,
+/// the catch-up of a start past the first quarter of a window in one tenth (30 to 100)
+/// in every window, beyond the slack; a start in the first fifth (about 20) or one that
+/// kept little before its window ended is within it, left to the core tests' manual
+/// clock.
 #[test]
 fn a_real_collector_sees_kept_traces_spread_across_each_window() {
     for algorithm in ["fixed", "sliding", "sliding-log", "bucketed"] {
@@ -525,12 +536,12 @@ fn a_real_collector_sees_kept_traces_spread_across_each_window() {
             for (i, t) in tenths.iter().enumerate() {
                 by_then += t;
                 assert!(
-                    by_then <= 10 * (i as u64 + 1) + 2,
+                    by_then <= 10 * (i as u64 + 1) + SHIFT,
                     "{algorithm}: window {window}: {tenths:?} is ahead of the schedule \
                      at tenth {i}"
                 );
                 assert!(
-                    !sliding || *t <= 12 || before + by_then <= 102,
+                    !sliding || *t <= 10 + SHIFT || before + by_then <= 100 + 2 * SHIFT,
                     "{algorithm}: window {window}: {tenths:?} caught up at tenth {i} \
                      after a window that kept {before}"
                 );
