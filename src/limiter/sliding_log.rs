@@ -338,11 +338,16 @@ mod tests {
         )
     }
 
-    #[test]
-    fn paced_releases_a_tenth_per_tenth_of_the_aligned_window() {
+    /// Paced, 100 per second.
+    fn hundred_paced() -> (SlidingLog<ManualClock>, ManualClock) {
         let clock = ManualClock::new();
         let limit = Limit::per_window(100, Duration::from_secs(1)).unwrap();
-        let l = SlidingLog::with_clock(limit, clock.clone());
+        (SlidingLog::with_clock(limit, clock.clone()), clock)
+    }
+
+    #[test]
+    fn paced_releases_a_tenth_per_tenth_of_the_aligned_window() {
+        let (l, clock) = hundred_paced();
         assert_eq!((0..1000).filter(|_| l.try_acquire()).count(), 10);
         clock.set(550_000_000);
         assert_eq!((0..1000).filter(|_| l.try_acquire()).count(), 50);
@@ -363,6 +368,26 @@ mod tests {
         // After a quiet window, the catch-up is back: all N in the last tenth.
         clock.set(3_950_000_000);
         assert_eq!((0..1000).filter(|_| l.try_acquire()).count(), 100);
+    }
+
+    #[test]
+    fn refusals_past_the_share_after_a_busy_window_write_nothing() {
+        let (l, clock) = hundred_paced();
+        clock.set(900_000_000);
+        assert_eq!((0..1000).filter(|_| l.try_acquire()).count(), 100);
+        // Window 1, last tenth: the 100 of 0.9 s have left, the schedule has released
+        // all, the step keeps its share, then refuses on the catch-up path.
+        clock.set(1_950_000_000);
+        assert_eq!((0..10).filter(|_| l.try_acquire()).count(), 10);
+        let words = |l: &SlidingLog<ManualClock>| {
+            let slots = l.slots.iter().flat_map(|s| [&s.seq, &s.stamp]);
+            let mut words: Vec<u64> = slots.map(|a| a.load(Ordering::Relaxed)).collect();
+            words.push(l.next.load(Ordering::Relaxed));
+            words
+        };
+        let before = words(&l);
+        assert!((0..1000).all(|_| !l.try_acquire()));
+        assert_eq!(words(&l), before);
     }
 
     #[test]
