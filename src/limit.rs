@@ -30,6 +30,17 @@ use std::time::Duration;
 /// left unused carries forward: a burst in the last tenth gets everything the window has
 /// left. The cap is unchanged (at most `N` per window).
 ///
+/// The two truly sliding limiters ([`SlidingLog`](crate::SlidingLog),
+/// [`BucketedWindow`](crate::BucketedWindow)) carry budget forward beyond a sub-window's
+/// own share `a(i) − a(i−1)` (`a(i) = ⌈N·(i+1)/B⌉`) only while the previous aligned
+/// window and this one hold fewer than `N` together (or the last `W` nothing): the
+/// permits a catch-up spends at once come back exactly `W` later, and would otherwise be
+/// spent at once again in every window. So under steady overload, whatever the phase of
+/// the first call, every sub-window of every window from the second whole one on keeps
+/// its share, for every algorithm. The price, for those two only: traffic that comes in
+/// part of every window keeps `N` after a quiet window but only its sub-windows' shares
+/// after one that kept `N` (see [`SlidingLog`](crate::SlidingLog)'s "Spread").
+///
 /// The trade-off: a burst confined to the first tenth of an otherwise idle window gets
 /// only `⌈N/B⌉`. [`Limit::unpaced`] opts out, for users who want every permit available
 /// at once (the front-loaded behaviour of a plain fixed window).

@@ -22,7 +22,7 @@ use crate::limit::Limit;
 /// | [`FixedWindow`] (`fixed`, the default) | ≤ N per aligned window, exactly N under saturation; up to 2N across an edge | one cache line | 10.9 / 4.6 | 10.7 / 1.1 | most services: the cheapest, and with pacing an evenly spread sample |
 /// | [`SlidingWindowCounter`] (`sliding`) | ≤ N per aligned window; ≤ N + ⌈P·e/W⌉ ≤ 2N in any interval of W (about N for even traffic) | two words | 13.5 / 4.4 | 12.9 / 1.7–2.6 | a smoother cap than the fixed window in O(1) memory, for bursty traffic at window edges |
 /// | [`SlidingLog`] (`sliding-log`) | ≤ N in **any** interval of W, exactly | 16·N bytes (16 MB at N = 10⁶) | 15.6 / 4.9 | 15.2 / 2.1 | a strict backend quota with a modest N |
-/// | [`BucketedWindow`] (`bucketed`) | ≤ N in any B consecutive sub-windows (any interval of W on a sub-window edge); ≤ N + one sub-window's count (≤ 2N) in any interval of W | B + 1 words (88 bytes + a cache line by default) | see `BENCHMARKS.md` | see `BENCHMARKS.md` | a sliding cap for large N, where the log's memory is too much; accuracy W/B |
+/// | [`BucketedWindow`] (`bucketed`) | ≤ N in any B consecutive sub-windows (any interval of W on a sub-window edge); ≤ N + one sub-window's count (≤ 2N) in any interval of W | B + 2 words (96 bytes + a cache line by default) | see `BENCHMARKS.md` | see `BENCHMARKS.md` | a sliding cap for large N, where the log's memory is too much; accuracy W/B |
 ///
 /// Pacing adds two multiplications to the fixed window's and the sliding counter's
 /// decisions, and two divisions and a slot read to the sliding log's; see

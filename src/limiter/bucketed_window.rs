@@ -33,20 +33,33 @@ use crate::sync::{AtomicU64, Ordering};
 /// * **Paced** (the default, see [`Limit`]'s "Pacing"): the ring's sub-windows are also
 ///   the steps of the schedule. In each aligned run of `B` sub-windows (sub-windows
 ///   `k·B ..< (k+1)·B`), by the end of its `i`-th sub-window at most `⌈N·(i+1)/B⌉` are
-///   counted (with `B` sub-windows even when `N < B`). Unpaced, a burst at any time gets
-///   what the last `B` sub-windows left.
+///   counted (with `B` sub-windows even when `N < B`), and beyond its own share
+///   `a(i) − a(i−1)` (`a(i) = ⌈N·(i+1)/B⌉`) sub-window `i` admits only while the
+///   previous run and this one hold fewer than `N` together, or the last `B` sub-windows
+///   nothing. A run after a quiet one catches up on what its early sub-windows left; a
+///   run after a busy one gives each sub-window its share. Without that, permits spent
+///   at once (a process starting part-way into a run) would come back exactly `B`
+///   sub-windows later and be spent at once again, in every run. Under steady overload,
+///   whatever the phase of the first call, every sub-window of every run from the second
+///   whole one on keeps exactly its share when `N ≥ B` (10 % of `N` per sub-window at
+///   the defaults, ± one when `B` does not divide `N`). Traffic that comes in part of
+///   every run only pays for it, as for the [`SlidingLog`](crate::SlidingLog) (see its
+///   "Spread": beyond its rate in the second half of every run only, `N`, then `N/2` and
+///   `0.9·N` in turn). Unpaced, a burst at any time gets what the last `B` sub-windows
+///   left.
 /// * A call whose `now` is older than the newest sub-window (a thread descheduled after
 ///   reading the clock, a clock stepped back) is counted in that newest sub-window,
 ///   stamped at its start, which can only refuse more.
 ///
-/// Memory: `B + 1` words (the head on its own cache line): 88 bytes plus a cache line
-/// by default, 520 at `B = 64`, whatever `N`. Where the exact
+/// Memory: `B + 2` words (the head on its own cache line; the previous run's count):
+/// 96 bytes plus a cache line by default, 528 at `B = 64`, whatever `N`. Where the exact
 /// [`SlidingLog`](crate::SlidingLog) would take `16·N` bytes (16 MB for `N = 10^6`), this
 /// is the sliding choice for large `N`.
 ///
 /// Cost per decision: `B` relaxed loads and a sum, one remainder (the sub-window's place
-/// in its run), and a compare-exchange to admit; a division only when a new sub-window
-/// starts. A refusal writes nothing.
+/// in its run), one more load to catch up beyond a sub-window's share, and a
+/// compare-exchange to admit; a division only when a new sub-window starts (and a second
+/// sum of the ring when a new run does). A refusal writes nothing.
 ///
 /// # Memory ordering
 ///
@@ -62,7 +75,11 @@ use crate::sync::{AtomicU64, Ordering};
 /// `Relaxed` (their order comes from the head). A sub-window that never was the head
 /// has no entry with its index: it counted nothing. A ring entry for the current head
 /// (a partial count published by a move that lost its race) is ignored: the head word
-/// has the count.
+/// has the count. A move into a new run publishes the count of the run before it the
+/// same way (`fetch_max` on a word tagged with the new run, before the `Release` move);
+/// a reader whose tag is not the head's run (a move that lost its race published a later
+/// run's) takes it as `N`, which can only refuse more. Only a sub-window catching up
+/// beyond its share reads it.
 pub struct BucketedWindow<C = MonotonicClock> {
     // Invariant: (sub-window j, count of j ≤ N); j never decreases; every admission
     // counted in (j − B, j] was decided against the exact sum of those counts.
@@ -70,6 +87,9 @@ pub struct BucketedWindow<C = MonotonicClock> {
     // Invariant: slot x % B holds (x, final count of x) for every former head x in
     // (j − B, j), published before the head moved past x.
     ring: Box<[AtomicU64]>,
+    // (run r, the final count of run r − 1), published before the head moved into run r
+    // (a larger word, from a move that lost its race, hides it: read as N).
+    previous: AtomicU64,
     /// `B`.
     buckets: u64,
     /// `s = ⌈W/B⌉` nanoseconds.
@@ -107,6 +127,7 @@ impl<C: Clock> BucketedWindow<C> {
         Self {
             head: CachePadded::new(AtomicU64::new(pack(0, 0))),
             ring: (0..buckets).map(|_| AtomicU64::new(pack(0, 0))).collect(),
+            previous: AtomicU64::new(pack(0, 0)),
             buckets,
             sub_window: window.div_ceil(buckets),
             permits,
@@ -152,12 +173,47 @@ impl<C: Clock> BucketedWindow<C> {
     }
 
     /// Whether one more admission fits in sub-window `j`, given the counts of the
-    /// sub-windows before it (`others`, the sliding sum, and `in_run`, those of its run)
-    /// and its own count `own`.
+    /// sub-windows before it (`others`, the sliding sum, and `in_run`, those of its run),
+    /// its own count `own`, and (read only to catch up beyond the sub-window's share) the
+    /// count of the run before its run.
     #[inline]
-    fn fits(&self, j: u64, own: u64, others: (u64, u64)) -> bool {
-        let place = j % self.buckets;
-        own + others.0 < self.permits && own + others.1 < self.allowance[place as usize]
+    fn fits(&self, j: u64, own: u64, others: (u64, u64), before: impl FnOnce() -> u64) -> bool {
+        let place = (j % self.buckets) as usize;
+        let allowance = self.allowance[place];
+        if own + others.0 >= self.permits || own + others.1 >= allowance {
+            return false;
+        }
+        let share = allowance - place.checked_sub(1).map_or(0, |p| self.allowance[p]);
+        !self.limit.is_paced()
+            || own < share
+            || own + others.0 == 0
+            || before() + others.1 + own < self.permits
+    }
+
+    /// The count of the run before the run of head `j`, as published by the move into
+    /// it: `N` (no catch-up) if a move that lost its race hides it.
+    #[inline]
+    fn previous_run(&self, j: u64) -> u64 {
+        // Relaxed: ordered by the Acquire load of the head, see "Memory ordering".
+        let (run, count) = unpack(self.previous.load(Ordering::Relaxed));
+        if run == j / self.buckets {
+            count
+        } else {
+            self.permits
+        }
+    }
+
+    /// The count of the run before `nj`'s, for a head moving from `j` (count `c`) to `nj`.
+    #[inline]
+    fn run_before(&self, j: u64, c: u64, nj: u64) -> u64 {
+        let (run, next_run) = (j / self.buckets, nj / self.buckets);
+        if next_run == run {
+            self.previous_run(j)
+        } else if next_run == run + 1 {
+            c + self.ring_sums(j, j, j - j % self.buckets).1
+        } else {
+            0
+        }
     }
 
     /// The admissions counted in the `B` sub-windows ending with the one that holds
@@ -197,7 +253,7 @@ impl<C: Clock> BucketedWindow<C> {
                 }
                 pack(j, c + taken)
             } else {
-                self.publish(j, c);
+                self.publish(j, c, newest);
                 pack(newest, taken)
             };
             match self.head.compare_exchange_weak(
@@ -212,11 +268,17 @@ impl<C: Clock> BucketedWindow<C> {
         }
     }
 
-    /// Publishes `count` as the (final, if the head then moves) count of sub-window `j`.
+    /// Publishes `count` as the (final, if the head then moves to `nj`) count of
+    /// sub-window `j`, and for a move into a new run the count of the run before it.
     #[inline]
-    fn publish(&self, j: u64, count: u64) {
-        // Relaxed: ordered before the Release move of the head that follows it.
+    fn publish(&self, j: u64, count: u64, nj: u64) {
+        // Relaxed (both): ordered before the Release move of the head that follows them.
         self.ring[(j % self.buckets) as usize].fetch_max(pack(j, count), Ordering::Relaxed);
+        if nj / self.buckets > j / self.buckets {
+            let before = self.run_before(j, count, nj);
+            self.previous
+                .fetch_max(pack(nj / self.buckets, before), Ordering::Relaxed);
+        }
     }
 
     /// The decision for a call made at `now`: `Some(stamp)` or `None`.
@@ -241,17 +303,18 @@ impl<C: Clock> BucketedWindow<C> {
                 if j >= run_start {
                     run += c;
                 }
-                if !self.fits(nj, 0, (sliding, run)) {
+                if !self.fits(nj, 0, (sliding, run), || self.run_before(j, c, nj)) {
                     return None;
                 }
-                self.publish(j, c);
+                self.publish(j, c, nj);
                 (pack(nj, 1), now)
             } else {
                 if c >= self.permits {
                     return None;
                 }
                 let run_start = j - j % self.buckets;
-                if !self.fits(j, c, self.ring_sums(j, j, run_start)) {
+                let others = self.ring_sums(j, j, run_start);
+                if !self.fits(j, c, others, || self.previous_run(j)) {
                     return None;
                 }
                 // This sub-window, or for a stale `now` the head, stamped at its start.
@@ -305,8 +368,6 @@ impl<C: fmt::Debug> fmt::Debug for BucketedWindow<C> {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use std::collections::VecDeque;
-
     use proptest::prelude::*;
 
     use super::*;
@@ -398,6 +459,13 @@ mod tests {
         // A stale reading counts into the head, stamped at its start.
         clock.set(0);
         assert!(!l.try_acquire());
+        // After a run that kept N, the schedule has released 60 by 1.55 s and the ring
+        // has room for 60, but the sub-window keeps its own share only.
+        clock.set(1_550_000_000);
+        assert_eq!((0..1000).filter(|_| l.try_acquire()).count(), 10);
+        // After a quiet run, the catch-up is back: all N in the last sub-window.
+        clock.set(3_950_000_000);
+        assert_eq!((0..1000).filter(|_| l.try_acquire()).count(), 100);
     }
 
     #[test]
@@ -405,12 +473,25 @@ mod tests {
         let (l, clock) = limiter(100, true);
         clock.set(3 * W);
         assert_eq!((0..20).filter(|_| l.try_acquire()).count(), 10);
-        let head = l.head.load(Ordering::Relaxed);
-        let ring: Vec<u64> = l.ring.iter().map(|a| a.load(Ordering::Relaxed)).collect();
+        let words = |l: &BucketedWindow<ManualClock>| {
+            let mut words: Vec<u64> = l.ring.iter().map(|a| a.load(Ordering::Relaxed)).collect();
+            words.extend([&*l.head, &l.previous].map(|a| a.load(Ordering::Relaxed)));
+            words
+        };
+        let before = words(&l);
         assert!((0..1000).all(|_| !l.try_acquire()));
-        assert_eq!(l.head.load(Ordering::Relaxed), head);
-        let after: Vec<u64> = l.ring.iter().map(|a| a.load(Ordering::Relaxed)).collect();
-        assert_eq!(ring, after);
+        assert_eq!(words(&l), before);
+        // Refused on the catch-up path (a sub-window past its share in a run after one
+        // that kept N): still nothing written.
+        for tenth in 1..10 {
+            clock.set(3 * W + tenth * W / 10);
+            assert_eq!((0..20).filter(|_| l.try_acquire()).count(), 10);
+        }
+        clock.set(4 * W + W / 2);
+        assert_eq!((0..20).filter(|_| l.try_acquire()).count(), 10);
+        let before = words(&l);
+        assert!((0..1000).all(|_| !l.try_acquire()));
+        assert_eq!(words(&l), before);
     }
 
     #[test]
@@ -435,32 +516,42 @@ mod tests {
         sub: u64,
         paced: bool,
         newest: u64,
-        admitted: VecDeque<u64>,
+        /// Every admission's sub-window.
+        admitted: Vec<u64>,
     }
 
     impl Reference {
         fn admit(&mut self, now: u64) -> bool {
             // The newest sub-window is the newest admission's (a refusal moves nothing).
             let j = (now / self.sub).max(self.newest);
-            while self
-                .admitted
-                .front()
-                .is_some_and(|&x| x + self.buckets <= j)
-            {
-                self.admitted.pop_front();
-            }
-            let run_start = j - j % self.buckets;
-            let in_run = self.admitted.iter().filter(|&&x| x >= run_start).count() as u64;
-            let place = j % self.buckets;
-            let allowance = if self.paced {
-                (self.permits * (place + 1)).div_ceil(self.buckets)
-            } else {
-                self.permits
+            // Counted, not popped: a refused call can see a later sub-window than the
+            // next call, whose `j` falls back to the newest admission's.
+            let count = |keep: &dyn Fn(u64) -> bool| {
+                self.admitted.iter().filter(|&&x| keep(x)).count() as u64
             };
-            let ok = (self.admitted.len() as u64) < self.permits && in_run < allowance;
+            let b = self.buckets;
+            let sliding = count(&|x| x + b > j);
+            let run_start = j - j % b;
+            let in_run = count(&|x| x >= run_start);
+            let place = j % b;
+            let a = |i: u64| {
+                if self.paced {
+                    (self.permits * i).div_ceil(b)
+                } else {
+                    self.permits
+                }
+            };
+            let (allowance, share) = (a(place + 1), a(place + 1) - a(place));
+            // Paced: its share, or catching up after a quiet run (or a quiet `B`).
+            let previous = count(&|x| x + b >= run_start && x < run_start);
+            let caught_up = !self.paced
+                || count(&|x| x == j) < share
+                || sliding == 0
+                || previous + in_run < self.permits;
+            let ok = sliding < self.permits && in_run < allowance && caught_up;
             if ok {
                 self.newest = j;
-                self.admitted.push_back(j);
+                self.admitted.push(j);
             }
             ok
         }
@@ -487,7 +578,7 @@ mod tests {
                 sub: W.div_ceil(u64::from(sub_windows)),
                 paced,
                 newest: 0,
-                admitted: VecDeque::new(),
+                admitted: Vec::new(),
             };
             let mut now = 0u64;
             let mut stamps = Vec::new();
@@ -591,6 +682,51 @@ mod loom_tests {
             check_ring(&stamps, W / 2, 2, 2);
             assert!(stamps.iter().filter(|&&s| s < W / 2).count() <= 1);
             assert_eq!(stamps.len(), 2, "{stamps:?}");
+        });
+    }
+
+    /// Paced, N = 2 over two sub-windows: one admission in sub-window 1 (run 0), then a
+    /// worker calling in sub-window 1 (a catch-up after a quiet run: admitted) and in
+    /// sub-window 5 (place 1 of run 2), while another calls in sub-window 5. The ring has
+    /// room for two there, but the move into run 2 publishes run 1's count (none), and
+    /// the moves into runs 1 and 2 that of the run before: whichever worker makes them
+    /// and in whatever order, run 2 catches up only if run 1 kept fewer than N.
+    #[test]
+    fn paced_new_run_sees_the_previous_runs_count() {
+        model(2, || {
+            let l = limiter(2, 2, true);
+            assert!(l.acquire_at(W / 2).is_some());
+            let stamps = stamps_of(
+                &l,
+                2,
+                |i| {
+                    if i == 0 {
+                        vec![W / 2 + 1, 2 * W + W / 2]
+                    } else {
+                        vec![2 * W + W / 2 + 1]
+                    }
+                },
+                |l, t| l.acquire_at(t),
+            );
+            let mut all = stamps.clone();
+            all.push(W / 2);
+            check_ring(&all, W / 2, 2, 2);
+            assert_eq!(stamps.iter().filter(|&&s| s >= W).count(), 2, "{stamps:?}");
+        });
+    }
+
+    /// As above, with run 1 busy: one admission in each of its sub-windows (2 and 3),
+    /// then two workers in sub-window 5 (place 1 of run 2): the ring has room for two
+    /// (sub-window 3 has left it) and the schedule has released two, but run 1 kept N,
+    /// so sub-window 5 keeps its share, one, whichever worker moves the head.
+    #[test]
+    fn paced_run_after_a_busy_run_keeps_its_share() {
+        model(2, || {
+            let l = limiter(2, 2, true);
+            assert!(l.acquire_at(W).is_some());
+            assert!(l.acquire_at(W + W / 2).is_some());
+            let stamps = stamps_of(&l, 2, |i| vec![2 * W + W / 2 + i], |l, t| l.acquire_at(t));
+            assert_eq!(stamps.len(), 1, "{stamps:?}");
         });
     }
 }

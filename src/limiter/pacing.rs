@@ -68,14 +68,32 @@ impl Pacer {
         quotient as u64 * self.step_len
     }
 
-    /// `a(i)` for the step holding `offset`: the most admissions the window may have
-    /// counted by the end of that step. Divides (for the limiters that cannot count
-    /// the window's admissions in one word: the sliding log).
+    /// The step holding `offset`: where it starts, `a(i)` (the most admissions the
+    /// window may have counted by its end) and its own share `a(i) − a(i − 1)`.
+    /// Divides (for the limiters that cannot count the window's admissions in one word:
+    /// the sliding log).
     #[inline]
-    pub(crate) fn allowance_at(&self, offset: u64) -> u64 {
+    pub(crate) fn step_at(&self, offset: u64) -> Step {
         let step = (offset / self.step_len).min(self.steps - 1);
-        (self.permits * (step + 1)).div_ceil(self.steps)
+        let before = (self.permits * step).div_ceil(self.steps);
+        let allowance = (self.permits * (step + 1)).div_ceil(self.steps);
+        Step {
+            start: step * self.step_len,
+            allowance,
+            share: allowance - before,
+        }
     }
+}
+
+/// One step of a [`Pacer`]'s schedule (see [`Pacer::step_at`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Step {
+    /// Its offset into the window.
+    pub(crate) start: u64,
+    /// `a(i)`: the most admissions counted in the window by the step's end.
+    pub(crate) allowance: u64,
+    /// `a(i) − a(i − 1)`: what the schedule releases in this step alone.
+    pub(crate) share: u64,
 }
 
 #[cfg(all(test, not(loom)))]
@@ -138,7 +156,7 @@ mod tests {
         let p = pacer(100, 1_000_000_000, 1);
         assert!(!p.is_paced());
         assert_eq!(p.earliest(99), 0);
-        assert_eq!(p.allowance_at(0), 100);
+        assert_eq!(p.step_at(0).allowance, 100);
         // One permit: nothing to pace.
         assert!(!pacer(1, 1_000_000_000, 10).is_paced());
     }
@@ -149,15 +167,32 @@ mod tests {
         assert_eq!(p.earliest(9), 0);
         assert_eq!(p.earliest(10), 100_000_000);
         assert_eq!(p.earliest(99), 900_000_000);
-        assert_eq!(p.allowance_at(0), 10);
-        assert_eq!(p.allowance_at(999_999_999), 100);
+        let first = Step {
+            start: 0,
+            allowance: 10,
+            share: 10,
+        };
+        assert_eq!(p.step_at(0), first);
+        let last = Step {
+            start: 900_000_000,
+            allowance: 100,
+            share: 10,
+        };
+        assert_eq!(p.step_at(999_999_999), last);
         // The last step takes the remainder of a window that B does not divide.
         let odd = pacer(10, 1_000_000_009, 10);
-        assert_eq!(odd.allowance_at(1_000_000_008), 10);
+        assert_eq!(odd.step_at(1_000_000_008).allowance, 10);
+        assert_eq!(odd.step_at(1_000_000_008).start, 900_000_000);
+        // Shares of a limit that B does not divide: 2, 1, 2, 1, ...
+        let uneven = pacer(15, 1_000_000_000, 10);
+        let shares: Vec<u64> = (0..10)
+            .map(|i| uneven.step_at(i * 100_000_000).share)
+            .collect();
+        assert_eq!(shares, [2, 1, 2, 1, 2, 1, 2, 1, 2, 1]);
     }
 
     proptest! {
-        /// `earliest` and `allowance_at` are the same schedule: the admission after
+        /// `earliest` and `step_at` are the same schedule: the admission after
         /// `count` may be made at `offset` iff `count` is under the allowance there.
         #[test]
         fn earliest_and_allowance_agree(
@@ -172,7 +207,7 @@ mod tests {
             let offset = ((window as f64 * offset_frac) as u64).min(window - 1);
             let by_earliest = offset >= p.earliest(count);
             prop_assert_eq!(by_earliest, allowed(&p, count, offset));
-            prop_assert_eq!(by_earliest, count < p.allowance_at(offset));
+            prop_assert_eq!(by_earliest, count < p.step_at(offset).allowance);
         }
     }
 }

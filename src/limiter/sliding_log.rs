@@ -27,14 +27,34 @@ use crate::sync::{AtomicU64, Ordering};
 ///   in `(now − W, now]`) when the calls' clock readings arrive in order. When they do
 ///   not (a thread descheduled between reading the clock and admitting, or a clock
 ///   stepped backwards), it can only refuse more, never admit more.
-/// * Paced (the default, see [`Limit`]'s "Pacing"), it also refuses a call in sub-window
-///   `i` of its aligned window `[k·W, (k+1)·W)` once `⌈N·(i+1)/B⌉` admissions are stamped
-///   in that window (it reads the stamp of admission `next − ⌈N·(i+1)/B⌉`): the
-///   schedule holds exactly when readings arrive in order; a reading that arrives late
-///   (older than an admission already recorded) can let a sub-window pass its allowance
-///   by one per such straggler. The sliding cap above is unaffected. This check divides
-///   twice (the window and the sub-window holding `now`), where the unpaced log divides
-///   once (its slot).
+/// * Paced (the default, see [`Limit`]'s "Pacing"), a call in step `i` of its aligned
+///   window `[k·W, (k+1)·W)` (the schedule's `B` steps, `a(i) = ⌈N·(i+1)/B⌉`) is also
+///   refused once `a(i)` admissions are stamped in that window, and beyond the step's own
+///   share `a(i) − a(i−1)` it is admitted only while fewer than `N` are stamped since the
+///   *previous* window's start `(k−1)·W`, or none in `(now − W, now]`. So a window after a
+///   quiet one (or after a gap of `W`) catches up on what its early steps left, as the
+///   fixed window does, while a window after a busy one gives each step its share: the
+///   permits a catch-up spends at once come back exactly `W` later and, let through
+///   again, would replay the burst in every window. See "Spread" below.
+///
+///   The schedule holds exactly when readings arrive in order; a reading that arrives
+///   late (older than an admission already recorded) can let a step pass its allowance
+///   or its share by one per such straggler. The sliding cap above is unaffected. This
+///   check divides twice (the window and the step holding `now`) and reads one slot
+///   more than the unpaced log (which divides once, for its slot): two more after a
+///   window that kept `N`, three past the step's share there.
+///
+/// # Spread
+///
+/// Under steady overload (every step offered more than its share), whatever the phase
+/// of the first call, every step of every aligned window from the second whole one on
+/// keeps exactly its share: at the defaults (`B = 10`) every tenth holds 10 % of the
+/// window's `N`, ± one trace when `B` does not divide `N`. The price is traffic that
+/// comes in part of every window only: it keeps `N` in a window after a quiet one, but
+/// after a window that kept `N` only the shares of the steps it comes in. Offered
+/// beyond its rate in the second half of every window only, it keeps `N` in its first
+/// window, then `N/2` and `0.9·N` in turn (70 % of `N` on average, where the fixed
+/// window keeps `N`); confined to the last tenth, `N` then `N/10` and `0.9·N` in turn.
 ///
 /// Memory: `16·N` bytes (a sequence number and a timestamp per permit) plus a cache line.
 /// At [`Limit::MAX_PERMITS`] the log takes 64 MiB.
@@ -136,27 +156,52 @@ impl<C: Clock> SlidingLog<C> {
         &self.slots[(admission % self.permits) as usize]
     }
 
-    /// Whether the schedule has released admission `k` at `now`: whether fewer than the
-    /// allowance `a` of `now`'s sub-window are stamped in its aligned window, that is
-    /// whether admission `k − a` (if any) is stamped before the window's start.
+    /// Whether admission `admission` is published with a stamp before `bound` (one still
+    /// being written is "now", not before; one whose slot a newer admission took is not
+    /// known, so not before either: the caller then looks at `next` again).
     #[inline]
-    fn paced_at(&self, now: u64, k: u64) -> Paced {
+    fn stamped_before(&self, admission: u64, bound: u64) -> bool {
+        let slot = self.slot(admission);
+        // Acquire (both): as for the oldest slot in `admit_at`.
+        slot.seq.load(Ordering::Acquire) == admission + 1
+            && slot.stamp.load(Ordering::Acquire) < bound
+    }
+
+    /// Whether the schedule has released admission `k` at `now`, in step `i` of the
+    /// aligned window that starts at `start` (see "Guarantee" on the type), given the
+    /// stamp of admission `k − N` (`None`: fewer than `N` admissions ever). Slot reads:
+    /// admission `k − a(i)` (`a(i)` already in this window?), then only past the step's
+    /// share admission `k − share`, and only if that fails too admission `k − 1`.
+    #[inline]
+    fn paced_at(&self, now: u64, k: u64, oldest: Option<u64>) -> Paced {
         if !self.pacer.is_paced() {
             return Paced::Released;
         }
         let start = window_index(now, self.window).saturating_mul(self.window);
-        let allowance = self.pacer.allowance_at(now - start);
-        let Some(earlier) = k.checked_sub(allowance) else {
-            return Paced::Released; // fewer than `allowance` admissions ever
-        };
-        let slot = self.slot(earlier);
-        // Acquire (both): as for the oldest slot in `acquire_at`.
-        let seq = slot.seq.load(Ordering::Acquire);
-        if seq == earlier + 1 && slot.stamp.load(Ordering::Acquire) < start {
-            return Paced::Released;
+        let step = self.pacer.step_at(now - start);
+        let counted_all = k
+            .checked_sub(step.allowance)
+            .is_some_and(|earlier| !self.stamped_before(earlier, start));
+        if counted_all {
+            return self.held(k);
         }
-        // Being written (it is "now", in the window), stamped in the window, or
-        // overwritten by a newer admission: hold, unless our `k` was stale.
+        // Fewer than N stamped since the previous window's start (none of them before
+        // the first window).
+        let quiet = oldest.is_none_or(|stamp| stamp < start.saturating_sub(self.window));
+        let released = quiet
+            || k.checked_sub(step.share)
+                .is_none_or(|e| self.stamped_before(e, start + step.start))
+            || self.stamped_before(k - 1, (now + 1).saturating_sub(self.window));
+        if released {
+            Paced::Released
+        } else {
+            self.held(k)
+        }
+    }
+
+    /// Held, unless our `k` was stale.
+    #[inline]
+    fn held(&self, k: u64) -> Paced {
         // Relaxed: see "Memory ordering" on the type.
         let latest = self.next.load(Ordering::Relaxed);
         if latest != k {
@@ -172,6 +217,35 @@ impl<C: Clock> SlidingLog<C> {
         self.admit_at(now, true)
     }
 
+    /// The stamp of admission `k − N` (`k ≥ N`) if it has left the window of `now`;
+    /// `Err(None)` if it has not (or is still being written: it is "now"), and
+    /// `Err(Some(next))` if `next` moved on from `k` meanwhile.
+    #[inline(always)]
+    fn oldest_left(&self, now: u64, k: u64) -> Result<u64, Option<u64>> {
+        let slot = self.slot(k);
+        // Acquire: pairs with the Release store of admission k - N's writer, so the stamp
+        // read below is the one it wrote.
+        let published = slot.seq.load(Ordering::Acquire) == k - self.permits + 1;
+        // Acquire: pairs with the Release store of the stamp, so that if this is the
+        // stamp of a newer admission (one that claimed `k` since we read the sequence),
+        // its claim of `next` is visible to the load below.
+        let oldest = if published {
+            slot.stamp.load(Ordering::Acquire)
+        } else {
+            u64::MAX
+        };
+        // Inside (now - W, now], in our future (a stale or backward `now`), or still
+        // being written (it is "now").
+        if published && now >= oldest.saturating_add(self.window) {
+            return Ok(oldest);
+        }
+        // Relaxed: see "Memory ordering" on the type.
+        let latest = self.next.load(Ordering::Relaxed);
+        // Someone claimed `k` meanwhile: the stamp may be theirs, not admission k - N's.
+        // Look again rather than refuse on it.
+        Err((latest != k).then_some(latest))
+    }
+
     /// An admission at `now` if the last window has room and, when `paced`, the
     /// schedule has released it.
     #[inline(always)]
@@ -179,36 +253,20 @@ impl<C: Clock> SlidingLog<C> {
         // Relaxed on `next`: see "Memory ordering" on the type.
         let mut k = self.next.load(Ordering::Relaxed);
         loop {
-            if k >= self.permits {
-                let slot = self.slot(k);
-                // Acquire: pairs with the Release store of admission k - N's writer, so
-                // the stamp read below is the one it wrote.
-                if slot.seq.load(Ordering::Acquire) != k - self.permits + 1 {
-                    let latest = self.next.load(Ordering::Relaxed);
-                    if latest != k {
+            let oldest = if k >= self.permits {
+                match self.oldest_left(now, k) {
+                    Ok(oldest) => Some(oldest),
+                    Err(Some(latest)) => {
                         k = latest; // our k was stale: look again
                         continue;
                     }
-                    return None; // admission k - N is still being written: it is "now"
+                    Err(None) => return None,
                 }
-                // Acquire: pairs with the Release store of the stamp, so that if this is
-                // the stamp of a newer admission (one that claimed `k` since we read the
-                // sequence), its claim of `next` is visible to the load below.
-                let oldest = slot.stamp.load(Ordering::Acquire);
-                // Inside (now - W, now], or in our future (a stale or backward `now`).
-                if now < oldest.saturating_add(self.window) {
-                    let latest = self.next.load(Ordering::Relaxed);
-                    if latest != k {
-                        // Someone claimed `k` meanwhile: the stamp may be theirs, not
-                        // admission k - N's. Look again rather than refuse on it.
-                        k = latest;
-                        continue;
-                    }
-                    return None;
-                }
-            }
+            } else {
+                None
+            };
             match if paced {
-                self.paced_at(now, k)
+                self.paced_at(now, k, oldest)
             } else {
                 Paced::Released
             } {
@@ -262,7 +320,6 @@ impl<C: fmt::Debug> fmt::Debug for SlidingLog<C> {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use std::collections::VecDeque;
     use std::time::Duration;
 
     use proptest::prelude::*;
@@ -281,11 +338,16 @@ mod tests {
         )
     }
 
-    #[test]
-    fn paced_releases_a_tenth_per_tenth_of_the_aligned_window() {
+    /// Paced, 100 per second.
+    fn hundred_paced() -> (SlidingLog<ManualClock>, ManualClock) {
         let clock = ManualClock::new();
         let limit = Limit::per_window(100, Duration::from_secs(1)).unwrap();
-        let l = SlidingLog::with_clock(limit, clock.clone());
+        (SlidingLog::with_clock(limit, clock.clone()), clock)
+    }
+
+    #[test]
+    fn paced_releases_a_tenth_per_tenth_of_the_aligned_window() {
+        let (l, clock) = hundred_paced();
         assert_eq!((0..1000).filter(|_| l.try_acquire()).count(), 10);
         clock.set(550_000_000);
         assert_eq!((0..1000).filter(|_| l.try_acquire()).count(), 50);
@@ -299,9 +361,33 @@ mod tests {
         // at 0.55 s and 1 s − 1 ns, plus these 10.
         clock.set(1_099_999_999);
         assert!(!l.try_acquire());
-        // At 1.55 s the 50 of 0.55 s leave, and the schedule has released 60.
+        // At 1.55 s the 50 of 0.55 s leave, and the schedule has released 60, but the
+        // window before kept N: the step keeps its own share, no catch-up.
         clock.set(1_550_000_000);
-        assert_eq!((0..1000).filter(|_| l.try_acquire()).count(), 50);
+        assert_eq!((0..1000).filter(|_| l.try_acquire()).count(), 10);
+        // After a quiet window, the catch-up is back: all N in the last tenth.
+        clock.set(3_950_000_000);
+        assert_eq!((0..1000).filter(|_| l.try_acquire()).count(), 100);
+    }
+
+    #[test]
+    fn refusals_past_the_share_after_a_busy_window_write_nothing() {
+        let (l, clock) = hundred_paced();
+        clock.set(900_000_000);
+        assert_eq!((0..1000).filter(|_| l.try_acquire()).count(), 100);
+        // Window 1, last tenth: the 100 of 0.9 s have left, the schedule has released
+        // all, the step keeps its share, then refuses on the catch-up path.
+        clock.set(1_950_000_000);
+        assert_eq!((0..10).filter(|_| l.try_acquire()).count(), 10);
+        let words = |l: &SlidingLog<ManualClock>| {
+            let slots = l.slots.iter().flat_map(|s| [&s.seq, &s.stamp]);
+            let mut words: Vec<u64> = slots.map(|a| a.load(Ordering::Relaxed)).collect();
+            words.push(l.next.load(Ordering::Relaxed));
+            words
+        };
+        let before = words(&l);
+        assert!((0..1000).all(|_| !l.try_acquire()));
+        assert_eq!(words(&l), before);
     }
 
     #[test]
@@ -347,19 +433,24 @@ mod tests {
             let l = SlidingLog::with_clock(limit, clock.clone());
             let b = u64::from(if paced { permits.min(10) } else { 1 });
             let n = u64::from(permits);
-            let mut log: VecDeque<u64> = VecDeque::new();
+            // Every admission (the reference looks a window further back than the log).
+            let mut log: Vec<u64> = Vec::new();
             let mut now = 0u64;
             for d in deltas {
                 now += d * 1_000_000;
                 clock.set(now);
-                while log.front().is_some_and(|&t| t + window <= now) {
-                    log.pop_front();
-                }
+                let count = |from: u64| log.iter().filter(|&&t| t >= from).count() as u64;
+                let sliding = log.iter().filter(|&&t| t + window > now).count() as u64;
                 let start = now / window * window;
-                let in_aligned = log.iter().filter(|&&t| t >= start).count() as u64;
-                let sub = ((now - start) / (window / b)).min(b - 1);
-                let expect = log.len() < permits as usize && in_aligned * b < n * (sub + 1);
-                if expect { log.push_back(now); }
+                let step_len = window / b;
+                let sub = ((now - start) / step_len).min(b - 1);
+                let (allowance, before) = ((n * (sub + 1)).div_ceil(b), (n * sub).div_ceil(b));
+                let scheduled = count(start) < allowance
+                    && (count(start + sub * step_len) < allowance - before
+                        || count(start.saturating_sub(window)) < n
+                        || sliding == 0);
+                let expect = sliding < n && (b == 1 || scheduled);
+                if expect { log.push(now); }
                 prop_assert_eq!(l.try_acquire(), expect);
             }
         }
@@ -373,7 +464,7 @@ mod loom_tests {
 
     use super::*;
     use crate::clock::ManualClock;
-    use crate::limiter::loom_support::{check_per_window, model, stamps_in_windows};
+    use crate::limiter::loom_support::{check_per_window, model, stamps_in_windows, stamps_of};
 
     const W: u64 = 1_000_000_000;
 
@@ -439,5 +530,20 @@ mod loom_tests {
     #[test]
     fn paced_two_workers_exhaustive() {
         run(2, 2, true, &[W / 4, W / 4, 3 * W / 4]);
+    }
+
+    /// Paced, N = 2 in two steps: window 0 kept both (stamped at W/2), then two workers
+    /// call in step 1 of window 1 (W/2 later). The log has room for two there and the
+    /// schedule has released two, but after a window that kept N a step keeps its
+    /// share: exactly one, whatever the interleaving (before, both).
+    #[test]
+    fn paced_after_a_window_that_kept_n_a_step_takes_its_share() {
+        model(2, || {
+            let l = limiter(2, true);
+            assert!(l.acquire_at(W / 2).is_some() && l.acquire_at(W / 2).is_some());
+            let times = |i: u64| vec![W + W / 2 + i];
+            let stamps = stamps_of(&l, 2, times, SlidingLog::acquire_at);
+            assert_eq!(stamps.len(), 1, "{stamps:?}");
+        });
     }
 }

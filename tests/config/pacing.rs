@@ -98,3 +98,39 @@ fn paced_without_a_limit_with_a_probability_or_on_a_fleet_limit_is_an_error() {
         SamplingConfig::from_toml_str("[default]\nrate = 1.0\npaced = \"no\"\n", "p.toml").is_err()
     );
 }
+
+/// Issue 17, item 4, through a rule file: a process that starts part-way into a window
+/// keeps its kept traces spread from the second whole window on, with every `algorithm`
+/// a rule can name (before, `sliding-log` and `bucketed` replayed their first catch-up
+/// in every window: from 0.55 W, 70 of every 100 in two tenths).
+#[test]
+fn a_start_part_way_into_a_window_stays_spread_for_every_algorithm() {
+    const W: u64 = 1_000_000_000;
+    for name in ["fixed", "sliding", "sliding-log", "bucketed"] {
+        for phase in [0.0, 0.35, 0.55, 0.95] {
+            let text = format!("[default]\nlimit = 100\nwindow = \"1s\"\nalgorithm = \"{name}\"\n");
+            let config = SamplingConfig::from_toml_str(&text, "p.toml").unwrap();
+            let clock = ManualClock::new();
+            let s = RuleBasedSampler::with_clock(&config, "svc", clock.clone()).unwrap();
+            let start = 2 * W + (phase * W as f64) as u64;
+            // One root every millisecond: 10 × N per window, for six windows.
+            let kept: Vec<u64> = (0..6_000u64)
+                .map(|ms| start + ms * 1_000_000)
+                .filter(|&now| {
+                    clock.set(now);
+                    let id = TraceId::from(u128::from(now));
+                    s.should_sample(None, id, "op", &SpanKind::Server, &[], &[])
+                        .decision
+                        == SamplingDecision::RecordAndSample
+                })
+                .collect();
+            for k in start.div_ceil(W) + 1..start / W + 6 {
+                let mut tenths = [0u32; 10];
+                for t in kept.iter().filter(|&&t| t / W == k) {
+                    tenths[((t % W) / (W / 10)) as usize] += 1;
+                }
+                assert_eq!(tenths, [10; 10], "{name} from phase {phase}: window {k}");
+            }
+        }
+    }
+}

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::support::{assert_at_most_per_window, hammer, per_window};
+use crate::support::{assert_at_most_per_window, assert_sliding_at_most, hammer, per_window};
 use otel_rate_sampler::{Algorithm, AnyLimiter, Limit, ManualClock, PreciseClock, RateLimiter};
 
 const W: u64 = 1_000_000_000;
@@ -157,6 +157,156 @@ fn many_threads_on_the_real_clock_never_pass_the_cap_nor_the_schedule() {
         assert!(admitted.len() >= 3, "{what}: {admitted:?}");
         if algorithm != Algorithm::SlidingLog {
             assert_schedule(&stamps, limit, &what);
+        }
+    }
+}
+
+/// The phases of a window at which the steady-overload tests start their clocks (the
+/// issue's four, and a few between).
+const PHASES: [f64; 7] = [0.0, 0.1, 0.35, 0.37, 0.55, 0.9, 0.95];
+
+/// The stamps kept by `algorithm` under `per_ms` calls every millisecond (`per_ms`·10 × N
+/// per window) from `3·W + phase·W` (three idle windows first) for `windows` windows.
+fn steady_overload(
+    algorithm: Algorithm,
+    limit: Limit,
+    phase: f64,
+    per_ms: usize,
+    windows: u64,
+) -> (Vec<u64>, u64) {
+    let (l, clock) = limiter(algorithm, limit);
+    let start = 3 * W + (phase * W as f64) as u64;
+    let mut stamps = Vec::new();
+    for ms in 0..windows * 1000 {
+        clock.set(start + ms * 1_000_000);
+        stamps.extend((0..per_ms).filter_map(|_| l.acquire_stamped()));
+    }
+    (stamps, start)
+}
+
+/// Kept stamps per step (`steps` to a window) of each window from the `from`-th whole one
+/// after `start` (1: the first) to the last whole one, keyed by the window.
+fn steps_of_whole_windows(
+    stamps: &[u64],
+    start: u64,
+    from: u64,
+    steps: u64,
+) -> Vec<(u64, Vec<u64>)> {
+    let first = start.div_ceil(W) + from - 1;
+    let end = stamps.iter().max().map_or(0, |s| s / W);
+    let mut windows: Vec<(u64, Vec<u64>)> =
+        (first..end).map(|k| (k, vec![0; steps as usize])).collect();
+    for s in stamps.iter().filter(|&&s| s / W >= first && s / W < end) {
+        let step = ((s % W) / (W / steps)).min(steps - 1);
+        windows[(s / W - first) as usize].1[step as usize] += 1;
+    }
+    windows
+}
+
+/// Issue 17, item 4: under steady overload, every tenth of every window from the second
+/// whole window on holds 10 % ± 3 % of the kept traces (here exactly its 10), whatever
+/// the phase of the start, for all four algorithms; and the cap holds (per aligned
+/// window for all, in any interval of W for the sliding log, in any B consecutive
+/// sub-windows for the bucketed window). Before, a sliding log or a bucketed window
+/// started part-way into a window replayed its first catch-up in every later window
+/// (from 0.55 W: 50 + 20 in the sixth and seventh tenths, nothing in the first five).
+#[test]
+fn steady_overload_spreads_every_window_whatever_the_phase_of_the_start() {
+    let mut failures = Vec::new();
+    for algorithm in Algorithm::ALL {
+        for phase in PHASES {
+            let (stamps, start) = steady_overload(algorithm, hundred_per_second(), phase, 1, 8);
+            let what = format!("{algorithm} from phase {phase}");
+            assert_at_most_per_window(&stamps, W, N as usize, &what);
+            match algorithm {
+                Algorithm::SlidingLog => assert_sliding_at_most(&stamps, W, N as usize, &what),
+                Algorithm::BucketedWindow => {
+                    let sub: Vec<u64> = stamps.iter().map(|s| s / (W / 10)).collect();
+                    assert_sliding_at_most(&sub, 10, N as usize, &what);
+                }
+                _ => {}
+            }
+            let windows = steps_of_whole_windows(&stamps, start, 2, 10);
+            assert!(windows.len() >= 5, "{what}: {windows:?}");
+            for (k, tenths) in windows {
+                let kept: u64 = tenths.iter().sum();
+                let spread = tenths
+                    .iter()
+                    .all(|&t| (0.07..=0.13).contains(&(t as f64 / kept as f64)));
+                if kept < 95 || !spread {
+                    failures.push(format!("{what}: window {k} kept {kept}: {tenths:?}"));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The price the sliding kinds pay (their "Spread" docs): traffic beyond the rate that
+/// comes only in part of every window keeps N in its first window, then, after a window
+/// that kept N, only the shares of the tenths it comes in, and catches up again in the
+/// window after: second half only, 100 then 50 and 90 in turn; last tenth only, 100
+/// then 10 and 90. The window-count kinds keep N in every window.
+#[test]
+fn part_window_traffic_keeps_what_the_sliding_kinds_document() {
+    for algorithm in Algorithm::ALL {
+        for (from_tenth, sliding_kept) in [
+            (5, [100, 50, 90, 50, 90, 50]),
+            (9, [100, 10, 90, 10, 90, 10]),
+        ] {
+            let (l, clock) = limiter(algorithm, hundred_per_second());
+            let mut kept = [0; 6];
+            for (k, kept) in kept.iter_mut().enumerate() {
+                for ms in from_tenth * 100..1000 {
+                    clock.set((3 + k as u64) * W + ms * 1_000_000);
+                    *kept += offer(&l, 2);
+                }
+            }
+            let expected = match algorithm {
+                Algorithm::SlidingLog | Algorithm::BucketedWindow => sliding_kept,
+                _ => [100; 6],
+            };
+            assert_eq!(kept, expected, "{algorithm} from tenth {from_tenth}");
+        }
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+    /// The guarantee as the docs state it, for any N, B (dividing the window) and phase
+    /// of the start: under steady overload (two calls every millisecond), from the second
+    /// whole window on (the fixed window: from the first), every step of the fixed window,
+    /// the sliding log and the bucketed window (for N ≥ B) keeps exactly its share
+    /// `⌈N·(i+1)/B⌉ − ⌈N·i/B⌉`.
+    #[test]
+    fn every_step_keeps_exactly_its_share_from_the_second_whole_window_on(
+        permits in 1u32..400,
+        b in proptest::sample::select(vec![2u32, 4, 5, 8, 10, 16, 20, 25, 32, 40, 50, 64]),
+        phase in 0.0f64..1.0,
+    ) {
+        let limit = Limit::per_window(permits, Duration::from_nanos(W))
+            .unwrap()
+            .with_sub_windows(b)
+            .unwrap();
+        for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingLog, Algorithm::BucketedWindow] {
+            // The log and the fixed window pace in min(B, N) steps; the bucketed window
+            // in B sub-windows, and gives a step its exact share only when N ≥ B.
+            let steps = match algorithm {
+                Algorithm::BucketedWindow if permits < b => continue,
+                Algorithm::BucketedWindow => b,
+                _ => b.min(permits),
+            };
+            let (stamps, start) = steady_overload(algorithm, limit, phase, 2, 6);
+            assert_at_most_per_window(&stamps, W, permits as usize, &format!("{algorithm}"));
+            let (n, steps) = (u64::from(permits), u64::from(steps));
+            let from = if algorithm == Algorithm::FixedWindow { 1 } else { 2 };
+            for (k, kept) in steps_of_whole_windows(&stamps, start, from, steps) {
+                let shares: Vec<u64> = (0..steps)
+                    .map(|i| (n * (i + 1)).div_ceil(steps) - (n * i).div_ceil(steps))
+                    .collect();
+                proptest::prop_assert_eq!(&kept, &shares, "{} window {}", algorithm, k);
+            }
         }
     }
 }

@@ -454,31 +454,12 @@ fn the_default_run_spreads_kept_traces_and_unpaced_front_loads_them() {
     );
 }
 
-/// The issue's "done when", seen by a collector: through `tracing` and OTLP, every
-/// tenth of each whole 1 s window of 100 holds a handful of the kept roots, not all of
-/// them (the demo's windows are aligned on Unix time, as the spans' start times are).
-#[test]
-fn a_real_collector_sees_kept_traces_spread_across_each_window() {
-    let receiver = Receiver::start();
-    let url = receiver.grpc_endpoint();
-    let args = [
-        "--duration",
-        "3s",
-        "--window",
-        "1s",
-        "--limit",
-        "100",
-        "--threads",
-        "2",
-        "--via",
-        "tracing",
-        "--otlp",
-        &url,
-    ];
-    let output = demo_run::run_demo(&args, &[], Duration::from_secs(30));
-    assert!(output.status.success(), "{}", stderr(&output));
-    let summary = summary(&output);
-    assert_eq!(summary["exported"], summary["sampled"], "{summary}");
+/// What the demo's clock can move across a tenth's edge at 100 per 1 s: a tenth's share
+/// (one burst), and 2 roots.
+const SHIFT: u64 = 12;
+
+/// Kept roots per tenth of each 1 s window (Unix time), from the spans a receiver got.
+fn roots_per_tenth(receiver: &Receiver) -> Vec<(u64, [u64; 10])> {
     let mut per_window: std::collections::BTreeMap<u64, [u64; 10]> = Default::default();
     for span in receiver
         .spans()
@@ -491,38 +472,87 @@ fn a_real_collector_sees_kept_traces_spread_across_each_window() {
         );
         per_window.entry(window).or_default()[(offset / 100_000_000) as usize] += 1;
     }
-    // The first and last windows are cut by the run's start and end.
-    let whole: Vec<_> = per_window
-        .iter()
-        .skip(1)
-        .take(per_window.len().saturating_sub(2))
-        .collect();
-    assert!(!whole.is_empty(), "{per_window:?}");
-    let mut kept_in_all = 0;
-    for (window, tenths) in &whole {
-        // Paced: by the end of tenth i at most 10 * (i + 1) are kept, so they cannot
-        // all go in the first instants (unpaced, all 100 did). A stalled run may catch
-        // up later in the window (CI saw [.., 1, 19, ..] once the demo was descheduled
-        // for a tenth), never get ahead. Plus 2: a span's start time (the wall clock,
-        // read when `tracing` opens the span) and its limiter's reading (the monotonic
-        // clock mapped to Unix time, read when the sampler decides) differ by
-        // microseconds, which moves a root or two across a tenth's or a window's edge.
-        let mut by_then = 0;
-        for (i, t) in tenths.iter().enumerate() {
-            by_then += t;
-            assert!(
-                by_then <= 10 * (i as u64 + 1) + 2,
-                "window {window}: {tenths:?} is ahead of the schedule at tenth {i}"
-            );
+    per_window.into_iter().collect()
+}
+
+/// The issue's "done when", seen by a collector, for every algorithm: through `tracing`
+/// and OTLP, each whole 1 s window of 100 keeps its roots on the schedule, and the
+/// sliding kinds never replay a catch-up burst (the demo starts at whatever phase of a
+/// window the clock is at; its windows are aligned on Unix time, as the spans' start
+/// times are).
+///
+/// The bounds allow one tenth's share and 2 for the clocks ([`SHIFT`]): a span's start
+/// time is the wall clock, read when `tracing` opens the span; its limiter's reading is
+/// the demo's clock (monotonic, 4 ms resolution here, its origin mapped to Unix time at
+/// start-up), read when the sampler decides. Under overload a tenth's share goes in a
+/// burst at its first reading, which those few milliseconds can move into the tenth
+/// (or window) before: a fixed window was seen as [20, 0, 10, ..]. A stalled run may
+/// keep fewer and catch up later (CI saw [.., 1, 19, ..] once the demo was descheduled
+/// for a tenth), as the design allows; it never gets ahead of the schedule, and a
+/// sliding kind's tenth takes more than its 10 only while the window before and this
+/// one hold at most 100. The replay this guards against keeps, after a window of 100,
+/// the catch-up of a start past the first quarter of a window in one tenth (30 to 100)
+/// in every window, beyond the slack; a start in the first fifth (about 20) or one that
+/// kept little before its window ended is within it, left to the core tests' manual
+/// clock.
+#[test]
+fn a_real_collector_sees_kept_traces_spread_across_each_window() {
+    for algorithm in ["fixed", "sliding", "sliding-log", "bucketed"] {
+        let receiver = Receiver::start();
+        let url = receiver.grpc_endpoint();
+        let args = [
+            "--duration",
+            "4s",
+            "--window",
+            "1s",
+            "--limit",
+            "100",
+            "--threads",
+            "2",
+            "--algorithm",
+            algorithm,
+            "--via",
+            "tracing",
+            "--otlp",
+            &url,
+        ];
+        let output = demo_run::run_demo(&args, &[], Duration::from_secs(30));
+        assert!(output.status.success(), "{algorithm}: {}", stderr(&output));
+        let summary = summary(&output);
+        assert_eq!(summary["exported"], summary["sampled"], "{summary}");
+        let windows = roots_per_tenth(&receiver);
+        let sliding = matches!(algorithm, "sliding-log" | "bucketed");
+        // The first and last windows are cut by the run's start and end; the sliding
+        // kinds may keep less in the first whole one (after a catch-up at the start).
+        let whole = &windows[1..windows.len().saturating_sub(1).max(1)];
+        assert!(whole.len() >= 2, "{algorithm}: {windows:?}");
+        let mut kept_from_second = 0;
+        for (at, (window, tenths)) in whole.iter().enumerate() {
+            let before: u64 = windows[at].1.iter().sum();
+            let mut by_then = 0;
+            for (i, t) in tenths.iter().enumerate() {
+                by_then += t;
+                assert!(
+                    by_then <= 10 * (i as u64 + 1) + SHIFT,
+                    "{algorithm}: window {window}: {tenths:?} is ahead of the schedule \
+                     at tenth {i}"
+                );
+                assert!(
+                    !sliding || *t <= 10 + SHIFT || before + by_then <= 100 + 2 * SHIFT,
+                    "{algorithm}: window {window}: {tenths:?} caught up at tenth {i} \
+                     after a window that kept {before}"
+                );
+            }
+            if at > 0 {
+                kept_from_second += by_then;
+            }
         }
-        assert!(by_then <= 102, "window {window}: {tenths:?}");
-        kept_in_all += by_then;
+        // And the permits are used: 100 per window offered far more (the exact count is
+        // the core tests'; here a stalled machine may leave some unused).
+        let counted = whole.len() as u64 - 1;
+        assert!(
+            kept_from_second >= 80 * counted,
+            "{algorithm}: {kept_from_second} kept in {counted} windows: {windows:?}"
+        );
     }
-    // And the permits are used: 100 per window offered far more (the exact count is the
-    // core tests'; here a stalled machine may leave a few unused).
-    let windows = whole.len() as u64;
-    assert!(
-        kept_in_all >= 90 * windows,
-        "{kept_in_all} kept in {windows} windows: {per_window:?}"
-    );
 }
