@@ -414,9 +414,14 @@ fn per_tenth(summary: &serde_json::Value) -> Vec<u64> {
 }
 
 /// The default sampler spreads what it keeps across the window: 50 per 500 ms offered
-/// as fast as possible, each tenth of the whole windows holds 10 % ± 3 % of the kept
-/// traces; `--unpaced` keeps them all in the first tenth. (A coarse clock tick of a few
-/// ms moves stamps by less than a tenth of 50 ms.)
+/// as fast as possible, by the end of tenth `i` of every whole window at most
+/// `a(i) = 5·(i + 1)` are kept (the pacing schedule), so the whole windows' tenths hold
+/// at most that many times the windows, plus one share for the demo's coarse clock
+/// moving a stamp across a tenth's edge. That is what pacing guarantees whatever the
+/// machine's load (a demo thread descheduled for a tenth catches up later, never
+/// earlier); an even 10 % per tenth is what a quiet run shows, not a guarantee, and the
+/// limiters' exact shares are tested on a manual clock (`tests/core/pacing.rs`).
+/// `--unpaced` front-loads: most of what it keeps is in the first tenth.
 #[test]
 fn the_default_run_spreads_kept_traces_and_unpaced_front_loads_them() {
     let run = [
@@ -433,12 +438,19 @@ fn the_default_run_spreads_kept_traces_and_unpaced_front_loads_them() {
     assert!(output.status.success(), "{}", stderr(&output));
     let paced = summary(&output);
     assert_eq!(paced["paced"], true, "{paced}");
+    let whole = paced["whole_windows"].as_u64().expect("whole_windows");
+    assert!(whole >= 1, "{paced}");
     let tenths = per_tenth(&paced);
     let kept: u64 = tenths.iter().sum();
     assert!(kept >= 50, "{paced}");
+    let mut by_then = 0;
     for (i, &t) in tenths.iter().enumerate() {
-        let share = t as f64 / kept as f64;
-        assert!((0.07..=0.13).contains(&share), "tenth {i}: {tenths:?}");
+        by_then += t;
+        let schedule = whole * (5 * (i as u64 + 1) + 5);
+        assert!(
+            by_then <= schedule,
+            "ahead of the schedule at tenth {i} ({whole} whole windows): {tenths:?}"
+        );
     }
 
     let mut unpaced_run = run.to_vec();
@@ -448,10 +460,10 @@ fn the_default_run_spreads_kept_traces_and_unpaced_front_loads_them() {
     let unpaced = summary(&output);
     assert_eq!(unpaced["paced"], false, "{unpaced}");
     let tenths = per_tenth(&unpaced);
-    assert!(
-        tenths[0] >= 50 && tenths[1..].iter().all(|&t| t == 0),
-        "{unpaced}"
-    );
+    let kept: u64 = tenths.iter().sum();
+    // Unpaced, a window's permits all go to the first calls in it; a window whose first
+    // tenth both threads spent descheduled is the exception, not the rule.
+    assert!(kept >= 50 && 2 * tenths[0] >= kept, "{unpaced}");
 }
 
 /// What the demo's clock can move across a tenth's edge at 100 per 1 s: a tenth's share
