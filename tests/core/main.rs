@@ -10,6 +10,8 @@ mod cap_manual_clock;
 mod cap_real_clock;
 #[cfg(feature = "composable")]
 mod composable;
+#[cfg(feature = "composable")]
+mod composable_rate;
 mod env;
 mod pacing;
 mod reject_allocates_nothing;
