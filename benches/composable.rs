@@ -152,56 +152,75 @@ fn rate_limiting(
     s
 }
 
-fn bench_root(c: &mut Criterion) {
-    let mut group = c.benchmark_group("composable_root");
-    let half = Sampler::TraceIdRatioBased(0.5);
-    case(&mut group, "sdk_TraceIdRatioBased_keep", &half, KEEP, true);
-    case(
-        &mut group,
-        "sdk_TraceIdRatioBased_drop",
-        &half,
-        SDK_DROP,
-        false,
-    );
-    let parent_based = Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(0.5)));
-    case(
-        &mut group,
-        "sdk_ParentBased_keep",
-        &parent_based,
-        KEEP,
-        true,
-    );
+/// The SDK's samplers and each built-in through `CompositeSampler`.
+fn bench_composites(group: &mut Group<'_>) {
+    let half = || ComposableProbability::new(0.5).unwrap();
+    let boxed = |s| -> Box<dyn ShouldSample> { s };
+    let composite = |s| boxed(Box::new(CompositeSampler::new(s)));
+    let ratio = || Box::new(Sampler::TraceIdRatioBased(0.5));
+    let cases: [(&str, Box<dyn ShouldSample>, TraceId, bool); 12] = [
+        ("sdk_TraceIdRatioBased_keep", ratio(), KEEP, true),
+        ("sdk_TraceIdRatioBased_drop", ratio(), SDK_DROP, false),
+        (
+            "sdk_ParentBased_keep",
+            Box::new(Sampler::ParentBased(ratio())),
+            KEEP,
+            true,
+        ),
+        (
+            "composite_AlwaysOn",
+            Box::new(CompositeSampler::new(ComposableAlwaysOn)),
+            KEEP,
+            true,
+        ),
+        (
+            "composite_AlwaysOff",
+            Box::new(CompositeSampler::new(ComposableAlwaysOff)),
+            KEEP,
+            false,
+        ),
+        ("composite_Probability_keep", composite(half()), KEEP, true),
+        ("composite_Probability_drop", composite(half()), LOW, false),
+        (
+            "composite_ParentThreshold_keep",
+            Box::new(CompositeSampler::new(
+                ComposableParentThreshold::new(half()),
+            )),
+            KEEP,
+            true,
+        ),
+        (
+            "composite_RuleBased_keep",
+            Box::new(CompositeSampler::new(rule_based())),
+            KEEP,
+            true,
+        ),
+        (
+            "composite_RuleBased_drop",
+            Box::new(CompositeSampler::new(rule_based())),
+            LOW,
+            false,
+        ),
+        (
+            "composite_Annotating_keep",
+            Box::new(CompositeSampler::new(annotating())),
+            KEEP,
+            true,
+        ),
+        (
+            "composite_RateLimiting_drop_threshold",
+            Box::new(CompositeSampler::new(rate_limiting(CHUNK, true))),
+            LOW,
+            false,
+        ),
+    ];
+    for (name, sampler, id, kept) in &cases {
+        case(group, name, &**sampler, *id, *kept);
+    }
+}
 
-    let composite = |s| -> Box<dyn ShouldSample> { s };
-    let on = composite(Box::new(CompositeSampler::new(ComposableAlwaysOn)));
-    case(&mut group, "composite_AlwaysOn", &*on, KEEP, true);
-    let off = composite(Box::new(CompositeSampler::new(ComposableAlwaysOff)));
-    case(&mut group, "composite_AlwaysOff", &*off, KEEP, false);
-    let probability = ComposableProbability::new(0.5).unwrap();
-    let half = composite(Box::new(CompositeSampler::new(probability)));
-    case(&mut group, "composite_Probability_keep", &*half, KEEP, true);
-    case(&mut group, "composite_Probability_drop", &*half, LOW, false);
-    let parent = ComposableParentThreshold::new(probability);
-    let parent_threshold = composite(Box::new(CompositeSampler::new(parent)));
-    case(
-        &mut group,
-        "composite_ParentThreshold_keep",
-        &*parent_threshold,
-        KEEP,
-        true,
-    );
-    let rules = composite(Box::new(CompositeSampler::new(rule_based())));
-    case(&mut group, "composite_RuleBased_keep", &*rules, KEEP, true);
-    case(&mut group, "composite_RuleBased_drop", &*rules, LOW, false);
-    let annotated = composite(Box::new(CompositeSampler::new(annotating())));
-    case(
-        &mut group,
-        "composite_Annotating_keep",
-        &*annotated,
-        KEEP,
-        true,
-    );
-
+/// `ComposableRateLimiting` keeping, and refusing by its cap on both clocks.
+fn bench_rate_limiting(group: &mut Group<'_>) {
     let root = Context::new();
     group.bench_function("composite_RateLimiting_keep", |b| {
         b.iter_custom(|iters| {
@@ -213,83 +232,45 @@ fn bench_root(c: &mut Criterion) {
             )
         })
     });
-    let measured = composite(Box::new(CompositeSampler::new(rate_limiting(CHUNK, true))));
+    let full = CompositeSampler::new(rate_limiting(1, false));
+    assert!(sample(&full, &root, KEEP));
+    case(group, "composite_RateLimiting_drop_cap", &full, KEEP, false);
+    let limit = Limit::per_window(1, HOUR).unwrap();
+    let monotonic = CompositeSampler::new(ComposableRateLimiting::new(ComposableAlwaysOn, limit));
+    assert!(sample(&monotonic, &root, KEEP));
     case(
-        &mut group,
-        "composite_RateLimiting_drop_threshold",
-        &*measured,
-        LOW,
-        false,
-    );
-    let full = rate_limiting(1, false);
-    assert!(sample(&CompositeSampler::new(full.clone()), &root, KEEP));
-    let full = composite(Box::new(CompositeSampler::new(full)));
-    case(
-        &mut group,
-        "composite_RateLimiting_drop_cap",
-        &*full,
-        KEEP,
-        false,
-    );
-    let monotonic =
-        ComposableRateLimiting::new(ComposableAlwaysOn, Limit::per_window(1, HOUR).unwrap());
-    assert!(sample(
-        &CompositeSampler::new(monotonic.clone()),
-        &root,
-        KEEP
-    ));
-    let monotonic = composite(Box::new(CompositeSampler::new(monotonic)));
-    case(
-        &mut group,
+        group,
         "composite_RateLimiting_drop_cap_monotonic",
-        &*monotonic,
+        &monotonic,
         KEEP,
         false,
     );
+}
 
-    intent_case(
-        &mut group,
-        "intent_AlwaysOn",
-        &ComposableAlwaysOn,
-        KEEP,
-        true,
-    );
-    intent_case(
-        &mut group,
-        "intent_Probability_drop",
-        &probability,
-        LOW,
-        false,
-    );
-    intent_case(
-        &mut group,
-        "intent_ParentThreshold_keep",
-        &parent,
-        KEEP,
-        true,
-    );
-    intent_case(
-        &mut group,
-        "intent_RuleBased_keep",
-        &rule_based(),
-        KEEP,
-        true,
-    );
-    intent_case(
-        &mut group,
-        "intent_Annotating_keep",
-        &annotating(),
-        KEEP,
-        true,
-    );
-    intent_case(
-        &mut group,
-        "intent_RateLimiting_drop_threshold",
-        &rate_limiting(CHUNK, true),
-        LOW,
-        false,
-    );
-    group.finish();
+/// Each built-in's `sampling_intent` alone.
+fn bench_intents(group: &mut Group<'_>) {
+    let half = || ComposableProbability::new(0.5).unwrap();
+    let cases: [(&str, Box<dyn ComposableSampler>, TraceId, bool); 6] = [
+        ("intent_AlwaysOn", Box::new(ComposableAlwaysOn), KEEP, true),
+        ("intent_Probability_drop", Box::new(half()), LOW, false),
+        (
+            "intent_ParentThreshold_keep",
+            Box::new(ComposableParentThreshold::new(half())),
+            KEEP,
+            true,
+        ),
+        ("intent_RuleBased_keep", Box::new(rule_based()), KEEP, true),
+        ("intent_Annotating_keep", Box::new(annotating()), KEEP, true),
+        (
+            "intent_RateLimiting_drop_threshold",
+            Box::new(rate_limiting(CHUNK, true)),
+            LOW,
+            false,
+        ),
+    ];
+    for (name, sampler, id, kept) in &cases {
+        intent_case(group, name, &**sampler, *id, *kept);
+    }
 }
 
 fn bench_child(c: &mut Criterion) {
@@ -321,7 +302,11 @@ fn bench_child(c: &mut Criterion) {
 fn main() {
     // What `criterion_group!`/`criterion_main!` expand to, minus an undocumented `pub fn`.
     let mut c = Criterion::default().configure_from_args();
-    bench_root(&mut c);
+    let mut group = c.benchmark_group("composable_root");
+    bench_composites(&mut group);
+    bench_rate_limiting(&mut group);
+    bench_intents(&mut group);
+    group.finish();
     bench_child(&mut c);
     c.final_summary();
 }
