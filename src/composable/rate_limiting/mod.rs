@@ -29,12 +29,12 @@ use crate::stats::{Counters, DecisionStats, DropReason, Event};
 ///
 /// 1. The probability `p` is computed from what is known before the span: the window's
 ///    kept-so-far `k`, the time left and the offered spans per window `E` (an estimate,
-///    see below). The window aims at `T`, a little under `N` (`N − 3` for `N` up to 255,
+///    see below). The window aims at `T`, a little under `N` (`N − 3` for `N` from 12 to 255,
 ///    one less per 256 permits more, at most `N/4` under), along the pacing schedule
 ///    of the [`Limit`]: by the end of pacing step `i` of `B`, `a(i) = ⌈T·(i+1)/B⌉` kept
 ///    (an unpaced limit has one step, the window). With `d` still due by the step's end
-///    and `e` offered spans expected until then, `p = d / e`, at least half the steady
-///    probability `T / E`, at most 1: a span behind schedule raises `p`, one ahead lowers
+///    and `e` offered spans expected until then, `p = d / e`, at least an eighth of the
+///    steady probability `T / E` (never 0), at most 1: a span behind schedule raises `p`, one ahead lowers
 ///    it, so the kept spans follow the schedule (spread across the window) and the window
 ///    ends at about `T` whatever the estimate's error.
 /// 2. The threshold is `max(delegate's, threshold of p)`, `p` rounded down to 16
@@ -57,9 +57,11 @@ use crate::stats::{Counters, DecisionStats, DropReason, Event};
 /// end nothing is kept (the cap is unpaced and full), and those spans, kept with
 /// probability 0, are missing from the window's sum of adjusted counts, which falls
 /// short of the offered count by exactly them. No kept span ever carries a wrong `th`,
-/// so there is nothing to make reliable again; the next window's estimate counts every
-/// span offered, refused ones included. The cap's refusals are counted
-/// (`stats().dropped_for(DropReason::RateLimit)`).
+/// so there is nothing to make reliable again; the estimate counts every span offered,
+/// refused ones included, from its next roll. The cap's refusals are counted
+/// (`stats().dropped_for(DropReason::RateLimit)`). Until the first measurement (a keep
+/// some time after construction) `p` is 1, so a burst at the very start fills the cap
+/// this way; under the loads of the table below the cap never bound after that.
 ///
 /// **The estimate** `E` counts the offered spans exactly (each decision counts itself in
 /// its thread's own cell for [`stats`](Self::stats)); at a kept span, after a sixteenth of
@@ -70,7 +72,7 @@ use crate::stats::{Counters, DecisionStats, DropReason, Event};
 ///
 /// # Accuracy
 ///
-/// Measured (`simulate` in `tests/core/composable.rs`, which asserts the guarantees):
+/// Measured (`simulate` in `tests/core/composable_rate.rs`, which asserts the guarantees):
 /// a [`ManualClock`](crate::ManualClock), seeded random trace ids evenly spaced in time,
 /// 20 windows to settle, then 100 windows counted.
 ///
