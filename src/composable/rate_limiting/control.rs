@@ -30,17 +30,25 @@ pub(super) struct Plan {
     steps: u64,
     step_len: u64,
     target: u64,
+    /// `a(i)` for each step (no division on the decision path).
+    due: [u64; Limit::MAX_SUB_WINDOWS as usize],
 }
 
 impl Plan {
     pub(super) fn new(limit: Limit) -> Self {
         let window = limit.window_nanos();
         let steps = u64::from(limit.pacing_steps());
+        let target = target(u64::from(limit.permits()));
+        let mut due = [target; Limit::MAX_SUB_WINDOWS as usize];
+        for (i, due) in due.iter_mut().enumerate().take(steps as usize) {
+            *due = (target * (i as u64 + 1)).div_ceil(steps);
+        }
         Self {
             window,
             steps,
             step_len: window / steps,
-            target: target(u64::from(limit.permits())),
+            target,
+            due,
         }
     }
 
@@ -56,24 +64,28 @@ impl Plan {
 
     /// The keep probability at `offset` nanoseconds into a window that has kept `kept`,
     /// with `per_window` spans offered per window expected (0: not measured yet, keep
-    /// everything the cap admits).
+    /// everything the cap admits). One division: `max(d·W, FLOOR·T·r) / (E·r)` for `d`
+    /// due and `r` nanoseconds left in the step.
     #[inline]
     pub(super) fn probability(&self, offset: u64, kept: u64, per_window: f64) -> f64 {
         if per_window <= 0.0 {
             return 1.0;
         }
-        let step = (offset / self.step_len).min(self.steps - 1);
-        let end = if step + 1 == self.steps {
-            self.window
+        let (end, due) = if self.steps == 1 {
+            (self.window, self.target)
         } else {
-            (step + 1) * self.step_len
+            let step = (offset / self.step_len).min(self.steps - 1);
+            let end = if step + 1 == self.steps {
+                self.window
+            } else {
+                (step + 1) * self.step_len
+            };
+            (end, self.due[step as usize])
         };
-        let due = (self.target * (step + 1)).div_ceil(self.steps);
+        let rest = end.saturating_sub(offset).max(1) as f64;
         let remaining = due.saturating_sub(kept) as f64;
-        // The offered spans expected from here to the step's end.
-        let expected = per_window * end.saturating_sub(offset).max(1) as f64 / self.window as f64;
-        let floor = FLOOR * self.target as f64 / per_window;
-        (remaining / expected).max(floor).min(1.0)
+        let floor = FLOOR * self.target as f64 * rest;
+        ((remaining * self.window as f64).max(floor) / (per_window * rest)).min(1.0)
     }
 
     /// The steady probability: the target over the offered spans per window.
@@ -92,13 +104,15 @@ fn target(permits: u64) -> u64 {
     permits - (3 + permits / 256).min(permits / 4)
 }
 
-/// The threshold of probability `p`, its keep count rounded down to
-/// [`PRECISION_BITS`] significant bits (`p` at most `2^-15` of itself lower, never 0 for
-/// a `p` above 0): a threshold `th` expresses exactly, which is the probability the span
-/// is kept with.
+/// The threshold of probability `p` (in `(0, 1]`), its keep count `p·2^56` rounded down
+/// to [`PRECISION_BITS`] significant bits (`p` at most `2^-15` of itself lower, never
+/// 0): a threshold `th` expresses exactly, which is the probability the span is kept
+/// with.
 #[inline]
 pub(super) fn threshold(p: f64) -> Threshold {
-    let keep = MAX - Raw::from_probability(p).value();
+    // Exact scaling by a power of two; the cast truncates (rounds down), saturates and
+    // maps NaN to 0, and the clamp keeps the least probability above 0.
+    let keep = ((p * MAX as f64) as u64).clamp(1, MAX);
     let shift = (u64::BITS - keep.leading_zeros()).saturating_sub(PRECISION_BITS);
     Threshold(Raw::from_value(MAX - (keep >> shift << shift)))
 }
