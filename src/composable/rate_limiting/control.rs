@@ -1,7 +1,7 @@
 //! The keep probability of one decision: the window's kept-so-far against the pacing
 //! schedule of a target a little under `N`, and the offered rate expected in the rest of
-//! the schedule's step (a hazard rate: each permit still due is spent, on average, by
-//! the step's end, never sooner).
+//! the schedule's step (a hazard rate: each permit still due is spent at a constant
+//! rate over what is left of the step, so on average all of them by its end).
 //!
 //! Everything it reads is known before the span's randomness (the clock, the cap's count,
 //! the offered-rate estimate), so the probability is *predictable*: the kept spans
@@ -14,8 +14,9 @@ use crate::sampler::Threshold as Raw;
 /// `2^56`: a threshold's range.
 const MAX: u64 = 1 << 56;
 /// The significant bits of a threshold's keep count (`2^56 − T`) that a decision keeps:
-/// the probability rounded down by at most `2^-15` of itself, so `th` has at most five
-/// significant hex digits and thresholds repeat across decisions.
+/// the probability rounded down by at most `2^-15` of itself, so `th` has few significant
+/// hex digits (4 for `p` above 1/2, 5 at 1/10, one more per 16 times less) and
+/// thresholds repeat across decisions.
 const PRECISION_BITS: u32 = 16;
 /// The least probability, as a share of the steady one (`target / offered per window`):
 /// a span is never kept with probability 0 while the cap has room, so none is missing
@@ -171,6 +172,9 @@ mod tests {
     fn thresholds_are_rounded_to_sixteen_significant_bits_of_the_keep_count() {
         assert_eq!(threshold(1.0), Threshold::ALWAYS);
         assert_eq!(threshold(0.5).value(), 1 << 55);
+        // th:e6668 (5 hex digits) at 1/10; 4 digits above 1/2.
+        assert_eq!(threshold(0.1).value(), 0xe6_6680_0000_0000);
+        assert!(threshold(0.7).value().trailing_zeros() >= 40);
         for p in [0.1, 0.0123, 0.98765, 1e-9] {
             let t = threshold(p);
             let keep = MAX - t.value();

@@ -38,7 +38,7 @@ use crate::stats::{Counters, DecisionStats, DropReason, Event};
 ///    it, so the kept spans follow the schedule (spread across the window) and the window
 ///    ends at about `T` whatever the estimate's error.
 /// 2. The threshold is `max(delegate's, threshold of p)`, `p` rounded down to 16
-///    significant bits (`th` has at most 5 significant hex digits); a threshold is only
+///    significant bits (`th` has 5 significant hex digits at `p = 1/10`); a threshold is only
 ///    ever raised from the delegate's, so processes with the same delegate and the same
 ///    `p` keep a subset of the same traces. A span whose randomness is below it is
 ///    dropped by the [`CompositeSampler`](crate::CompositeSampler).
