@@ -15,11 +15,8 @@ mod parent;
 mod rate_limiting;
 mod trace_state;
 
-#[cfg_attr(
-    not(any(feature = "config", feature = "composable")),
-    allow(unused_imports)
-)]
-pub(crate) use adaptive::Adaptive; // the rule layer's `adaptive`, ComposableRateLimiting
+#[cfg_attr(not(feature = "config"), allow(unused_imports))]
+pub(crate) use adaptive::Adaptive; // the rule layer's `adaptive`
 pub use adaptive::{AdaptiveSampler, AdaptiveSamplerBuilder};
 #[cfg_attr(not(feature = "config"), allow(unused_imports))]
 pub(crate) use consistent::{decide as decide_consistent, Kept, Threshold, Verdict};
