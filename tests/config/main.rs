@@ -22,6 +22,7 @@ mod metrics;
 mod model;
 mod pacing;
 mod reload_caps;
+mod reload_prop;
 #[cfg(all(feature = "reload", unix))]
 mod reload_watch;
 mod rule_sampler;
