@@ -19,6 +19,7 @@
 
 mod bound;
 mod model;
+mod real_clock;
 
 use std::time::Duration;
 
@@ -155,13 +156,7 @@ impl Run {
         };
         let (n, w) = (rule.lim.n, rule.lim.window());
         let reloaded = self.clock.now_nanos();
-        // The sliding log's window is any interval: its first full one after the
-        // reloads begins once what they found counted (stamped at the latest then) has
-        // left it.
-        let start = match rule.lim.kind {
-            Kind::Log => (reloaded + w).div_ceil(w) * w,
-            _ => (reloaded / w + 1) * w,
-        };
+        let start = rule.lim.first_full_window(reloaded);
         let step = w / 20;
         let mut kept = 0;
         let mut t = (reloaded / step + 1) * step;
@@ -174,7 +169,7 @@ impl Run {
             t += step;
         }
         prop_assert!(
-            kept as u32 >= (n * 9).div_ceil(10),
+            kept >= rule.lim.unstarved(),
             "starved: {name} ({:?}) kept {kept} in its first full window after the reloads",
             rule.lim
         );

@@ -32,6 +32,24 @@ impl Lim {
         self.window_ms * 1_000_000
     }
 
+    /// The first full window of this limit after a reload at `reloaded`: the first
+    /// aligned window that begins after it; for the sliding log, whose window is any
+    /// interval, the first that begins once what the reload found counted (stamped at
+    /// the latest then) has left its window.
+    pub(crate) fn first_full_window(self, reloaded: u64) -> u64 {
+        let w = self.window();
+        match self.kind {
+            Kind::Log => (reloaded + w).div_ceil(w) * w,
+            _ => (reloaded / w + 1) * w,
+        }
+    }
+
+    /// What a saturated rule keeps at least in a full window once reloads stopped:
+    /// ⌈0.9 N⌉.
+    pub(crate) fn unstarved(self) -> usize {
+        (self.n * 9).div_ceil(10) as usize
+    }
+
     fn policy(self) -> String {
         let window = format!("window = \"{}ms\"", self.window_ms);
         let algorithm = match self.kind {
