@@ -156,6 +156,30 @@ fn a_rule_removed_and_brought_back_within_its_window_reopens_nothing() {
     assert_eq!(kept_by(&s, "r", 10, "r"), (5, 5));
 }
 
+/// A window-length change hands over what the old limiter counts in its own window
+/// (`reload`'s docs): a new window that reaches back before it also holds what the old
+/// one admitted there. 1 per 1.5 s, changed to 2 per 1 s at 1.5 s: 3 between 1 s and
+/// 2 s, and 2 per second from then on.
+#[test]
+fn a_window_length_change_carries_the_old_limiters_own_window() {
+    let rule = |limit: u32, window: &str| {
+        config(&format!(
+            "[default]\nlimit = 100\n[[default.rule]]\nname = \"r\"\nspan_name = \"r\"\nlimit = {limit}\nwindow = \"{window}\"\npaced = false\n"
+        ))
+    };
+    let clock = ManualClock::new();
+    clock.set(1_009_000_000);
+    let s = RuleBasedSampler::with_clock(&rule(1, "1500ms"), "svc", clock.clone()).unwrap();
+    assert_eq!(kept_by(&s, "r", 5, "r"), (1, 1));
+    clock.set(1_500_000_000);
+    s.reload(&rule(2, "1s")).unwrap();
+    assert_eq!(kept_by(&s, "r", 5, "r"), (2, 2));
+    clock.set(2_000_000_000);
+    assert_eq!(kept_by(&s, "r", 5, "r"), (2, 2));
+    clock.set(2_999_000_000);
+    assert_eq!(kept_by(&s, "r", 5, "r"), (0, 0));
+}
+
 /// A rule keeps its limiter by what it matches when it has no name, or its name
 /// changed: on main, inserting a rule above an unnamed one or renaming a rule gave a
 /// second N in the window (21 kept in a window of 10).
