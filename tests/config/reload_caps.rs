@@ -156,6 +156,32 @@ fn a_rule_removed_and_brought_back_within_its_window_reopens_nothing() {
     assert_eq!(kept_by(&s, "r", 10, "r"), (5, 5));
 }
 
+/// A rule inserted above another with the same conditions is that rule by what it
+/// matches (the first rule is the one that decides): it takes over the limiter, named
+/// or not, and the rule pushed down, which decides nothing, starts a fresh one.
+#[test]
+fn a_rule_inserted_above_with_the_same_conditions_hands_out_no_second_n() {
+    let file = |names: &[&str]| {
+        let rules: String = names
+            .iter()
+            .map(|name| {
+                format!("[[default.rule]]\n{name}span_name = \"op\"\nlimit = 10\npaced = false\n")
+            })
+            .collect();
+        config(&format!("[default]\nlimit = 100\n{rules}"))
+    };
+    let clock = ManualClock::new();
+    clock.set(LAST_TENTH);
+    let s = RuleBasedSampler::with_clock(&file(&[""]), "svc", clock.clone()).unwrap();
+    assert_eq!(kept(&s, "op", 20), 10);
+    s.reload(&file(&["", ""])).unwrap();
+    assert_eq!(kept(&s, "op", 20), 0, "a second N after an unnamed insert");
+    s.reload(&file(&["name = \"ins\"\n", ""])).unwrap();
+    assert_eq!(kept(&s, "op", 20), 0, "a second N after naming it");
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(kept_by(&s, "op", 20, "ins"), (10, 10));
+}
+
 /// A window-length change hands over what the old limiter counts in its own window
 /// (`reload`'s docs): a new window that reaches back before it also holds what the old
 /// one admitted there. 1 per 1.5 s, changed to 2 per 1 s at 1.5 s: 3 between 1 s and
