@@ -6,16 +6,17 @@
 //! * in any window of a limit in force on a limiter (and for the sliding log and the
 //!   bucketed window in any interval of their window's length, the bucketed one on a
 //!   sub-window edge), the limiter admits at most what the largest limit in force on it
-//!   during that interval lets through (`bound.rs` says how limits of other window
-//!   lengths count). A limiter is followed through its replacements by rule identity
-//!   (`model.rs`). A removed rule admits nothing: the default decides its spans, under
-//!   its own limit and the cap, and the rule's limiter, kept aside, is found again by a
-//!   restore within its window. The service cap holds the total the same way.
-//! * reloads never starve: once they stop, the rule deciding the spans, saturated,
-//!   keeps at least ⌈0.9 N⌉ in the first window of its limit that begins after the
-//!   last reload (for the sliding log, after what that reload found counted has left
-//!   its window), offered spans at every twentieth of its window. That reload lifts the cap (the rules unchanged, so each keeps its
-//!   limiter with its state) so that only the rule's own limit binds.
+//!   during that interval lets through, plus what a change of window length or kind
+//!   does not carry (`bound.rs` says both). A limiter is followed through its
+//!   replacements by rule identity (`model.rs`). A removed rule admits nothing: the
+//!   default decides its spans, under its own limit and the cap, and the rule's
+//!   limiter, kept aside, is found again by a restore within its window. The service
+//!   cap holds the total the same way.
+//! * reloads never starve: once they stop, the rule deciding the spans, saturated
+//!   (offered spans until one is refused at every twentieth of its window), keeps at
+//!   least ⌈0.9 N⌉ in its first full window (`Lim::first_full_window`). That last
+//!   reload lifts the cap (the rules unchanged, so each keeps its limiter with its
+//!   state) so that only the rule's own limit binds.
 
 mod bound;
 mod model;
