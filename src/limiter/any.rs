@@ -158,6 +158,26 @@ impl<C: Clock> AnyLimiter<C> {
         }
     }
 
+    /// When what it counts at `now` has left its window (clock nanoseconds): the end of
+    /// the aligned window for the fixed window and the sliding counter, `now + W` for
+    /// the sliding log (what it stamps now leaves it then), and for the bucketed window
+    /// the end of the last `B` sub-windows that hold `now`'s. Until then a reload's
+    /// excess (admissions a replacement counts beyond what its limiter holds) lasts.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
+    pub(crate) fn counted_until(&self, now: u64) -> u64 {
+        let w = self.limit().window_nanos();
+        match &self.inner {
+            Inner::Log(_) => now.saturating_add(w),
+            Inner::Bucketed(l) => {
+                let s = l.sub_window().as_nanos() as u64;
+                (now / s)
+                    .saturating_add(u64::from(l.sub_windows()))
+                    .saturating_mul(s)
+            }
+            Inner::Fixed(_) | Inner::Sliding(_) => (now / w).saturating_add(1).saturating_mul(w),
+        }
+    }
+
     /// The clock the limiter reads.
     pub fn clock(&self) -> &C {
         match &self.inner {
@@ -266,6 +286,31 @@ mod tests {
                 assert_eq!(l.count_at(clock.now_nanos()), 0, "{algorithm}");
             }
         }
+    }
+
+    /// What a bucketed window counts leaves it with its sub-window, not at the aligned
+    /// window's end: a reload's excess must last as long. (Before, it lasted to the
+    /// aligned end: a handover from a bucketed window at that instant dropped the excess
+    /// while the sub-window still counted, and the next limiter gave it out again.)
+    #[test]
+    fn what_is_counted_now_leaves_the_window_when_the_algorithm_says() {
+        let clock = ManualClock::new();
+        let now = 1_596_000_000;
+        let limit = Limit::per_window(1, Duration::from_millis(500)).unwrap();
+        let until =
+            |algorithm| AnyLimiter::with_clock(algorithm, limit, clock.clone()).counted_until(now);
+        assert_eq!(until(Algorithm::FixedWindow), 2_000_000_000);
+        assert_eq!(until(Algorithm::SlidingWindow), 2_000_000_000);
+        assert_eq!(until(Algorithm::SlidingLog), 2_096_000_000);
+        // Sub-windows of 50 ms: 1.55 s to 1.6 s, counted until 2.05 s.
+        assert_eq!(until(Algorithm::BucketedWindow), 2_050_000_000);
+        let l = AnyLimiter::with_clock(Algorithm::BucketedWindow, limit.unpaced(), clock.clone());
+        clock.set(now);
+        assert_eq!(l.absorb(1), 1);
+        clock.set(2_049_999_999);
+        assert_eq!(l.count_at(clock.now_nanos()), 1, "still counted");
+        clock.set(2_050_000_000);
+        assert_eq!(l.count_at(clock.now_nanos()), 0, "gone");
     }
 
     #[test]

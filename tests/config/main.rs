@@ -26,6 +26,7 @@ mod pacing;
 #[cfg(all(feature = "reload", unix))]
 mod reload_burst;
 mod reload_caps;
+mod reload_prop;
 #[cfg(all(feature = "reload", unix))]
 mod reload_watch;
 mod rule_sampler;

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use crate::clock::Clock;
 use crate::limit::Limit;
-use crate::limiter::{Algorithm, AnyLimiter, RateLimiter};
+use crate::limiter::{AnyLimiter, RateLimiter};
 
 /// The longest a reload waits for the decisions holding the old rules to return before
 /// it settles the handovers anyway (a decision descheduled for longer is not waited
@@ -251,15 +251,10 @@ impl<C: Clock> LocalRule<C> {
         excess.count = excess.count.saturating_add(count);
     }
 
-    /// The end of the window that holds `now`, as the limiter counts it: the aligned
-    /// window for the window limiters, `now + W` for the log (its admissions stamped
-    /// now leave it then).
+    /// When what the limiter counts at `now` has left its window (see
+    /// [`AnyLimiter::counted_until`]).
     fn window_end(&self, now: u64) -> u64 {
-        let w = self.limiter.limit().window_nanos();
-        match self.limiter.algorithm() {
-            Algorithm::SlidingLog => now.saturating_add(w),
-            _ => (now / w).saturating_add(1).saturating_mul(w),
-        }
+        self.limiter.counted_until(now)
     }
 }
 
@@ -384,6 +379,7 @@ mod tests {
     use super::*;
     use crate::clock::ManualClock;
     use crate::limit::Limit;
+    use crate::limiter::Algorithm;
 
     fn rule(algorithm: Algorithm, n: u32, clock: &ManualClock) -> AnyLimiter<ManualClock> {
         // Unpaced: these tests spend a window's permits at one instant.
@@ -487,6 +483,32 @@ mod tests {
                 assert_eq!((late, after), (7, 3));
             }
         }
+    }
+
+    /// A bucketed window's excess lasts while the sub-window it was counted in is in its
+    /// window. (Before, it lasted to the aligned window's end: replaced then, at 2 s,
+    /// while its sub-window of 1.596 s still counted until 2.05 s, it handed over 1 of
+    /// the 3 admissions, and the sliding log after it kept 6 more: 9 in 500 ms under
+    /// limits of 1 and 7 per 500 ms.)
+    #[test]
+    fn a_bucketed_windows_excess_lasts_as_long_as_its_sub_window_counts() {
+        let clock = ManualClock::new();
+        let any = |algorithm, n, ms| {
+            let limit = Limit::per_window(n, Duration::from_millis(ms))
+                .unwrap()
+                .unpaced();
+            AnyLimiter::with_clock(algorithm, limit, clock.clone())
+        };
+        clock.set(1_596_000_000);
+        let fixed = LocalRule::new(any(Algorithm::FixedWindow, 4, 1000));
+        assert_eq!((0..3).filter(|_| fixed.try_acquire()).count(), 3);
+        let (bucketed, h) = LocalRule::replacing(any(Algorithm::BucketedWindow, 1, 500), &fixed);
+        h.settle();
+        clock.set(2_000_000_000);
+        assert_eq!(bucketed.used(), 3);
+        let (log, h) = LocalRule::replacing(any(Algorithm::SlidingLog, 7, 500), &bucketed);
+        h.settle();
+        assert_eq!((0..10).filter(|_| log.try_acquire()).count(), 4);
     }
 
     #[test]

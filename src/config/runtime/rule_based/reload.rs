@@ -19,7 +19,7 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     /// # Reloads never re-open used permits
     ///
     /// Whatever the sequence of reloads, a local limit's window admits at most the
-    /// largest limit in force for it during that window (but see the two cases below).
+    /// largest limit in force for it during that window (but see the cases below).
     /// Limits are matched by identity, by meaning and not by position: a named rule
     /// by its name, then any other rule by what it matches (span name, kind, parent,
     /// attributes), each previous rule taken over by one new rule at most; a floor by
@@ -44,13 +44,21 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     ///   that half second (its admission is not carried), and, for the sliding kinds
     ///   (log, counter, bucketed), what leaves their window during the swap itself
     ///   (the carried count is that much short). The fixed window is exact.
+    /// * A change of window length or of algorithm is handed over the same way, from the
+    ///   old limiter's own window: when the new window reaches back before it (a longer
+    ///   window, or one cut elsewhere), what the old limiter admitted there before is
+    ///   not carried, and the new limiter's windows that begin before what the old one
+    ///   counted has left its window (a shorter window, a fixed window after a sliding
+    ///   one) start empty. Such a window holds at most its largest limit plus that: 1 per
+    ///   1.5 s (1 used) changed to 2 per 1 s at 1.5 s keeps 3 between 1 s and 2 s.
     /// * An `adaptive` rule's cap is a limit like the others: kept with its estimate when
     ///   the limit did not change, else handed over as above (its estimate starts
     ///   again), so lowering and restoring it, renaming it or removing and restoring
     ///   it re-opens nothing of its window.
     /// * A rule removed (or made a probability) and brought back within a window finds
     ///   its limiter: limits whose identity left the rules are kept aside until their
-    ///   window holds nothing.
+    ///   window holds nothing. Meanwhile its spans go to the next rule that matches them,
+    ///   or the default, under that one's limit and the cap.
     /// * The cap is carried as a whole: its floors and shared pool together hold what
     ///   the old ones used, so a floor added, removed, resized or moved re-opens nothing.
     ///

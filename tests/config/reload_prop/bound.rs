@@ -1,0 +1,219 @@
+//! The bound, checked after the fact over what a run admitted: in any window of a limit
+//! in force (and, for the sliding log and the bucketed window, in any interval of their
+//! window's length, on a sub-window edge for the bucketed one), a limiter never admits
+//! more than the most that one of the limits in force on it during that interval lets
+//! through in it. For a limit of the interval's own length and kind that is its `N`;
+//! a limit of another window counts as `N` per window of its own the interval meets
+//! (so 10 per 500 ms lets 40 through in a 2 s window, and the aligned 500 ms windows
+//! inside it are checked against 10 each). Where a window length or kind changed, the
+//! bound is larger by what the handover of one window into a window of another length or
+//! shape does not carry (`Lineage::window_changes`).
+
+use super::model::{Kind, Lim};
+
+/// A limit in force on a lineage from `start` to `end` (clock nanoseconds, both
+/// included: decisions at a reload's instant ran under both files).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Period {
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    pub(crate) lim: Lim,
+}
+
+/// The sub-windows of a bucketed window (the default).
+const BUCKETS: u64 = 10;
+
+impl Period {
+    fn meets(&self, from: u64, to: u64) -> bool {
+        self.start < to && self.end >= from
+    }
+
+    /// What this limit lets through in its windows that begin empty (what its
+    /// predecessor carried into it has left them) after `after` and before `before`,
+    /// and end after `from`.
+    fn fresh_windows(&self, after: u64, before: u64, from: u64) -> u64 {
+        let w = self.lim.window();
+        let windows = (0..)
+            .map(|i| counted(self.lim, self.start).1 + i * w)
+            .take_while(|&begins| begins < before && begins <= self.end)
+            .filter(|&begins| begins > after && begins + w > from)
+            .count() as u64;
+        windows * u64::from(self.lim.n)
+    }
+
+    /// The most this limit alone lets through in `[from, to)`.
+    fn most_in(&self, from: u64, to: u64) -> u64 {
+        let w = self.lim.window();
+        let n = u64::from(self.lim.n);
+        let meeting = |len: u64| (to - 1) / len - from / len + 1;
+        n * match self.lim.kind {
+            Kind::Log => (to - from).div_ceil(w),
+            Kind::Bucketed => meeting(w / BUCKETS).div_ceil(BUCKETS),
+            Kind::Fixed | Kind::Sliding | Kind::Adaptive => meeting(w),
+        }
+    }
+}
+
+/// What a limiter of `lim` counts at `at` (from, included) and when that has left its
+/// window: its aligned window for the window kinds; for the sliding log what it
+/// stamped after `at - W`, gone at `at + W`; for the bucketed window its last `B`
+/// sub-windows.
+fn counted(lim: Lim, at: u64) -> (u64, u64) {
+    let w = lim.window();
+    match lim.kind {
+        Kind::Log => ((at + 1).saturating_sub(w), at + w),
+        Kind::Bucketed => {
+            let sub = at / (w / BUCKETS) * (w / BUCKETS);
+            ((sub + w / BUCKETS).saturating_sub(w), sub + w)
+        }
+        Kind::Fixed | Kind::Sliding | Kind::Adaptive => (at / w * w, at / w * w + w),
+    }
+}
+
+/// What a lineage admitted (clock readings) and the limits in force on it.
+#[derive(Debug, Default)]
+pub(crate) struct Lineage {
+    pub(crate) periods: Vec<Period>,
+    pub(crate) admitted: Vec<u64>,
+}
+
+impl Lineage {
+    /// The admissions in `[from, to)` (`admitted` is in clock order).
+    fn in_interval(&self, from: u64, to: u64) -> u64 {
+        let first = self.admitted.partition_point(|&t| t < from);
+        let end = self.admitted.partition_point(|&t| t < to);
+        end.saturating_sub(first) as u64
+    }
+
+    fn bound(&self, from: u64, to: u64) -> u64 {
+        let largest = self
+            .periods
+            .iter()
+            .filter(|p| p.meets(from, to))
+            .map(|p| p.most_in(from, to))
+            .max()
+            .unwrap_or(0);
+        largest + self.window_changes(from, to)
+    }
+
+    /// What changes of window length or kind let `[from, to)` hold beyond its largest
+    /// limit. A replacement starts with what the old limiter counts when it is replaced,
+    /// in its own window, so:
+    ///
+    /// * when the new window reaches back before what the old one counts (a longer
+    ///   window, or one cut elsewhere: 1 s after 1.5 s), what the old limiter admitted
+    ///   in it before is not carried;
+    /// * the windows of the limits in force after it that begin before what the old one
+    ///   counted has left its window (a shorter window, a fixed window after a sliding
+    ///   one) start empty: `N` each.
+    fn window_changes(&self, from: u64, to: u64) -> u64 {
+        self.periods
+            .windows(2)
+            .filter(|pair| pair[0].lim != pair[1].lim && pair[1].start < to)
+            .map(|pair| {
+                let (old, new, at) = (pair[0].lim, pair[1].lim, pair[1].start);
+                let (counted_from, counted_to) = counted(old, at);
+                let new_from = counted(new, at).0;
+                let not_carried = if new_from < counted_from && from <= at {
+                    self.in_interval(from.max(new_from), counted_from.min(at))
+                } else {
+                    0
+                };
+                let fresh: u64 = self
+                    .periods
+                    .iter()
+                    .filter(|q| q.start >= at)
+                    .map(|q| q.fresh_windows(at, counted_to.min(to), from))
+                    .sum();
+                not_carried + fresh
+            })
+            .sum()
+    }
+
+    /// The intervals to check for a period: the aligned windows of its limit that hold
+    /// an admission, and for the sliding log (any interval) and the bucketed window (on
+    /// a sub-window edge) the interval of its window's length from each admission (or
+    /// the edge before it), which together hold the most any such interval holds.
+    fn intervals(&self, p: &Period) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let w = p.lim.window();
+        let kind = p.lim.kind;
+        let mut admitted = self.admitted.clone();
+        admitted.dedup();
+        admitted.into_iter().flat_map(move |t| {
+            let aligned = t / w * w;
+            let sliding = match kind {
+                Kind::Log => Some(t),
+                Kind::Bucketed => Some(t / (w / BUCKETS) * (w / BUCKETS)),
+                _ => None,
+            };
+            std::iter::once(aligned)
+                .chain(sliding)
+                .map(move |from| (from, from + w))
+        })
+    }
+
+    /// The first interval that admitted more than its bound, with both.
+    pub(crate) fn breach(&self) -> Option<(u64, u64, u64, u64)> {
+        let mut intervals: Vec<(u64, u64)> = self
+            .periods
+            .iter()
+            .flat_map(|p| {
+                self.intervals(p)
+                    .filter(move |&(from, to)| p.meets(from, to))
+            })
+            .collect();
+        intervals.sort_unstable();
+        intervals.dedup();
+        intervals
+            .into_iter()
+            .map(|(from, to)| (from, to, self.in_interval(from, to)))
+            .find_map(|(from, to, kept)| {
+                let bound = self.bound(from, to);
+                (kept > bound).then_some((from, to, kept, bound))
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn lineage(periods: &[(u64, u64, u32, u64, Kind)], admitted: &[u64]) -> Lineage {
+        Lineage {
+            periods: periods
+                .iter()
+                .map(|&(start, end, n, window_ms, kind)| Period {
+                    start: start * MS,
+                    end: end * MS,
+                    lim: Lim {
+                        n,
+                        window_ms,
+                        kind,
+                        paced: false,
+                    },
+                })
+                .collect(),
+            admitted: admitted.iter().map(|t| t * MS).collect(),
+        }
+    }
+
+    /// The checker is not vacuous: a second N in a window, in any interval of the log's
+    /// window, or in a 500 ms window inside a 2 s one, is a breach.
+    #[test]
+    fn the_checker_finds_a_second_n() {
+        let fixed = [(0, 5000, 2, 1000, Kind::Fixed)];
+        assert!(lineage(&fixed, &[100, 900, 1100, 1900]).breach().is_none());
+        assert!(lineage(&fixed, &[100, 900, 950]).breach().is_some());
+        let log = [(0, 5000, 2, 1000, Kind::Log)];
+        assert!(lineage(&log, &[100, 1100, 2100]).breach().is_none());
+        assert!(lineage(&log, &[800, 900, 1100]).breach().is_some());
+        let changed = [
+            (0, 600, 2, 500, Kind::Fixed),
+            (600, 5000, 2, 2000, Kind::Fixed),
+        ];
+        assert!(lineage(&changed, &[100, 200, 1000]).breach().is_none());
+        assert!(lineage(&changed, &[100, 200, 300]).breach().is_some());
+    }
+}
