@@ -1,22 +1,29 @@
-//! The transport: the Redis target, the connection (made lazily, dropped after a
-//! failure so the next call reconnects), and one call bounded by the timeouts, with its
-//! failure as a [`CallError`].
+//! The transport: the Redis target, the connection a worker's rules share (made
+//! lazily, dropped after a failure so the next round reconnects), and one round of
+//! calls, every rule's due call in one pipeline (one per slot on a cluster), bounded by
+//! the timeouts, with each failure as a [`CallError`].
 
+use std::collections::HashMap;
+use std::io;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
-use redis::{IntoConnectionInfo, RedisError, Script};
+use redis::{
+    Cmd, ErrorKind, IntoConnectionInfo, Pipeline, RedisError, Script, ServerErrorKind, Value,
+};
+use tokio::task::JoinSet;
 
-use super::lease::{Call, Reply, PRUNE_AFTER_INTERVALS, STALE_AFTER_INTERVALS};
-use super::script::{LeaseReply, LeaseRequest, CLOCK_LUA, LEASE_LUA};
+use super::lease::Call;
+use super::script::{CLOCK_LUA, LEASE_LUA};
 use super::stats::FleetFailure;
 use super::stop::Stop;
-use super::time::time_to_nanos;
+use super::wire::{RuleWire, Scripts};
 
 /// Why a call to Redis gave no usable answer.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub(crate) enum CallError {
     /// No connection could be made.
     #[error("could not connect to Redis: {0}")]
@@ -49,6 +56,12 @@ impl CallError {
         }
     }
 
+    /// Whether the connection failed (or Redis refused it): the next round makes a
+    /// fresh one.
+    fn is_connection(&self) -> bool {
+        matches!(self, Self::Connect(_) | Self::Auth(_) | Self::Timeout(_))
+    }
+
     /// A failed connection attempt: `Auth` if Redis refused the credentials.
     fn connect(error: RedisError) -> Self {
         if is_auth(&error) {
@@ -61,7 +74,7 @@ impl CallError {
     /// A failed call, by what failed: the credentials (`Auth`), the connection
     /// (`Connect`: refused, reset, closed; the manager connects lazily, inside a call),
     /// the client's response timeout (`Timeout`), else Redis's answer (`Redis`).
-    fn redis(error: RedisError, response_timeout: Duration) -> Self {
+    pub(crate) fn redis(error: RedisError, response_timeout: Duration) -> Self {
         if is_auth(&error) {
             Self::Auth(error)
         } else if error.is_timeout() {
@@ -85,20 +98,6 @@ fn is_auth(error: &RedisError) -> bool {
     error.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(error.code(), Some("NOAUTH" | "WRONGPASS"))
         || error.to_string().contains("unauthenticated")
-}
-
-/// What the thread and its transport need to know, fixed at build time.
-#[derive(Debug)]
-pub(crate) struct WorkerConfig {
-    pub(crate) target: Target,
-    /// The hash tag `{prefix:key}` every key starts with.
-    pub(crate) tag: String,
-    pub(crate) instance_id: String,
-    pub(crate) permits: u64,
-    pub(crate) window_nanos: u64,
-    pub(crate) interval: Duration,
-    pub(crate) response_timeout: Duration,
-    pub(crate) connect_timeout: Duration,
 }
 
 /// Where Redis is: one server (through a reconnecting `ConnectionManager`) or a cluster.
@@ -145,8 +144,10 @@ impl Target {
                 .pop()
                 .ok_or_else(|| (String::new(), "no URL".to_owned()))?;
             let client = redis::Client::open(info).map_err(|e| (urls[0].clone(), e.to_string()))?;
+            // No response timeout of its own: the worker bounds each round by the
+            // timeouts of the rules in it, which may differ.
             let config = ConnectionManagerConfig::new()
-                .set_response_timeout(Some(response_timeout))
+                .set_response_timeout(None)
                 .set_connection_timeout(Some(connect_timeout))
                 // One attempt per call: the worker paces its own retries (one per
                 // sync interval) and makes a fresh manager after a failure.
@@ -163,91 +164,150 @@ enum Connection {
     Cluster(ClusterConnection),
 }
 
-/// The connection to Redis and the lease script.
+/// The connection to one Redis target, shared by the rules of a worker, and the
+/// scripts.
 pub(crate) struct Transport {
-    config: WorkerConfig,
-    /// Windows after Redis's memory starts in which grants are capped at the shares.
-    young_windows: u64,
-    script: Script,
-    clock_script: Script,
-    /// `{p}:members`, `{p}:meta`, `{p}:seen`.
-    keys: [String; 3],
+    target: Target,
+    scripts: Arc<Scripts>,
     connection: Option<Connection>,
 }
 
+/// Each call's answer, in the order of the batch.
+pub(crate) type Answers = Vec<Result<Value, RedisError>>;
+
 impl Transport {
-    pub(crate) fn new(config: WorkerConfig, young_windows: u64) -> Self {
-        let keys = [
-            format!("{}:members", config.tag),
-            format!("{}:meta", config.tag),
-            format!("{}:seen", config.tag),
-        ];
+    pub(crate) fn new(target: Target) -> Self {
         Self {
-            config,
-            young_windows,
-            script: Script::new(LEASE_LUA),
-            clock_script: Script::new(CLOCK_LUA),
-            keys,
+            target,
+            scripts: Arc::new(Scripts {
+                lease: Script::new(LEASE_LUA),
+                clock: Script::new(CLOCK_LUA),
+            }),
             connection: None,
         }
     }
 
-    /// The rule's hash tag, for messages.
-    pub(crate) fn tag(&self) -> &str {
-        &self.config.tag
-    }
-
-    /// Makes one call, bounded by the timeouts; `None` if stopped meanwhile. After a
-    /// failure the connection is dropped: the next call makes a fresh one (the
-    /// manager's own reconnect may be slow).
-    pub(crate) async fn call(
+    /// Sends every call of `batch` in one round trip (one per slot on a cluster),
+    /// bounded by the longest of the rules' timeouts; `None` if stopped meanwhile. A
+    /// failure of the connection or the round fails every call; after one, the
+    /// connection is dropped and the next round makes a fresh one (the manager's own
+    /// reconnect may be slow).
+    pub(crate) async fn round(
         &mut self,
-        call: Call,
+        batch: &[(&RuleWire, Call)],
         stop: &Stop,
-    ) -> Option<Result<Reply, CallError>> {
-        let bound = self.config.response_timeout + self.config.connect_timeout;
-        let result = stop
-            .unless_stopped(tokio::time::timeout(bound, self.call_unbounded(call)))
+    ) -> Option<Vec<Result<Value, CallError>>> {
+        let bound = batch.iter().map(|(w, _)| w.bound()).max()?;
+        let response_timeout = batch.iter().map(|(w, _)| w.response_timeout).max()?;
+        let sent = stop
+            .unless_stopped(tokio::time::timeout(bound, self.round_unbounded(batch)))
             .await?;
-        let result = result.unwrap_or(Err(CallError::Timeout(bound)));
-        if result.is_err() {
+        let answers = match sent {
+            Ok(Ok(answers)) => answers,
+            Ok(Err(error)) => {
+                self.connection = None;
+                return Some(batch.iter().map(|_| Err(error.clone())).collect());
+            }
+            Err(_) => {
+                self.connection = None;
+                let timeout = || Err(CallError::Timeout(bound));
+                return Some(batch.iter().map(|_| timeout()).collect());
+            }
+        };
+        let answers: Vec<_> = answers
+            .into_iter()
+            .map(|a| a.map_err(|e| CallError::redis(e, response_timeout)))
+            .collect();
+        if answers
+            .iter()
+            .any(|a| a.as_ref().is_err_and(CallError::is_connection))
+        {
             self.connection = None;
         }
-        Some(result)
+        Some(answers)
     }
 
-    async fn call_unbounded(&mut self, call: Call) -> Result<Reply, CallError> {
-        let response_timeout = self.config.response_timeout;
-        let connection = connect(&mut self.connection, &self.config.target).await?;
-        match call {
-            Call::SampleTime => {
-                let invocation = self.clock_script.key(&self.keys[1]);
-                let (seconds, micros): (u64, u64) = match connection {
-                    Connection::Single(c) => invocation.invoke_async(c).await,
-                    Connection::Cluster(c) => invocation.invoke_async(c).await,
+    async fn round_unbounded(&mut self, batch: &[(&RuleWire, Call)]) -> Result<Answers, CallError> {
+        let response_timeout = batch.iter().map(|(w, _)| w.response_timeout).max();
+        let failed = |e| CallError::redis(e, response_timeout.unwrap_or_default());
+        let scripts = Arc::clone(&self.scripts);
+        match connect(&mut self.connection, &self.target).await? {
+            Connection::Single(c) => {
+                let mut pipe = redis::pipe();
+                for (wire, call) in batch {
+                    wire.push(&mut pipe, &scripts, *call);
                 }
-                .map_err(|e| CallError::redis(e, response_timeout))?;
-                Ok(Reply::Time(time_to_nanos(seconds, micros)))
+                send(c, pipe, &scripts).await.map_err(failed)
             }
-            Call::Lease(request) => {
-                let script = Invocation {
-                    script: &self.script,
-                    config: &self.config,
-                    young_windows: self.young_windows,
-                    keys: &self.keys,
-                    request: &request,
-                };
-                let values = match connection {
-                    Connection::Single(c) => script.invoke(c).await,
-                    Connection::Cluster(c) => script.invoke(c).await,
-                }
-                .map_err(|e| CallError::redis(e, response_timeout))?;
-                LeaseReply::from_values(&values)
-                    .map(Reply::Lease)
-                    .ok_or(CallError::BadReply(values))
-            }
+            Connection::Cluster(c) => by_slot(c, batch, scripts).await.map_err(failed),
         }
     }
+}
+
+/// A cluster's round: one pipeline per slot, sent together; the answers in the order
+/// of `batch`.
+async fn by_slot(
+    connection: &ClusterConnection,
+    batch: &[(&RuleWire, Call)],
+    scripts: Arc<Scripts>,
+) -> Result<Answers, RedisError> {
+    let mut slots: HashMap<u16, (Pipeline, Vec<usize>)> = HashMap::new();
+    for (i, (wire, call)) in batch.iter().enumerate() {
+        let (pipe, at) = slots.entry(wire.slot()).or_default();
+        wire.push(pipe, &scripts, *call);
+        at.push(i);
+    }
+    let mut tasks = JoinSet::new();
+    for (pipe, at) in slots.into_values() {
+        let mut c = connection.clone();
+        let scripts = Arc::clone(&scripts);
+        tasks.spawn(async move { (at, send(&mut c, pipe, &scripts).await) });
+    }
+    let mut answers: Vec<Option<Result<Value, RedisError>>> = vec![None; batch.len()];
+    while let Some(done) = tasks.join_next().await {
+        let (at, sent) = done.map_err(|e| RedisError::from(io::Error::other(e)))?;
+        for (i, answer) in at.into_iter().zip(sent?) {
+            answers[i] = Some(answer);
+        }
+    }
+    Ok(answers
+        .into_iter()
+        .map(|a| a.unwrap_or_else(|| Err(io::Error::other("no answer").into())))
+        .collect())
+}
+
+/// Sends `pipe` and reads each command's answer; the commands Redis refused for not
+/// knowing the script (a Redis restarted empty, a new connection to a new node) are
+/// sent again once the scripts are loaded.
+async fn send<C: ConnectionLike>(
+    connection: &mut C,
+    mut pipe: Pipeline,
+    scripts: &Scripts,
+) -> Result<Answers, RedisError> {
+    pipe.ignore_errors();
+    let mut answers: Answers = pipe.query_async(connection).await?;
+    let unknown: Vec<usize> = (0..answers.len())
+        .filter(|&i| {
+            answers[i]
+                .as_ref()
+                .is_err_and(|e| e.kind() == ErrorKind::Server(ServerErrorKind::NoScript))
+        })
+        .collect();
+    if unknown.is_empty() {
+        return Ok(answers);
+    }
+    let mut again = redis::pipe();
+    again.load_script(&scripts.lease).ignore();
+    again.load_script(&scripts.clock).ignore();
+    let commands: Vec<&Cmd> = pipe.cmd_iter().collect();
+    for &i in &unknown {
+        again.add_command(commands[i].clone());
+    }
+    let resent: Answers = again.query_async(connection).await?;
+    for (i, answer) in unknown.into_iter().zip(resent) {
+        answers[i] = answer;
+    }
+    Ok(answers)
 }
 
 /// The connection, made (without I/O for one server) when there is none.
@@ -271,53 +331,6 @@ async fn connect<'a>(
         ),
     };
     Ok(connection.insert(made))
-}
-
-/// A call the server runs later than this after it was sent is refused by the script.
-fn expiry_ms(response_timeout: Duration) -> u64 {
-    u64::try_from(response_timeout.as_millis() / 2)
-        .unwrap_or(u64::MAX)
-        .max(1)
-}
-
-/// One run of the lease script.
-struct Invocation<'a> {
-    script: &'a Script,
-    config: &'a WorkerConfig,
-    young_windows: u64,
-    keys: &'a [String; 3],
-    request: &'a LeaseRequest,
-}
-
-impl Invocation<'_> {
-    async fn invoke<C: ConnectionLike>(&self, connection: &mut C) -> redis::RedisResult<Vec<i64>> {
-        let config = self.config;
-        let request = self.request;
-        let interval_ms = u64::try_from(config.interval.as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1);
-        let window_ms = (config.window_nanos / 1_000_000).max(1);
-        let mut invocation = self.script.prepare_invoke();
-        invocation
-            .key(format!("{}:w:{}", config.tag, request.window))
-            .key(&self.keys[0])
-            .key(&self.keys[1])
-            .key(&self.keys[2])
-            .arg(&config.instance_id)
-            .arg(request.window)
-            .arg(config.permits)
-            .arg(request.want)
-            .arg(request.held)
-            .arg(request.known_instances)
-            .arg(request.known_rank)
-            .arg(window_ms)
-            .arg(self.young_windows)
-            .arg(STALE_AFTER_INTERVALS * interval_ms)
-            .arg(PRUNE_AFTER_INTERVALS * interval_ms)
-            .arg(request.sent_ms)
-            .arg(expiry_ms(config.response_timeout));
-        invocation.invoke_async(connection).await
-    }
 }
 
 #[cfg(test)]

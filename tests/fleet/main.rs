@@ -15,6 +15,7 @@ mod load;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod partition;
+mod pool;
 mod proxy;
 mod server;
 mod single;
