@@ -214,10 +214,13 @@ impl Transport {
                 return Some(batch.iter().map(|_| timeout()).collect());
             }
         };
-        let answers: Vec<_> = answers
+        let mut answers: Vec<_> = answers
             .into_iter()
             .map(|a| a.map_err(|e| CallError::redis(e, response_timeout)))
             .collect();
+        // One answer per call, whatever came back.
+        let missing = || CallError::Redis(io::Error::other("no answer in the pipeline").into());
+        answers.resize_with(batch.len(), || Err(missing()));
         if answers
             .iter()
             .any(|a| a.as_ref().is_err_and(CallError::is_connection))
@@ -266,8 +269,15 @@ async fn by_slot(
     let mut answers: Vec<Option<Result<Value, RedisError>>> = vec![None; batch.len()];
     while let Some(done) = tasks.join_next().await {
         let (at, sent) = done.map_err(|e| RedisError::from(io::Error::other(e)))?;
-        for (i, answer) in at.into_iter().zip(sent?) {
-            answers[i] = Some(answer);
+        // A slot's failure fails that slot's calls only.
+        match sent {
+            Ok(sent) => at
+                .into_iter()
+                .zip(sent)
+                .for_each(|(i, a)| answers[i] = Some(a)),
+            Err(e) => at
+                .into_iter()
+                .for_each(|i| answers[i] = Some(Err(e.clone()))),
         }
     }
     Ok(answers
