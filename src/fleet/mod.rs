@@ -12,6 +12,8 @@
 //!   replies read back.
 //! * `worker.rs`: one rule's side of a worker: its machine asked for calls and given
 //!   the answers, and its warnings.
+//! * `pipeline.rs`: one round's calls as pipelines (the lease calls of a server, or of
+//!   a cluster slot, in one call of the several-rule lease script).
 //! * `pool.rs`: one worker per Redis target (a thread, its runtime, one connection),
 //!   shared by every limiter of the process on it: one pipeline per round.
 //! * `limiter.rs`: the public handle.
@@ -33,6 +35,8 @@ mod error;
 mod lease;
 #[cfg(feature = "redis")]
 mod limiter;
+#[cfg(feature = "redis")]
+mod pipeline;
 #[cfg(feature = "redis")]
 mod pool;
 #[cfg(feature = "redis")]

@@ -3,21 +3,18 @@
 //! calls, every rule's due call in one pipeline (one per slot on a cluster), bounded by
 //! the timeouts, with each failure as a [`CallError`].
 
-use std::collections::HashMap;
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
-use redis::{
-    Cmd, ErrorKind, IntoConnectionInfo, Pipeline, RedisError, Script, ServerErrorKind, Value,
-};
-use tokio::task::JoinSet;
+use redis::{IntoConnectionInfo, RedisError, Script, Value};
 
 use super::lease::Call;
-use super::script::{CLOCK_LUA, LEASE_LUA};
+use super::pipeline::{by_slot, in_order, Answers, Batch};
+use super::script::{CLOCK_LUA, LEASE_LUA, MULTI_LEASE_LUA};
 use super::stats::FleetFailure;
 use super::stop::Stop;
 use super::wire::{RuleWire, Scripts};
@@ -172,15 +169,13 @@ pub(crate) struct Transport {
     connection: Option<Connection>,
 }
 
-/// Each call's answer, in the order of the batch.
-pub(crate) type Answers = Vec<Result<Value, RedisError>>;
-
 impl Transport {
     pub(crate) fn new(target: Target) -> Self {
         Self {
             target,
             scripts: Arc::new(Scripts {
                 lease: Script::new(LEASE_LUA),
+                multi: Script::new(MULTI_LEASE_LUA),
                 clock: Script::new(CLOCK_LUA),
             }),
             connection: None,
@@ -236,88 +231,16 @@ impl Transport {
         let scripts = Arc::clone(&self.scripts);
         match connect(&mut self.connection, &self.target).await? {
             Connection::Single(c) => {
-                let mut pipe = redis::pipe();
-                for (wire, call) in batch {
-                    wire.push(&mut pipe, &scripts, *call);
-                }
-                send(c, pipe, &scripts).await.map_err(failed)
+                let all: Vec<usize> = (0..batch.len()).collect();
+                let pairs = Batch::new(batch, &all, &scripts)
+                    .send(c, &scripts)
+                    .await
+                    .map_err(failed)?;
+                Ok(in_order(batch.len(), pairs))
             }
             Connection::Cluster(c) => by_slot(c, batch, scripts).await.map_err(failed),
         }
     }
-}
-
-/// A cluster's round: one pipeline per slot, sent together; the answers in the order
-/// of `batch`.
-async fn by_slot(
-    connection: &ClusterConnection,
-    batch: &[(&RuleWire, Call)],
-    scripts: Arc<Scripts>,
-) -> Result<Answers, RedisError> {
-    let mut slots: HashMap<u16, (Pipeline, Vec<usize>)> = HashMap::new();
-    for (i, (wire, call)) in batch.iter().enumerate() {
-        let (pipe, at) = slots.entry(wire.slot()).or_default();
-        wire.push(pipe, &scripts, *call);
-        at.push(i);
-    }
-    let mut tasks = JoinSet::new();
-    for (pipe, at) in slots.into_values() {
-        let mut c = connection.clone();
-        let scripts = Arc::clone(&scripts);
-        tasks.spawn(async move { (at, send(&mut c, pipe, &scripts).await) });
-    }
-    let mut answers: Vec<Option<Result<Value, RedisError>>> = vec![None; batch.len()];
-    while let Some(done) = tasks.join_next().await {
-        let (at, sent) = done.map_err(|e| RedisError::from(io::Error::other(e)))?;
-        // A slot's failure fails that slot's calls only.
-        match sent {
-            Ok(sent) => at
-                .into_iter()
-                .zip(sent)
-                .for_each(|(i, a)| answers[i] = Some(a)),
-            Err(e) => at
-                .into_iter()
-                .for_each(|i| answers[i] = Some(Err(e.clone()))),
-        }
-    }
-    Ok(answers
-        .into_iter()
-        .map(|a| a.unwrap_or_else(|| Err(io::Error::other("no answer").into())))
-        .collect())
-}
-
-/// Sends `pipe` and reads each command's answer; the commands Redis refused for not
-/// knowing the script (a Redis restarted empty, a new connection to a new node) are
-/// sent again once the scripts are loaded.
-async fn send<C: ConnectionLike>(
-    connection: &mut C,
-    mut pipe: Pipeline,
-    scripts: &Scripts,
-) -> Result<Answers, RedisError> {
-    pipe.ignore_errors();
-    let mut answers: Answers = pipe.query_async(connection).await?;
-    let unknown: Vec<usize> = (0..answers.len())
-        .filter(|&i| {
-            answers[i]
-                .as_ref()
-                .is_err_and(|e| e.kind() == ErrorKind::Server(ServerErrorKind::NoScript))
-        })
-        .collect();
-    if unknown.is_empty() {
-        return Ok(answers);
-    }
-    let mut again = redis::pipe();
-    again.load_script(&scripts.lease).ignore();
-    again.load_script(&scripts.clock).ignore();
-    let commands: Vec<&Cmd> = pipe.cmd_iter().collect();
-    for &i in &unknown {
-        again.add_command(commands[i].clone());
-    }
-    let resent: Answers = again.query_async(connection).await?;
-    for (i, answer) in unknown.into_iter().zip(resent) {
-        answers[i] = answer;
-    }
-    Ok(answers)
 }
 
 /// The connection, made (without I/O for one server) when there is none.

@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use redis::{Pipeline, RedisError, Script, Value};
+use redis::{Pipeline, RedisError, Script, ScriptInvocation, Value};
 
 use super::lease::{Call, Reply, PRUNE_AFTER_INTERVALS, STALE_AFTER_INTERVALS};
-use super::script::LeaseReply;
+use super::script::{LeaseReply, LeaseRequest};
 use super::time::time_to_nanos;
 use super::transport::CallError;
 
@@ -28,9 +28,10 @@ pub(crate) struct RuleWire {
     pub(crate) young_windows: u64,
 }
 
-/// The lease and clock scripts, compiled once per worker.
+/// The lease, several-rule lease and clock scripts, compiled once per worker.
 pub(crate) struct Scripts {
     pub(crate) lease: Script,
+    pub(crate) multi: Script,
     pub(crate) clock: Script,
 }
 
@@ -76,32 +77,38 @@ impl RuleWire {
                 pipe.invoke_script(&scripts.clock.key(&self.keys[1]));
             }
             Call::Lease(request) => {
-                let interval_ms = u64::try_from(self.interval.as_millis())
-                    .unwrap_or(u64::MAX)
-                    .max(1);
-                let window_ms = (self.window_nanos / 1_000_000).max(1);
                 let mut invocation = scripts.lease.prepare_invoke();
-                invocation
-                    .key(format!("{}:w:{}", self.tag, request.window))
-                    .key(&self.keys[0])
-                    .key(&self.keys[1])
-                    .key(&self.keys[2])
-                    .arg(&self.instance_id)
-                    .arg(request.window)
-                    .arg(self.permits)
-                    .arg(request.want)
-                    .arg(request.held)
-                    .arg(request.known_instances)
-                    .arg(request.known_rank)
-                    .arg(window_ms)
-                    .arg(self.young_windows)
-                    .arg(STALE_AFTER_INTERVALS * interval_ms)
-                    .arg(PRUNE_AFTER_INTERVALS * interval_ms)
-                    .arg(request.sent_ms)
-                    .arg(expiry_ms(self.response_timeout));
+                self.add_lease(&mut invocation, request);
                 pipe.invoke_script(&invocation);
             }
         }
+    }
+
+    /// Adds the keys and arguments of a lease call to `invocation` (of the lease
+    /// script, or after other calls' in the several-rule script).
+    pub(crate) fn add_lease(&self, invocation: &mut ScriptInvocation<'_>, request: LeaseRequest) {
+        let interval_ms = u64::try_from(self.interval.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let window_ms = (self.window_nanos / 1_000_000).max(1);
+        invocation
+            .key(format!("{}:w:{}", self.tag, request.window))
+            .key(&self.keys[0])
+            .key(&self.keys[1])
+            .key(&self.keys[2])
+            .arg(&self.instance_id)
+            .arg(request.window)
+            .arg(self.permits)
+            .arg(request.want)
+            .arg(request.held)
+            .arg(request.known_instances)
+            .arg(request.known_rank)
+            .arg(window_ms)
+            .arg(self.young_windows)
+            .arg(STALE_AFTER_INTERVALS * interval_ms)
+            .arg(PRUNE_AFTER_INTERVALS * interval_ms)
+            .arg(request.sent_ms)
+            .arg(expiry_ms(self.response_timeout));
     }
 
     /// The cluster slot of every key of this rule (they share its hash tag).

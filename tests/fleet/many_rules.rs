@@ -134,7 +134,7 @@ fn a_thousand_rules_in_one_process_sync_at_once_and_each_stays_under_n() {
 }
 
 /// Calls of the lease and clock scripts Redis ran since the last reset.
-fn script_calls(server: &Server) -> u64 {
+pub(crate) fn script_calls(server: &Server) -> u64 {
     server
         .cli(&["INFO", "commandstats"])
         .lines()

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use otel_rate_sampler::{FleetLimiter, RateLimiter};
 
 use crate::load::{self, INTERVAL};
+use crate::many_rules::script_calls;
 use crate::proxy::Proxy;
 use crate::server::Server;
 
@@ -65,12 +66,29 @@ fn limiters_on_one_redis_share_one_worker_and_one_connection() {
     // The 20 rules' connection and the proxy's (the proxy connects on the apart
     // worker's behalf).
     assert_eq!(clients(&server), 2, "one connection per worker");
-    // Every rule's calls ride the same rounds: far fewer round trips than calls.
-    let calls: u64 = rules.iter().map(|l| l.stats().redis_calls).sum();
-    let rounds = rules[0].stats().worker_round_trips;
+    // Every rule's calls ride the same rounds, and the lease calls of a round are one
+    // call of the several-rule script: Redis runs one script per round, not per rule.
+    let calls = || rules.iter().map(|l| l.stats().redis_calls).sum::<u64>();
+    let rounds = || rules[0].stats().worker_round_trips;
+    let _ = server.cli(&["CONFIG", "RESETSTAT"]);
+    let (calls_before, rounds_before) = (calls(), rounds());
+    thread::sleep(INTERVAL * 6);
+    let scripts = script_calls(&server);
+    let (calls, rounds) = (calls() - calls_before, rounds() - rounds_before);
+    assert!(calls >= 20 * 4, "{calls} calls in 6 intervals");
     assert!(
         rounds * 5 <= calls,
         "{rounds} round trips for {calls} calls"
+    );
+    // At most one script call per round (a round may be counted on either side of
+    // the reset), and the clock samples of the rules whose mapping aged.
+    assert!(
+        scripts <= rounds + 2 + 20,
+        "{scripts} script calls, {rounds} rounds"
+    );
+    assert!(
+        scripts * 4 <= calls,
+        "{scripts} script calls for {calls} calls"
     );
 
     let last = rules.pop().expect("20 rules");
