@@ -22,16 +22,6 @@ fn rule(url: String, key: &str) -> FleetLimiter {
         .expect("build")
 }
 
-/// The clients connected to `server`, less the `redis-cli` asking.
-fn clients(server: &Server) -> u64 {
-    let info = server.cli(&["INFO", "clients"]);
-    let line = info
-        .lines()
-        .find_map(|l| l.strip_prefix("connected_clients:"))
-        .expect("INFO clients answers connected_clients");
-    line.trim().parse::<u64>().expect("a count") - 1
-}
-
 /// Waits (at most 10 s) until `pred` holds.
 fn eventually(what: &str, pred: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -65,7 +55,7 @@ fn limiters_on_one_redis_share_one_worker_and_one_connection() {
     assert_eq!(apart.stats().worker_rules, 1);
     // The 20 rules' connection and the proxy's (the proxy connects on the apart
     // worker's behalf).
-    assert_eq!(clients(&server), 2, "one connection per worker");
+    assert_eq!(server.clients(), 2, "one connection per worker");
     // Every rule's calls ride the same rounds, and the lease calls of a round are one
     // call of the several-rule script: Redis runs one script per round, not per rule.
     let calls = || rules.iter().map(|l| l.stats().redis_calls).sum::<u64>();
@@ -111,16 +101,16 @@ fn limiters_on_one_redis_share_one_worker_and_one_connection() {
 
     // The last rule dropped stops the worker at once: its connection closes.
     drop(last);
-    eventually("the worker's connection closes", || clients(&server) == 1);
+    eventually("the worker's connection closes", || server.clients() == 1);
     drop(apart);
     eventually("the other worker's connection closes", || {
-        clients(&server) == 0
+        server.clients() == 0
     });
     // A new limiter on the same URL starts a worker of its own.
     let again = rule(server.url(), "again");
     load::warm_up(std::slice::from_ref(&again), 0);
     assert_eq!(again.stats().worker_rules, 1);
-    assert_eq!(clients(&server), 1);
+    assert_eq!(server.clients(), 1);
 }
 
 /// `shutdown` stops one limiter's calls, not the worker the others share.
