@@ -10,7 +10,7 @@ use super::limiter::{FleetLimiter, Inner, DEFAULT_FLEET_PREFIX};
 use super::pool::{self, PoolKey};
 use super::stats::StatCells;
 use super::time::TimeMap;
-use super::transport::Target;
+use super::transport::{target_identity, Target};
 use super::wire::RuleWire;
 use super::word::LeaseWord;
 use super::worker::{Member, RuleWorker};
@@ -189,16 +189,14 @@ impl<C: Clock> FleetLimiterBuilder<C> {
                 reason: "must be above zero",
             });
         }
-        let target = Target::parse(
-            &self.urls,
-            self.cluster || self.urls.len() > 1,
-            response_timeout,
-            connect_timeout,
-        )
-        .map_err(|(url, reason)| FleetError::InvalidUrl {
+        let cluster = self.cluster || self.urls.len() > 1;
+        let bad_url = |(url, reason): (String, String)| FleetError::InvalidUrl {
             url: redact(&url),
             reason,
-        })?;
+        };
+        let target = Target::parse(&self.urls, cluster, response_timeout, connect_timeout)
+            .map_err(bad_url)?;
+        let identity = target_identity(&self.urls).map_err(bad_url)?;
         let instance_id = self.instance_id.unwrap_or_else(default_instance_id);
         if bad_part(&instance_id) {
             return Err(FleetError::InvalidOption {
@@ -206,7 +204,6 @@ impl<C: Clock> FleetLimiterBuilder<C> {
                 reason: "must be non-empty, without '{', '}' or whitespace",
             });
         }
-        let cluster = self.cluster || self.urls.len() > 1;
         let wire = RuleWire::new(
             format!("{{{}:{}}}", self.prefix, self.key),
             instance_id.clone(),
@@ -228,7 +225,7 @@ impl<C: Clock> FleetLimiterBuilder<C> {
         });
         let member: Arc<dyn Member> = inner.member.clone();
         let registration = pool::join(
-            PoolKey::new(&self.urls, cluster),
+            PoolKey::new(identity, cluster),
             target,
             Arc::downgrade(&member),
         )

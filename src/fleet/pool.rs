@@ -1,5 +1,6 @@
 //! One worker per Redis target: every fleet limiter of the process on the same Redis
-//! URL(s) (credentials included, and the cluster flag) shares one background thread,
+//! (address, database and credentials of its URL(s), and the cluster flag) shares one
+//! background thread,
 //! one current-thread runtime and one multiplexed connection (per node on a cluster).
 //!
 //! Each round the worker asks every rule for its due call (`worker.rs`), sends them
@@ -23,21 +24,21 @@ use super::stop::Stop;
 use super::transport::{Target, Transport};
 use super::worker::{Member, Planned};
 
-/// What makes two limiters share a worker: the Redis URL(s), as written (with the
-/// credentials), and whether they name a cluster.
+/// What makes two limiters share a worker: what their Redis URL(s) connect to
+/// (address, database, credentials, protocol: `transport::target_identity`), and
+/// whether they name a cluster.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct PoolKey {
-    urls: Vec<String>,
+    targets: Vec<String>,
     cluster: bool,
 }
 
 impl PoolKey {
-    pub(crate) fn new(urls: &[String], cluster: bool) -> Self {
-        let mut urls: Vec<String> = urls.iter().map(|u| u.trim().to_owned()).collect();
+    pub(crate) fn new(mut targets: Vec<String>, cluster: bool) -> Self {
         // Seed nodes in any order name the same cluster.
-        urls.sort();
-        urls.dedup();
-        Self { urls, cluster }
+        targets.sort();
+        targets.dedup();
+        Self { targets, cluster }
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
-use redis::{IntoConnectionInfo, RedisError, Script, Value};
+use redis::{ConnectionInfo, IntoConnectionInfo, RedisError, Script, Value};
 
 use super::lease::Call;
 use super::pipeline::{by_slot, in_order, Answers, Batch};
@@ -120,14 +120,7 @@ impl Target {
         response_timeout: Duration,
         connect_timeout: Duration,
     ) -> Result<Self, (String, String)> {
-        let mut infos = Vec::with_capacity(urls.len());
-        for url in urls {
-            let info = url
-                .as_str()
-                .into_connection_info()
-                .map_err(|e| (url.clone(), e.to_string()))?;
-            infos.push(info);
-        }
+        let mut infos = parse_urls(urls)?;
         if cluster {
             let client = ClusterClientBuilder::new(infos)
                 .connection_timeout(connect_timeout)
@@ -154,6 +147,37 @@ impl Target {
             Ok(Self::Single(client, config))
         }
     }
+}
+
+/// The URLs' connection settings; `Err((url, reason))` for a bad one.
+fn parse_urls(urls: &[String]) -> Result<Vec<ConnectionInfo>, (String, String)> {
+    urls.iter()
+        .map(|url| {
+            url.as_str()
+                .into_connection_info()
+                .map_err(|e| (url.clone(), e.to_string()))
+        })
+        .collect()
+}
+
+/// What the URL(s) connect to, spelling aside (`redis://h:6379` and `redis://h:6379/0`
+/// are one target): address, database, credentials and protocol of each, for the
+/// worker registry. `Err((url, reason))` for a bad one.
+pub(crate) fn target_identity(urls: &[String]) -> Result<Vec<String>, (String, String)> {
+    Ok(parse_urls(urls)?
+        .iter()
+        .map(|info| {
+            let r = info.redis_settings();
+            format!(
+                "{:?} db={} user={:?} password={:?} {:?}",
+                info.addr(),
+                r.db(),
+                r.username(),
+                r.password(),
+                r.protocol()
+            )
+        })
+        .collect())
 }
 
 enum Connection {

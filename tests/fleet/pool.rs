@@ -127,3 +127,17 @@ fn shutdown_of_one_limiter_leaves_the_others_leasing() {
     assert_ne!(going, heartbeat(&server, "shut-b"));
     assert!(b.try_acquire(), "{:?}", b.stats());
 }
+
+/// The worker is the Redis the URL connects to, however it is spelt; other credentials
+/// or another database are another target.
+#[test]
+fn urls_spelt_differently_for_one_redis_share_a_worker() {
+    let server = Server::start();
+    let url = server.url();
+    let a = rule(url.clone(), "spelt-a");
+    let b = rule(format!("{url}/0"), "spelt-b");
+    let other_db = rule(format!("{url}/1"), "spelt-c");
+    assert_eq!(a.stats().worker_rules, 2);
+    assert_eq!(b.stats().worker_rules, 2);
+    assert_eq!(other_db.stats().worker_rules, 1);
+}
