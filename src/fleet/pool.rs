@@ -5,7 +5,9 @@
 //!
 //! Each round the worker asks every rule for its due call (`worker.rs`), sends them
 //! all in one pipeline (one per slot on a cluster) and hands each answer back to its
-//! rule; with nothing due it sleeps the shortest tick of its rules. Rules that call at
+//! rule; it looks again every tick (the shortest of its rules') or as soon as a round
+//! ends. Rounds may overlap on the multiplexed connection, a rule having at most one
+//! call in flight: a slow round holds up only its own rules. Rules that call at
 //! the same moments (heartbeats once per interval, leases near the same window edge)
 //! share rounds: round trips per second follow the rules' timings, not their number.
 //!
@@ -14,11 +16,16 @@
 //! stops its thread at once, even in the middle of a round.
 
 use std::collections::HashMap;
+use std::future::{poll_fn, Future};
 use std::io;
+use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::task::Poll;
 use std::thread;
 use std::time::{Duration, Instant};
+
+use tokio::task::JoinSet;
 
 use super::stop::Stop;
 use super::transport::{Target, Transport};
@@ -156,35 +163,59 @@ fn spawn(shared: Arc<PoolShared>, target: Target) -> io::Result<()> {
 /// With no rule, how long the worker sleeps between looks.
 const IDLE_TICK: Duration = Duration::from_millis(10);
 
-/// The rounds, until the last handle of the worker is dropped.
-async fn run(shared: Arc<PoolShared>, mut transport: Transport) {
+/// The rounds, until the last handle of the worker is dropped: every tick (or as soon
+/// as a round ends) the rules' due calls go out as a new round, while earlier rounds
+/// may still be in flight on the multiplexed connection (a rule has at most one call
+/// in flight): a slow round delays only its own rules.
+async fn run(shared: Arc<PoolShared>, transport: Transport) {
+    let transport = Arc::new(transport);
+    let mut rounds = JoinSet::new();
     while !shared.stop.is_stopped() {
+        while rounds.try_join_next().is_some() {}
         let members = shared.live_members();
         let tick = members.iter().map(|m| m.tick()).min().unwrap_or(IDLE_TICK);
         let due: Vec<(Arc<dyn Member>, Planned)> = members
             .into_iter()
             .filter_map(|m| m.plan().map(|p| (m, p)))
             .collect();
-        if due.is_empty() {
-            let slept = shared.stop.unless_stopped(tokio::time::sleep(tick));
-            if slept.await.is_none() {
-                break;
+        if !due.is_empty() {
+            rounds.spawn(round(Arc::clone(&shared), Arc::clone(&transport), due));
+        }
+        let mut sleep = pin!(tokio::time::sleep(tick));
+        let woken = poll_fn(|cx| {
+            if sleep.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(());
             }
-            continue;
-        }
-        let batch: Vec<_> = due.iter().map(|(m, p)| (m.wire(), p.call)).collect();
-        // The round trip for the statistics, from the precise monotonic clock.
-        let started = Instant::now();
-        let Some(answers) = transport.round(&batch, &shared.stop).await else {
-            due.iter().for_each(|(m, _)| m.abandon());
+            // A round that ended: its rules may have a call due at once.
+            match rounds.poll_join_next(cx) {
+                Poll::Ready(Some(_)) => Poll::Ready(()),
+                Poll::Ready(None) | Poll::Pending => Poll::Pending,
+            }
+        });
+        if shared.stop.unless_stopped(woken).await.is_none() {
             break;
-        };
-        // Relaxed: a display counter.
-        shared.round_trips.fetch_add(1, Ordering::Relaxed);
-        let round_trip = started.elapsed();
-        for ((member, planned), answer) in due.iter().zip(answers) {
-            member.apply(*planned, answer, round_trip);
         }
+    }
+}
+
+/// One round: the due calls sent together, each answer handed to its rule.
+async fn round(
+    shared: Arc<PoolShared>,
+    transport: Arc<Transport>,
+    due: Vec<(Arc<dyn Member>, Planned)>,
+) {
+    let batch: Vec<_> = due.iter().map(|(m, p)| (m.wire(), p.call)).collect();
+    // The round trip for the statistics, from the precise monotonic clock.
+    let started = Instant::now();
+    let Some(answers) = transport.round(&batch, &shared.stop).await else {
+        due.iter().for_each(|(m, _)| m.abandon());
+        return;
+    };
+    // Relaxed: a display counter.
+    shared.round_trips.fetch_add(1, Ordering::Relaxed);
+    let round_trip = started.elapsed();
+    for ((member, planned), answer) in due.iter().zip(answers) {
+        member.apply(*planned, answer, round_trip);
     }
 }
 

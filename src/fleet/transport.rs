@@ -3,8 +3,7 @@
 //! calls, every rule's due call in one pipeline (one per slot on a cluster), bounded by
 //! the timeouts, with each failure as a [`CallError`].
 
-use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -180,17 +179,19 @@ pub(crate) fn target_identity(urls: &[String]) -> Result<Vec<String>, (String, S
         .collect())
 }
 
+#[derive(Clone)]
 enum Connection {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
 }
 
-/// The connection to one Redis target, shared by the rules of a worker, and the
-/// scripts.
+/// The connection to one Redis target, shared by the rules of a worker (and by its
+/// rounds in flight: the connection is multiplexed), and the scripts.
 pub(crate) struct Transport {
     target: Target,
     scripts: Arc<Scripts>,
-    connection: Option<Connection>,
+    /// Never locked across an await: a round takes a clone of the connection.
+    connection: Mutex<Option<Connection>>,
 }
 
 impl Transport {
@@ -202,8 +203,14 @@ impl Transport {
                 multi: Script::new(MULTI_LEASE_LUA),
                 clock: Script::new(CLOCK_LUA),
             }),
-            connection: None,
+            connection: Mutex::new(None),
         }
+    }
+
+    fn slot(&self) -> MutexGuard<'_, Option<Connection>> {
+        self.connection
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Sends every call of `batch` in one round trip (one per slot on a cluster),
@@ -212,7 +219,7 @@ impl Transport {
     /// connection is dropped and the next round makes a fresh one (the manager's own
     /// reconnect may be slow).
     pub(crate) async fn round(
-        &mut self,
+        &self,
         batch: &[(&RuleWire, Call)],
         stop: &Stop,
     ) -> Option<Vec<Result<Value, CallError>>> {
@@ -224,70 +231,64 @@ impl Transport {
         let answers = match sent {
             Ok(Ok(answers)) => answers,
             Ok(Err(error)) => {
-                self.connection = None;
+                *self.slot() = None;
                 return Some(batch.iter().map(|_| Err(error.clone())).collect());
             }
             Err(_) => {
-                self.connection = None;
+                *self.slot() = None;
                 let timeout = || Err(CallError::Timeout(bound));
                 return Some(batch.iter().map(|_| timeout()).collect());
             }
         };
-        let mut answers: Vec<_> = answers
+        let answers: Vec<_> = answers
             .into_iter()
             .map(|a| a.map_err(|e| CallError::redis(e, response_timeout)))
             .collect();
-        // One answer per call, whatever came back.
-        let missing = || CallError::Redis(io::Error::other("no answer in the pipeline").into());
-        answers.resize_with(batch.len(), || Err(missing()));
         if answers
             .iter()
             .any(|a| a.as_ref().is_err_and(CallError::is_connection))
         {
-            self.connection = None;
+            *self.slot() = None;
         }
         Some(answers)
     }
 
-    async fn round_unbounded(&mut self, batch: &[(&RuleWire, Call)]) -> Result<Answers, CallError> {
+    /// The connection, made (without I/O for one server) when there is none.
+    async fn connect(&self) -> Result<Connection, CallError> {
+        if let Some(c) = self.slot().as_ref() {
+            return Ok(c.clone());
+        }
+        let made = match &self.target {
+            Target::Single(client, config) => Connection::Single(
+                ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
+                    .map_err(CallError::connect)?,
+            ),
+            Target::Cluster(client) => Connection::Cluster(
+                client
+                    .get_async_connection()
+                    .await
+                    .map_err(CallError::connect)?,
+            ),
+        };
+        Ok(self.slot().get_or_insert(made).clone())
+    }
+
+    async fn round_unbounded(&self, batch: &[(&RuleWire, Call)]) -> Result<Answers, CallError> {
         let response_timeout = batch.iter().map(|(w, _)| w.response_timeout).max();
         let failed = |e| CallError::redis(e, response_timeout.unwrap_or_default());
         let scripts = Arc::clone(&self.scripts);
-        match connect(&mut self.connection, &self.target).await? {
-            Connection::Single(c) => {
+        match self.connect().await? {
+            Connection::Single(mut c) => {
                 let all: Vec<usize> = (0..batch.len()).collect();
                 let pairs = Batch::new(batch, &all, &scripts)
-                    .send(c, &scripts)
+                    .send(&mut c, &scripts)
                     .await
                     .map_err(failed)?;
                 Ok(in_order(batch.len(), pairs))
             }
-            Connection::Cluster(c) => by_slot(c, batch, scripts).await.map_err(failed),
+            Connection::Cluster(c) => by_slot(&c, batch, scripts).await.map_err(failed),
         }
     }
-}
-
-/// The connection, made (without I/O for one server) when there is none.
-async fn connect<'a>(
-    connection: &'a mut Option<Connection>,
-    target: &Target,
-) -> Result<&'a mut Connection, CallError> {
-    if let Some(c) = connection {
-        return Ok(c);
-    }
-    let made = match target {
-        Target::Single(client, config) => Connection::Single(
-            ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
-                .map_err(CallError::connect)?,
-        ),
-        Target::Cluster(client) => Connection::Cluster(
-            client
-                .get_async_connection()
-                .await
-                .map_err(CallError::connect)?,
-        ),
-    };
-    Ok(connection.insert(made))
 }
 
 #[cfg(test)]

@@ -29,7 +29,8 @@ pub(crate) trait Member: Send + Sync {
     fn wire(&self) -> &RuleWire;
     /// How often it wants to be asked for a call.
     fn tick(&self) -> Duration;
-    /// Its call due now, if any (none once stopped or dropped).
+    /// Its call due now, if any (none while one is in flight, once stopped or
+    /// dropped).
     fn plan(&self) -> Option<Planned>;
     /// Redis's answer to `planned` (or why there is none), after `round_trip`.
     fn apply(&self, planned: Planned, answer: Result<Value, CallError>, round_trip: Duration);
@@ -143,7 +144,8 @@ impl<C: Clock> Member for RuleWorker<C> {
     }
 
     fn plan(&self) -> Option<Planned> {
-        if self.stopped() {
+        // One call in flight at a time.
+        if self.stopped() || *lock(&self.in_flight) {
             return None;
         }
         let inner = self.inner.upgrade()?;
