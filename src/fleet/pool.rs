@@ -1,15 +1,16 @@
 //! One worker per Redis target: every fleet limiter of the process on the same Redis
 //! (address, database and credentials of its URL(s), and the cluster flag) shares one
-//! background thread,
-//! one current-thread runtime and one multiplexed connection (per node on a cluster).
+//! background thread, one current-thread runtime and one multiplexed connection (per
+//! node on a cluster).
 //!
 //! Each round the worker asks every rule for its due call (`worker.rs`), sends them
-//! all in one pipeline (one per slot on a cluster) and hands each answer back to its
-//! rule; it looks again every tick (the shortest of its rules') or as soon as a round
-//! ends. Rounds may overlap on the multiplexed connection, a rule having at most one
-//! call in flight: a slow round holds up only its own rules. Rules that call at
-//! the same moments (heartbeats once per interval, leases near the same window edge)
-//! share rounds: round trips per second follow the rules' timings, not their number.
+//! all in one pipeline (one per slot on a cluster, `pipeline.rs`) and hands each
+//! answer back to its rule; it looks again every tick (the shortest of its rules') or
+//! as soon as a round ends. Rounds may overlap on the multiplexed connection, a rule
+//! having at most one call in flight: a slow round holds up only its own rules. Rules
+//! that call at the same moments (heartbeats once per interval, leases near the same
+//! window edge) share rounds: round trips per second follow the rules' timings, not
+//! their number.
 //!
 //! The registry holds the workers weakly, and the worker holds its rules weakly: the
 //! last limiter of a rule dropped ends its calls; the last rule of a worker dropped
