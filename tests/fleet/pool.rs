@@ -5,7 +5,7 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use otel_rate_sampler::{FleetLimiter, RateLimiter};
+use otel_rate_sampler::FleetLimiter;
 
 use crate::load::{self, INTERVAL};
 use crate::many_rules::script_calls;
@@ -125,7 +125,9 @@ fn shutdown_of_one_limiter_leaves_the_others_leasing() {
     thread::sleep(INTERVAL * 4);
     assert_eq!(stopped, heartbeat(&server, "shut-a"));
     assert_ne!(going, heartbeat(&server, "shut-b"));
-    assert!(b.try_acquire(), "{:?}", b.stats());
+    // (No admission is asserted: a new Redis grants nothing in its first windows.)
+    let s = b.stats();
+    assert!(s.last_failure.is_none() && s.worker_rules == 2, "{s:?}");
 }
 
 /// The worker is the Redis the URL connects to, however it is spelt; other credentials
