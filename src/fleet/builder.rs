@@ -2,18 +2,18 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use super::error::{redact, FleetError};
 use super::limiter::{FleetLimiter, Inner, DEFAULT_FLEET_PREFIX};
+use super::pool::{self, PoolKey};
 use super::stats::StatCells;
-use super::stop::Stop;
 use super::time::TimeMap;
-use super::transport::Target;
-use super::transport::WorkerConfig;
+use super::transport::{target_identity, Target};
+use super::wire::RuleWire;
 use super::word::LeaseWord;
-use super::worker;
+use super::worker::{Member, RuleWorker};
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::Limit;
 
@@ -149,8 +149,9 @@ impl<C: Clock> FleetLimiterBuilder<C> {
         }
     }
 
-    /// Checks the options, starts the background thread and returns at once, without
-    /// waiting for Redis.
+    /// Checks the options, joins the background worker of its Redis target (starting
+    /// it for the first limiter on that target) and returns at once, without waiting
+    /// for Redis.
     ///
     /// # Errors
     ///
@@ -188,16 +189,14 @@ impl<C: Clock> FleetLimiterBuilder<C> {
                 reason: "must be above zero",
             });
         }
-        let target = Target::parse(
-            &self.urls,
-            self.cluster || self.urls.len() > 1,
-            response_timeout,
-            connect_timeout,
-        )
-        .map_err(|(url, reason)| FleetError::InvalidUrl {
+        let cluster = self.cluster || self.urls.len() > 1;
+        let bad_url = |(url, reason): (String, String)| FleetError::InvalidUrl {
             url: redact(&url),
             reason,
-        })?;
+        };
+        let target = Target::parse(&self.urls, cluster, response_timeout, connect_timeout)
+            .map_err(bad_url)?;
+        let identity = target_identity(&self.urls).map_err(bad_url)?;
         let instance_id = self.instance_id.unwrap_or_else(default_instance_id);
         if bad_part(&instance_id) {
             return Err(FleetError::InvalidOption {
@@ -205,33 +204,33 @@ impl<C: Clock> FleetLimiterBuilder<C> {
                 reason: "must be non-empty, without '{', '}' or whitespace",
             });
         }
-        let inner = Arc::new(Inner {
+        let wire = RuleWire::new(
+            format!("{{{}:{}}}", self.prefix, self.key),
+            instance_id.clone(),
+            u64::from(self.limit.permits()),
+            self.limit.window_nanos(),
+            [interval, response_timeout, connect_timeout],
+        );
+        let inner = Arc::new_cyclic(|weak| Inner {
             lease: LeaseWord::new(),
             time: TimeMap::default(),
             clock: self.clock,
             limit: self.limit,
             stats: StatCells::default(),
-            stop: Arc::new(Stop::default()),
-            thread: Mutex::new(None),
-            key: self.key.clone(),
-            instance_id: instance_id.clone(),
+            member: Arc::new(RuleWorker::new(Weak::clone(weak), wire)),
+            registration: OnceLock::new(),
+            key: self.key,
+            instance_id,
             sync_interval: interval,
         });
-        let config = WorkerConfig {
+        let member: Arc<dyn Member> = inner.member.clone();
+        let registration = pool::join(
+            PoolKey::new(identity, cluster),
             target,
-            tag: format!("{{{}:{}}}", self.prefix, self.key),
-            instance_id,
-            permits: u64::from(self.limit.permits()),
-            window_nanos: self.limit.window_nanos(),
-            interval,
-            response_timeout,
-            connect_timeout,
-        };
-        let handle = worker::spawn(Arc::downgrade(&inner), config).map_err(FleetError::Spawn)?;
-        match inner.thread.lock() {
-            Ok(mut guard) => *guard = Some(handle),
-            Err(poisoned) => *poisoned.into_inner() = Some(handle),
-        }
+            Arc::downgrade(&member),
+        )
+        .map_err(FleetError::Spawn)?;
+        let _ = inner.registration.set(registration);
         Ok(FleetLimiter { inner })
     }
 }

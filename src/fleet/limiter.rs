@@ -2,15 +2,15 @@
 
 use std::fmt;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use super::lease::Shared;
+use super::pool::Registration;
 use super::stats::{FleetStats, StatCells};
-use super::stop::Stop;
 use super::time::TimeMap;
 use super::word::LeaseWord;
+use super::worker::RuleWorker;
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::Limit;
 use crate::limiter::RateLimiter;
@@ -23,12 +23,15 @@ pub const DEFAULT_FLEET_PREFIX: &str = "otel-rate";
 ///
 /// Build one with [`FleetLimiter::builder`]; it implements [`RateLimiter`], so
 /// `RateLimitingSampler::new(fleet_limiter)` works as with a local limiter. Clones share
-/// one state and one background thread.
+/// one state; every limiter of the process on the same Redis URL(s) shares one
+/// background thread and one connection.
 ///
 /// # How it works
 ///
-/// A background thread (named `otel-rate-fleet`, with its own current-thread tokio
-/// runtime: it never uses the application's) leases chunks of permits for fleet window
+/// A background thread per Redis target (named `otel-rate-fleet`, with its own
+/// current-thread tokio runtime: it never uses the application's; each round it sends
+/// the due calls of all the limiters on that target in one pipeline) leases chunks of
+/// permits for fleet window
 /// `w` from Redis with one atomic Lua script, and the decision path spends the lease on
 /// one atomic word: no Redis call, lock or allocation per decision, and a refusal only
 /// loads. See the README's "Across replicas" for the bounds; in short:
@@ -94,8 +97,9 @@ pub(crate) struct Inner<C> {
     pub(crate) clock: C,
     pub(crate) limit: Limit,
     pub(crate) stats: StatCells,
-    pub(crate) stop: Arc<Stop>,
-    pub(super) thread: Mutex<Option<JoinHandle<()>>>,
+    /// This rule in its worker, and its place there.
+    pub(super) member: Arc<RuleWorker<C>>,
+    pub(super) registration: OnceLock<Registration>,
     pub(super) key: String,
     pub(super) instance_id: String,
     pub(super) sync_interval: Duration,
@@ -114,7 +118,7 @@ impl<C> Inner<C> {
 
 impl<C> Drop for Inner<C> {
     fn drop(&mut self) {
-        self.stop.stop();
+        self.member.stop();
     }
 }
 
@@ -172,6 +176,9 @@ impl<C: Clock> FleetLimiter<C> {
         // The windows rolled past, and the current one.
         stats.permits_used += spent;
         stats.clock_synced = self.inner.time.fleet_nanos(0).is_some();
+        if let Some(registration) = self.inner.registration.get() {
+            (stats.worker_rules, stats.worker_round_trips) = registration.figures();
+        }
         stats
     }
 
@@ -190,21 +197,16 @@ impl<C: Clock> FleetLimiter<C> {
         self.inner.sync_interval
     }
 
-    /// Stops the background thread and waits for it (it ends at its next await point,
-    /// at once). Afterwards nothing is leased: what remains of the current lease may
-    /// still be spent in its window, then every call is refused. Idempotent; dropping
-    /// the last clone does the same without waiting.
+    /// Stops this limiter's calls to Redis and waits for one in flight to end (at most
+    /// twice the response and connect timeouts); the worker thread goes on for the
+    /// other limiters on the same Redis, and stops with the last one dropped.
+    /// Afterwards nothing is leased: what remains of the current lease may still be
+    /// spent in its window, then every call is refused. Idempotent; dropping the last
+    /// clone stops the calls the same way without waiting.
     pub fn shutdown(&self) {
-        self.inner.stop.stop();
-        let handle = match self.inner.thread.lock() {
-            Ok(mut guard) => guard.take(),
-            Err(poisoned) => poisoned.into_inner().take(),
-        };
-        if let Some(handle) = handle {
-            if handle.thread().id() != std::thread::current().id() {
-                let _ = handle.join();
-            }
-        }
+        self.inner.member.stop_and_wait();
+        // Relaxed: a display value (see `StatCells`).
+        self.inner.stats.fallback.store(false, Ordering::Relaxed);
     }
 }
 

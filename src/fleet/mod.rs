@@ -8,7 +8,14 @@
 //! * `lease.rs`: the lease state machine (planning, window roll, fallback, accounting),
 //!   without I/O or a clock of its own.
 //! * `transport.rs`: the connection to Redis and one call, with typed errors.
-//! * `worker.rs`: the background thread and its runtime, driving the two.
+//! * `wire.rs`: one rule's keys and arguments, its calls as script commands, their
+//!   replies read back.
+//! * `worker.rs`: one rule's side of a worker: its machine asked for calls and given
+//!   the answers, and its warnings.
+//! * `pipeline.rs`: one round's calls as pipelines (the lease calls of a server, or of
+//!   a cluster slot, in one call of the several-rule lease script).
+//! * `pool.rs`: one worker per Redis target (a thread, its runtime, one connection),
+//!   shared by every limiter of the process on it: one pipeline per round.
 //! * `limiter.rs`: the public handle.
 //! * `stats.rs`: its statistics, written by the worker, and the kinds of failed calls.
 //! * `builder.rs`: its builder, where the options are checked.
@@ -29,6 +36,10 @@ mod lease;
 #[cfg(feature = "redis")]
 mod limiter;
 #[cfg(feature = "redis")]
+mod pipeline;
+#[cfg(feature = "redis")]
+mod pool;
+#[cfg(feature = "redis")]
 mod script;
 #[cfg(feature = "redis")]
 mod share;
@@ -40,6 +51,8 @@ mod stop;
 mod time;
 #[cfg(feature = "redis")]
 mod transport;
+#[cfg(feature = "redis")]
+mod wire;
 #[cfg(feature = "redis")]
 mod worker;
 

@@ -162,11 +162,13 @@ return {g, total, k, rank, since, young, now_s, now_sub_us, 0}
     };
 }
 
-/// The lease script's source.
-pub(crate) const LEASE_LUA: &str = concat!(
-    "local meta = KEYS[3]\n",
-    fleet_clock_lua!(),
-    r#"
+/// One lease call: its keys, arguments, clock and body, ending in its reply.
+macro_rules! lease_call_lua {
+    () => {
+        concat!(
+            "local meta = KEYS[3]\n",
+            fleet_clock_lua!(),
+            r#"
 if now_ms - tonumber(ARGV[12]) > tonumber(ARGV[13]) then
   return {0, 0, 0, 0, 0, 0, now_s, now_sub_us, 1}
 end
@@ -187,7 +189,31 @@ local redis_w = math.floor(now_ms / wms)
 local in_reach = w >= redis_w - 1 and w <= redis_w + 1
 if not in_reach then want = 0 end
 "#,
-    lease_body_lua!()
+            lease_body_lua!()
+        )
+    };
+}
+
+/// The lease script's source.
+pub(crate) const LEASE_LUA: &str = lease_call_lua!();
+
+/// The lease script of several rules at once (one round's lease calls on one server,
+/// or in one slot of a cluster): `KEYS` and `ARGV` are those of each call in turn, 4
+/// keys and 13 arguments each; the reply is each call's reply in turn. Each call runs
+/// exactly as `LEASE_LUA` would alone, in the order given.
+pub(crate) const MULTI_LEASE_LUA: &str = concat!(
+    "local function lease(KEYS, ARGV)\n",
+    lease_call_lua!(),
+    r#"end
+local out = {}
+for i = 0, #KEYS / 4 - 1 do
+  local keys = {KEYS[4 * i + 1], KEYS[4 * i + 2], KEYS[4 * i + 3], KEYS[4 * i + 4]}
+  local args = {}
+  for j = 1, 13 do args[j] = ARGV[13 * i + j] end
+  out[i + 1] = lease(keys, args)
+end
+return out
+"#
 );
 
 /// The arguments of one lease call.

@@ -198,6 +198,13 @@ pub struct FleetStats {
     /// Permits held when their window ended and never spent. The lease design never
     /// gives permits back to Redis: they lapse with their window.
     pub permits_unused: u64,
+    /// The limiters served by this limiter's worker thread: every fleet limiter of the
+    /// process on the same Redis URL(s) shares one thread, one connection and one
+    /// pipeline per round.
+    pub worker_rules: u64,
+    /// Round trips that worker made to Redis (one pipeline carrying the due calls of
+    /// all its limiters; one per slot on a cluster), over its life.
+    pub worker_round_trips: u64,
     failures: [u64; FleetFailure::ALL.len()],
 }
 

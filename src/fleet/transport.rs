@@ -1,22 +1,25 @@
-//! The transport: the Redis target, the connection (made lazily, dropped after a
-//! failure so the next call reconnects), and one call bounded by the timeouts, with its
-//! failure as a [`CallError`].
+//! The transport: the Redis target, the connection a worker's rules share (made
+//! lazily, dropped after a failure so the next round reconnects), and one round of
+//! calls, every rule's due call in one pipeline (one per slot on a cluster), bounded by
+//! the timeouts, with each failure as a [`CallError`].
 
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
-use redis::{IntoConnectionInfo, RedisError, Script};
+use redis::{ConnectionInfo, IntoConnectionInfo, RedisError, Script, Value};
 
-use super::lease::{Call, Reply, PRUNE_AFTER_INTERVALS, STALE_AFTER_INTERVALS};
-use super::script::{LeaseReply, LeaseRequest, CLOCK_LUA, LEASE_LUA};
+use super::lease::Call;
+use super::pipeline::{by_slot, in_order, Answers, Batch};
+use super::script::{CLOCK_LUA, LEASE_LUA, MULTI_LEASE_LUA};
 use super::stats::FleetFailure;
 use super::stop::Stop;
-use super::time::time_to_nanos;
+use super::wire::{RuleWire, Scripts};
 
 /// Why a call to Redis gave no usable answer.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub(crate) enum CallError {
     /// No connection could be made.
     #[error("could not connect to Redis: {0}")]
@@ -49,6 +52,12 @@ impl CallError {
         }
     }
 
+    /// Whether the connection failed (or Redis refused it): the next round makes a
+    /// fresh one.
+    fn is_connection(&self) -> bool {
+        matches!(self, Self::Connect(_) | Self::Auth(_) | Self::Timeout(_))
+    }
+
     /// A failed connection attempt: `Auth` if Redis refused the credentials.
     fn connect(error: RedisError) -> Self {
         if is_auth(&error) {
@@ -61,7 +70,7 @@ impl CallError {
     /// A failed call, by what failed: the credentials (`Auth`), the connection
     /// (`Connect`: refused, reset, closed; the manager connects lazily, inside a call),
     /// the client's response timeout (`Timeout`), else Redis's answer (`Redis`).
-    fn redis(error: RedisError, response_timeout: Duration) -> Self {
+    pub(crate) fn redis(error: RedisError, response_timeout: Duration) -> Self {
         if is_auth(&error) {
             Self::Auth(error)
         } else if error.is_timeout() {
@@ -87,20 +96,6 @@ fn is_auth(error: &RedisError) -> bool {
         || error.to_string().contains("unauthenticated")
 }
 
-/// What the thread and its transport need to know, fixed at build time.
-#[derive(Debug)]
-pub(crate) struct WorkerConfig {
-    pub(crate) target: Target,
-    /// The hash tag `{prefix:key}` every key starts with.
-    pub(crate) tag: String,
-    pub(crate) instance_id: String,
-    pub(crate) permits: u64,
-    pub(crate) window_nanos: u64,
-    pub(crate) interval: Duration,
-    pub(crate) response_timeout: Duration,
-    pub(crate) connect_timeout: Duration,
-}
-
 /// Where Redis is: one server (through a reconnecting `ConnectionManager`) or a cluster.
 pub(crate) enum Target {
     Single(redis::Client, ConnectionManagerConfig),
@@ -124,14 +119,7 @@ impl Target {
         response_timeout: Duration,
         connect_timeout: Duration,
     ) -> Result<Self, (String, String)> {
-        let mut infos = Vec::with_capacity(urls.len());
-        for url in urls {
-            let info = url
-                .as_str()
-                .into_connection_info()
-                .map_err(|e| (url.clone(), e.to_string()))?;
-            infos.push(info);
-        }
+        let mut infos = parse_urls(urls)?;
         if cluster {
             let client = ClusterClientBuilder::new(infos)
                 .connection_timeout(connect_timeout)
@@ -145,8 +133,10 @@ impl Target {
                 .pop()
                 .ok_or_else(|| (String::new(), "no URL".to_owned()))?;
             let client = redis::Client::open(info).map_err(|e| (urls[0].clone(), e.to_string()))?;
+            // No response timeout of its own: the worker bounds each round by the
+            // timeouts of the rules in it, which may differ.
             let config = ConnectionManagerConfig::new()
-                .set_response_timeout(Some(response_timeout))
+                .set_response_timeout(None)
                 .set_connection_timeout(Some(connect_timeout))
                 // One attempt per call: the worker paces its own retries (one per
                 // sync interval) and makes a fresh manager after a failure.
@@ -158,165 +148,146 @@ impl Target {
     }
 }
 
+/// The URLs' connection settings; `Err((url, reason))` for a bad one.
+fn parse_urls(urls: &[String]) -> Result<Vec<ConnectionInfo>, (String, String)> {
+    urls.iter()
+        .map(|url| {
+            url.as_str()
+                .into_connection_info()
+                .map_err(|e| (url.clone(), e.to_string()))
+        })
+        .collect()
+}
+
+/// What the URL(s) connect to, spelling aside (`redis://h:6379` and `redis://h:6379/0`
+/// are one target): address, database, credentials and protocol of each, for the
+/// worker registry. `Err((url, reason))` for a bad one.
+pub(crate) fn target_identity(urls: &[String]) -> Result<Vec<String>, (String, String)> {
+    Ok(parse_urls(urls)?
+        .iter()
+        .map(|info| {
+            let r = info.redis_settings();
+            format!(
+                "{:?} db={} user={:?} password={:?} {:?}",
+                info.addr(),
+                r.db(),
+                r.username(),
+                r.password(),
+                r.protocol()
+            )
+        })
+        .collect())
+}
+
+#[derive(Clone)]
 enum Connection {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
 }
 
-/// The connection to Redis and the lease script.
+/// The connection to one Redis target, shared by the rules of a worker (and by its
+/// rounds in flight: the connection is multiplexed), and the scripts.
 pub(crate) struct Transport {
-    config: WorkerConfig,
-    /// Windows after Redis's memory starts in which grants are capped at the shares.
-    young_windows: u64,
-    script: Script,
-    clock_script: Script,
-    /// `{p}:members`, `{p}:meta`, `{p}:seen`.
-    keys: [String; 3],
-    connection: Option<Connection>,
+    target: Target,
+    scripts: Arc<Scripts>,
+    /// Never locked across an await: a round takes a clone of the connection.
+    connection: Mutex<Option<Connection>>,
 }
 
 impl Transport {
-    pub(crate) fn new(config: WorkerConfig, young_windows: u64) -> Self {
-        let keys = [
-            format!("{}:members", config.tag),
-            format!("{}:meta", config.tag),
-            format!("{}:seen", config.tag),
-        ];
+    pub(crate) fn new(target: Target) -> Self {
         Self {
-            config,
-            young_windows,
-            script: Script::new(LEASE_LUA),
-            clock_script: Script::new(CLOCK_LUA),
-            keys,
-            connection: None,
+            target,
+            scripts: Arc::new(Scripts {
+                lease: Script::new(LEASE_LUA),
+                multi: Script::new(MULTI_LEASE_LUA),
+                clock: Script::new(CLOCK_LUA),
+            }),
+            connection: Mutex::new(None),
         }
     }
 
-    /// The rule's hash tag, for messages.
-    pub(crate) fn tag(&self) -> &str {
-        &self.config.tag
+    fn slot(&self) -> MutexGuard<'_, Option<Connection>> {
+        self.connection
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Makes one call, bounded by the timeouts; `None` if stopped meanwhile. After a
-    /// failure the connection is dropped: the next call makes a fresh one (the
-    /// manager's own reconnect may be slow).
-    pub(crate) async fn call(
-        &mut self,
-        call: Call,
+    /// Sends every call of `batch` in one round trip (one per slot on a cluster),
+    /// bounded by the longest of the rules' timeouts; `None` if stopped meanwhile. A
+    /// failure of the connection or the round fails every call; after one, the
+    /// connection is dropped and the next round makes a fresh one (the manager's own
+    /// reconnect may be slow).
+    pub(crate) async fn round(
+        &self,
+        batch: &[(&RuleWire, Call)],
         stop: &Stop,
-    ) -> Option<Result<Reply, CallError>> {
-        let bound = self.config.response_timeout + self.config.connect_timeout;
-        let result = stop
-            .unless_stopped(tokio::time::timeout(bound, self.call_unbounded(call)))
+    ) -> Option<Vec<Result<Value, CallError>>> {
+        let bound = batch.iter().map(|(w, _)| w.bound()).max()?;
+        let response_timeout = batch.iter().map(|(w, _)| w.response_timeout).max()?;
+        let sent = stop
+            .unless_stopped(tokio::time::timeout(bound, self.round_unbounded(batch)))
             .await?;
-        let result = result.unwrap_or(Err(CallError::Timeout(bound)));
-        if result.is_err() {
-            self.connection = None;
-        }
-        Some(result)
-    }
-
-    async fn call_unbounded(&mut self, call: Call) -> Result<Reply, CallError> {
-        let response_timeout = self.config.response_timeout;
-        let connection = connect(&mut self.connection, &self.config.target).await?;
-        match call {
-            Call::SampleTime => {
-                let invocation = self.clock_script.key(&self.keys[1]);
-                let (seconds, micros): (u64, u64) = match connection {
-                    Connection::Single(c) => invocation.invoke_async(c).await,
-                    Connection::Cluster(c) => invocation.invoke_async(c).await,
-                }
-                .map_err(|e| CallError::redis(e, response_timeout))?;
-                Ok(Reply::Time(time_to_nanos(seconds, micros)))
+        let answers = match sent {
+            Ok(Ok(answers)) => answers,
+            Ok(Err(error)) => {
+                *self.slot() = None;
+                return Some(batch.iter().map(|_| Err(error.clone())).collect());
             }
-            Call::Lease(request) => {
-                let script = Invocation {
-                    script: &self.script,
-                    config: &self.config,
-                    young_windows: self.young_windows,
-                    keys: &self.keys,
-                    request: &request,
-                };
-                let values = match connection {
-                    Connection::Single(c) => script.invoke(c).await,
-                    Connection::Cluster(c) => script.invoke(c).await,
-                }
-                .map_err(|e| CallError::redis(e, response_timeout))?;
-                LeaseReply::from_values(&values)
-                    .map(Reply::Lease)
-                    .ok_or(CallError::BadReply(values))
+            Err(_) => {
+                *self.slot() = None;
+                let timeout = || Err(CallError::Timeout(bound));
+                return Some(batch.iter().map(|_| timeout()).collect());
             }
+        };
+        let answers: Vec<_> = answers
+            .into_iter()
+            .map(|a| a.map_err(|e| CallError::redis(e, response_timeout)))
+            .collect();
+        if answers
+            .iter()
+            .any(|a| a.as_ref().is_err_and(CallError::is_connection))
+        {
+            *self.slot() = None;
         }
+        Some(answers)
     }
-}
 
-/// The connection, made (without I/O for one server) when there is none.
-async fn connect<'a>(
-    connection: &'a mut Option<Connection>,
-    target: &Target,
-) -> Result<&'a mut Connection, CallError> {
-    if let Some(c) = connection {
-        return Ok(c);
+    /// The connection, made (without I/O for one server) when there is none.
+    async fn connect(&self) -> Result<Connection, CallError> {
+        if let Some(c) = self.slot().as_ref() {
+            return Ok(c.clone());
+        }
+        let made = match &self.target {
+            Target::Single(client, config) => Connection::Single(
+                ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
+                    .map_err(CallError::connect)?,
+            ),
+            Target::Cluster(client) => Connection::Cluster(
+                client
+                    .get_async_connection()
+                    .await
+                    .map_err(CallError::connect)?,
+            ),
+        };
+        Ok(self.slot().get_or_insert(made).clone())
     }
-    let made = match target {
-        Target::Single(client, config) => Connection::Single(
-            ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
-                .map_err(CallError::connect)?,
-        ),
-        Target::Cluster(client) => Connection::Cluster(
-            client
-                .get_async_connection()
-                .await
-                .map_err(CallError::connect)?,
-        ),
-    };
-    Ok(connection.insert(made))
-}
 
-/// A call the server runs later than this after it was sent is refused by the script.
-fn expiry_ms(response_timeout: Duration) -> u64 {
-    u64::try_from(response_timeout.as_millis() / 2)
-        .unwrap_or(u64::MAX)
-        .max(1)
-}
-
-/// One run of the lease script.
-struct Invocation<'a> {
-    script: &'a Script,
-    config: &'a WorkerConfig,
-    young_windows: u64,
-    keys: &'a [String; 3],
-    request: &'a LeaseRequest,
-}
-
-impl Invocation<'_> {
-    async fn invoke<C: ConnectionLike>(&self, connection: &mut C) -> redis::RedisResult<Vec<i64>> {
-        let config = self.config;
-        let request = self.request;
-        let interval_ms = u64::try_from(config.interval.as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1);
-        let window_ms = (config.window_nanos / 1_000_000).max(1);
-        let mut invocation = self.script.prepare_invoke();
-        invocation
-            .key(format!("{}:w:{}", config.tag, request.window))
-            .key(&self.keys[0])
-            .key(&self.keys[1])
-            .key(&self.keys[2])
-            .arg(&config.instance_id)
-            .arg(request.window)
-            .arg(config.permits)
-            .arg(request.want)
-            .arg(request.held)
-            .arg(request.known_instances)
-            .arg(request.known_rank)
-            .arg(window_ms)
-            .arg(self.young_windows)
-            .arg(STALE_AFTER_INTERVALS * interval_ms)
-            .arg(PRUNE_AFTER_INTERVALS * interval_ms)
-            .arg(request.sent_ms)
-            .arg(expiry_ms(config.response_timeout));
-        invocation.invoke_async(connection).await
+    async fn round_unbounded(&self, batch: &[(&RuleWire, Call)]) -> Result<Answers, CallError> {
+        let response_timeout = batch.iter().map(|(w, _)| w.response_timeout).max();
+        let failed = |e| CallError::redis(e, response_timeout.unwrap_or_default());
+        let scripts = Arc::clone(&self.scripts);
+        match self.connect().await? {
+            Connection::Single(mut c) => {
+                let all: Vec<usize> = (0..batch.len()).collect();
+                let pairs = Batch::new(batch, &all, &scripts)
+                    .send(&mut c, &scripts)
+                    .await
+                    .map_err(failed)?;
+                Ok(in_order(batch.len(), pairs))
+            }
+            Connection::Cluster(c) => by_slot(&c, batch, scripts).await.map_err(failed),
+        }
     }
 }
 

@@ -1,17 +1,17 @@
-//! The background thread: its own current-thread tokio runtime, and the loop that
-//! asks the lease state machine (`lease.rs`) what to call, makes the call through the
-//! transport (`transport.rs`) and hands the answer back.
+//! One rule's side of the shared worker (`pool.rs`): the lease state machine
+//! (`lease.rs`) of one limiter, asked each round for its due call, given the answer
+//! back, and its warnings (at most one per sync interval).
 //!
-//! The loop never holds the limiter across an await: it plans a call while holding a
-//! strong reference, drops it, awaits the call (racing the stop signal), then applies
-//! the reply. Dropping the last handle therefore stops the thread at once, even in the
-//! middle of a slow call.
+//! The pool never holds the limiter across an await: a rule plans while holding a
+//! strong reference, drops it, and applies the answer after the round only if the
+//! limiter is still there. Dropping the last handle therefore ends the rule's calls at
+//! once, even in the middle of a slow round.
 
-use std::io;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
-use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use redis::Value;
 
 use super::lease::{
     Call, LeaseMachine, Notice, Settings, FALLBACK_AFTER_INTERVALS, FALLBACK_MARGIN_INTERVALS,
@@ -19,43 +19,49 @@ use super::lease::{
 };
 use super::limiter::Inner;
 use super::stats::FleetFailure;
-use super::stop::Stop;
-use super::transport::{CallError, Transport, WorkerConfig};
+use super::transport::CallError;
+use super::wire::{read_reply, RuleWire};
 use crate::clock::Clock;
 
-/// Starts the thread.
-pub(crate) fn spawn<C: Clock>(
-    inner: Weak<Inner<C>>,
-    config: WorkerConfig,
-) -> io::Result<JoinHandle<()>> {
-    let stop = match inner.upgrade() {
-        Some(i) => Arc::clone(&i.stop),
-        None => return Err(io::Error::other("the limiter was dropped while building")),
-    };
-    thread::Builder::new()
-        .name("otel-rate-fleet".into())
-        .spawn(move || {
-            let runtime = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    tracing::warn!(target: "otel_rate_sampler::fleet", error = %e,
-                        "could not start the fleet runtime; this instance admits nothing");
-                    return;
-                }
-            };
-            runtime.block_on(Worker::new(inner, config, stop).run());
-        })
+/// A rule as the pool sees it, whatever its clock.
+pub(crate) trait Member: Send + Sync {
+    /// How its calls go on the wire.
+    fn wire(&self) -> &RuleWire;
+    /// How often it wants to be asked for a call.
+    fn tick(&self) -> Duration;
+    /// Its call due now, if any (none while one is in flight, once stopped or
+    /// dropped).
+    fn plan(&self) -> Option<Planned>;
+    /// Redis's answer to `planned` (or why there is none), after `round_trip`.
+    fn apply(&self, planned: Planned, answer: Result<Value, CallError>, round_trip: Duration);
+    /// The round of `planned` was abandoned (the worker stops).
+    fn abandon(&self);
+    /// Whether the rule was shut down.
+    fn stopped(&self) -> bool;
 }
 
-struct Worker<C> {
+/// A call a rule planned, and the local time it planned it at.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Planned {
+    pub(crate) call: Call,
+    t0: u64,
+}
+
+/// One limiter's rule in the shared worker.
+pub(crate) struct RuleWorker<C> {
     inner: Weak<Inner<C>>,
-    stop: Arc<Stop>,
-    machine: LeaseMachine,
-    transport: Transport,
+    wire: RuleWire,
     tick: Duration,
+    stopped: AtomicBool,
+    state: Mutex<RuleState>,
+    /// Whether a call of this rule is in a round; `idle` is notified when it is not.
+    in_flight: Mutex<bool>,
+    idle: Condvar,
+}
+
+/// What the rule's side keeps between rounds.
+struct RuleState {
+    machine: LeaseMachine,
     interval_nanos: u64,
     last_warning: Option<u64>,
     errors_since_warning: u64,
@@ -68,84 +74,125 @@ fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-impl<C: Clock> Worker<C> {
-    fn new(inner: Weak<Inner<C>>, config: WorkerConfig, stop: Arc<Stop>) -> Self {
-        let interval_nanos = nanos(config.interval).max(1);
-        let tick = Duration::from_nanos((config.window_nanos / 40).min(interval_nanos / 4))
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl<C> RuleWorker<C> {
+    pub(crate) fn new(inner: Weak<Inner<C>>, mut wire: RuleWire) -> Self {
+        let interval_nanos = nanos(wire.interval).max(1);
+        let tick = Duration::from_nanos((wire.window_nanos / 40).min(interval_nanos / 4))
             .max(Duration::from_millis(1));
         // Recovery windows after Redis's memory starts: enough for every instance to
         // have retried (one interval plus the call's timeouts), plus one.
-        let recovery = FALLBACK_AFTER_INTERVALS * interval_nanos
-            + nanos(config.response_timeout)
-            + nanos(config.connect_timeout);
-        let young_windows = recovery.div_ceil(config.window_nanos) + 2;
+        let recovery = FALLBACK_AFTER_INTERVALS * interval_nanos + nanos(wire.bound());
+        wire.young_windows = recovery.div_ceil(wire.window_nanos) + 2;
         let settings = Settings {
-            permits: config.permits,
-            window_nanos: config.window_nanos,
+            permits: wire.permits,
+            window_nanos: wire.window_nanos,
             interval_nanos,
             tick_nanos: nanos(tick),
         };
-        let transport = Transport::new(config, young_windows);
         Self {
             inner,
-            stop,
-            machine: LeaseMachine::new(settings),
-            transport,
+            wire,
             tick,
-            interval_nanos,
-            last_warning: None,
-            errors_since_warning: 0,
-            last_step_warning: None,
-            steps_since_warning: 0,
+            stopped: AtomicBool::new(false),
+            state: Mutex::new(RuleState {
+                machine: LeaseMachine::new(settings),
+                interval_nanos,
+                last_warning: None,
+                errors_since_warning: 0,
+                last_step_warning: None,
+                steps_since_warning: 0,
+            }),
+            in_flight: Mutex::new(false),
+            idle: Condvar::new(),
         }
     }
 
-    async fn run(mut self) {
-        while !self.stop.is_stopped() {
-            let planned = {
-                let Some(inner) = self.inner.upgrade() else {
-                    break;
-                };
-                let now = inner.clock.now_nanos();
-                self.machine
-                    .plan(inner.shared(), now)
-                    .map(|call| (call, now))
-            };
-            let Some((call, t0)) = planned else {
-                let slept = self.stop.unless_stopped(tokio::time::sleep(self.tick));
-                if slept.await.is_none() {
-                    break;
-                }
-                continue;
-            };
-            // The round trip for the statistics, from the precise monotonic clock (the
-            // limiter's clock may be coarse: a loopback call would read 0).
-            let started = Instant::now();
-            let Some(result) = self.transport.call(call, &self.stop).await else {
-                break;
-            };
-            let Some(inner) = self.inner.upgrade() else {
-                break;
-            };
+    /// Stops the rule's calls and waits (at most its call bound) for one in a round to
+    /// end: afterwards it writes nothing more to Redis.
+    pub(crate) fn stop_and_wait(&self) {
+        // Release: pairs with the Acquire load in `stopped`.
+        self.stopped.store(true, Ordering::Release);
+        let in_flight = lock(&self.in_flight);
+        let _ = self
+            .idle
+            .wait_timeout_while(in_flight, self.wire.bound() * 2, |f| *f);
+    }
+
+    /// Stops the rule's calls without waiting.
+    pub(crate) fn stop(&self) {
+        // Release: pairs with the Acquire load in `stopped`.
+        self.stopped.store(true, Ordering::Release);
+    }
+
+    fn landed(&self) {
+        *lock(&self.in_flight) = false;
+        self.idle.notify_all();
+    }
+}
+
+impl<C: Clock> Member for RuleWorker<C> {
+    fn wire(&self) -> &RuleWire {
+        &self.wire
+    }
+
+    fn tick(&self) -> Duration {
+        self.tick
+    }
+
+    fn plan(&self) -> Option<Planned> {
+        // One call in flight at a time.
+        if self.stopped() || *lock(&self.in_flight) {
+            return None;
+        }
+        let inner = self.inner.upgrade()?;
+        let t0 = inner.clock.now_nanos();
+        let call = lock(&self.state).machine.plan(inner.shared(), t0)?;
+        *lock(&self.in_flight) = true;
+        Some(Planned { call, t0 })
+    }
+
+    fn apply(&self, planned: Planned, answer: Result<Value, CallError>, round_trip: Duration) {
+        if let Some(inner) = self.inner.upgrade() {
             let t1 = inner.clock.now_nanos();
-            inner.stats.timed(nanos(started.elapsed()));
+            inner.stats.timed(nanos(round_trip));
+            let bound = self.wire.bound();
+            let result = match answer {
+                // Later than this rule waits: the rule's own timeout, as if alone.
+                Ok(_) if round_trip > bound => Err(CallError::Timeout(bound)),
+                Ok(value) => read_reply(planned.call, value, self.wire.response_timeout),
+                Err(e) => Err(e),
+            };
+            let mut state = lock(&self.state);
+            let Planned { call, t0 } = planned;
             match result {
-                Ok(reply) => self.machine.on_reply(inner.shared(), call, reply, t0, t1),
+                Ok(reply) => state.machine.on_reply(inner.shared(), call, reply, t0, t1),
                 Err(error) => {
-                    self.machine.on_failure(inner.shared(), t0, error.kind());
-                    self.warn_failure(call, &error, t1);
+                    state.machine.on_failure(inner.shared(), t0, error.kind());
+                    state.warn_failure(&self.wire.tag, call, &error, t1);
                 }
             }
-            self.log_notices(t1);
+            state.log_notices(&self.wire.tag, t1);
         }
-        if let Some(inner) = self.inner.upgrade() {
-            // Relaxed: a display value (see `StatCells`).
-            inner.stats.fallback.store(false, Ordering::Relaxed);
-        }
+        self.landed();
     }
 
+    fn abandon(&self) {
+        self.landed();
+    }
+
+    fn stopped(&self) -> bool {
+        // Acquire: pairs with the Release store in `stop`.
+        self.stopped.load(Ordering::Acquire)
+    }
+}
+
+impl RuleState {
     /// Logs a failed call, at most once per sync interval (with the count since).
-    fn warn_failure(&mut self, call: Call, error: &CallError, now: u64) {
+    fn warn_failure(&mut self, key: &str, call: Call, error: &CallError, now: u64) {
         self.errors_since_warning += 1;
         if self
             .last_warning
@@ -153,7 +200,7 @@ impl<C: Clock> Worker<C> {
         {
             return;
         }
-        let key = self.transport.tag();
+
         let errors = self.errors_since_warning;
         if error.kind() == FleetFailure::Auth {
             // Retrying cannot help: say what to fix.
@@ -170,13 +217,13 @@ impl<C: Clock> Worker<C> {
 
     /// Logs the machine's notices; clock steps at most once per sync interval (with
     /// the count of those not logged since).
-    fn log_notices(&mut self, now: u64) {
+    fn log_notices(&mut self, key: &str, now: u64) {
         for notice in self.machine.take_notices() {
             match notice {
                 Notice::FellBack { instances, cause } => {
                     let why = fallback_cause(cause);
                     tracing::warn!(target: "otel_rate_sampler::fleet",
-                        key = %self.transport.tag(), instances,
+                        key = %key, instances,
                         "no Redis answer for {FALLBACK_AFTER_INTERVALS} sync intervals ({why}): \
                          spending the local share N/{instances}");
                 }
@@ -195,13 +242,13 @@ impl<C: Clock> Worker<C> {
                     );
                     let direction = if nanos > 0 { "later" } else { "earlier" };
                     tracing::warn!(target: "otel_rate_sampler::fleet",
-                        key = %self.transport.tag(), steps,
+                        key = %key, steps,
                         "clock step detected: Redis time is {by:?} {direction} than this \
                          replica's mapping; mapping corrected");
                 }
                 Notice::ShareExpired => {
                     tracing::warn!(target: "otel_rate_sampler::fleet",
-                        key = %self.transport.tag(),
+                        key = %key,
                         "no heartbeat reached Redis for {} sync intervals: Redis may have \
                          given this replica's share to the others; admitting nothing until \
                          Redis answers (a partition, or Redis down)",
@@ -209,7 +256,7 @@ impl<C: Clock> Worker<C> {
                 }
                 Notice::Resumed => {
                     tracing::warn!(target: "otel_rate_sampler::fleet",
-                        key = %self.transport.tag(), "Redis answers again: leasing resumed");
+                        key = %key, "Redis answers again: leasing resumed");
                 }
             }
         }

@@ -81,3 +81,37 @@ fn cluster_of_three_nodes_stays_under_n() {
         );
     }
 }
+
+/// 100 rules of one process on a cluster share one worker: their keys spread over the
+/// nodes (a slot per rule), each round sends one pipeline per slot over one connection
+/// per node, and every rule leases.
+#[test]
+fn a_hundred_rules_on_a_cluster_share_one_worker() {
+    let nodes = start_cluster();
+    let urls: Vec<String> = nodes.iter().map(Server::url).collect();
+    let fleet: Vec<_> = (0..100)
+        .map(|i| {
+            otel_rate_sampler::FleetLimiter::builder(urls.clone(), format!("c{i}"), load::limit())
+                .sync_interval(load::INTERVAL)
+                .response_timeout(load::INTERVAL * 4)
+                .build()
+                .expect("build")
+        })
+        .collect();
+    load::warm_up(&fleet, 4);
+    for l in &fleet {
+        let s = l.stats();
+        assert_eq!(s.worker_rules, 100, "{s:?}");
+        assert!(s.last_failure.is_none() && !s.fallback_active, "{s:?}");
+        assert!(s.leases >= 1, "{s:?}");
+    }
+    for node in &nodes {
+        let keys: u64 = node.cli(&["DBSIZE"]).trim().parse().unwrap_or(0);
+        let clients = node.clients();
+        println!("node {}: {keys} keys, {clients} clients", node.port);
+        assert!(keys > 0, "no rule's keys on node {}", node.port);
+        // The worker's connection to this node (and at most one the cluster client
+        // keeps for its topology), whatever the number of rules.
+        assert!(clients <= 2, "{clients} clients on node {}", node.port);
+    }
+}

@@ -11,10 +11,12 @@ mod demo;
 mod config_rules;
 mod faults;
 mod load;
+mod many_rules;
 // The fleet instruments, read back from an in-memory exporter (feature `metrics` too).
 #[cfg(feature = "metrics")]
 mod metrics;
 mod partition;
+mod pool;
 mod proxy;
 mod server;
 mod single;

@@ -158,6 +158,18 @@ impl Server {
     }
 }
 
+impl Server {
+    /// The clients connected, less the `redis-cli` asking.
+    pub(crate) fn clients(&self) -> u64 {
+        let info = self.cli(&["INFO", "clients"]);
+        let count = info
+            .lines()
+            .find_map(|l| l.strip_prefix("connected_clients:"))
+            .expect("INFO clients answers connected_clients");
+        count.trim().parse::<u64>().expect("a count") - 1
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         self.kill();

@@ -35,11 +35,17 @@ impl Lim {
     /// The first full window of this limit after a reload at `reloaded`: the first
     /// aligned window that begins after it; for the sliding log, whose window is any
     /// interval, the first that begins once what the reload found counted (stamped at
-    /// the latest then) has left its window.
+    /// the latest then) has left its window. A paced bucketed window's is the one after
+    /// that: saturated from part-way into a window (as from the reload on), its first
+    /// whole window holds only the shares of the sub-windows its predecessor's catch-up
+    /// left room for, and every later one its full shares (the spread guarantee, in
+    /// `Limit`'s docs and `tests/core/pacing.rs`); the log's first full window above is
+    /// already the second whole one.
     pub(crate) fn first_full_window(self, reloaded: u64) -> u64 {
         let w = self.window();
         match self.kind {
             Kind::Log => (reloaded + w).div_ceil(w) * w,
+            Kind::Bucketed if self.paced => (reloaded / w + 2) * w,
             _ => (reloaded / w + 1) * w,
         }
     }

@@ -1,0 +1,240 @@
+//! One worker per Redis target: every fleet limiter of the process on the same Redis
+//! (address, database and credentials of its URL(s), and the cluster flag) shares one
+//! background thread, one current-thread runtime and one multiplexed connection (per
+//! node on a cluster).
+//!
+//! Each round the worker asks every rule for its due call (`worker.rs`), sends them
+//! all in one pipeline (one per slot on a cluster, `pipeline.rs`) and hands each
+//! answer back to its rule; it looks again every tick (the shortest of its rules') or
+//! as soon as a round ends. Rounds may overlap on the multiplexed connection, a rule
+//! having at most one call in flight: a slow round holds up only its own rules. Rules
+//! that call at the same moments (heartbeats once per interval, leases near the same
+//! window edge) share rounds: round trips per second follow the rules' timings, not
+//! their number.
+//!
+//! The registry holds the workers weakly, and the worker holds its rules weakly: the
+//! last limiter of a rule dropped ends its calls; the last rule of a worker dropped
+//! stops its thread at once, even in the middle of a round.
+
+use std::collections::HashMap;
+use std::future::{poll_fn, Future};
+use std::io;
+use std::pin::pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::task::Poll;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinSet;
+
+use super::stop::Stop;
+use super::transport::{Target, Transport};
+use super::worker::{Member, Planned};
+
+/// What makes two limiters share a worker: what their Redis URL(s) connect to
+/// (address, database, credentials, protocol: `transport::target_identity`), and
+/// whether they name a cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct PoolKey {
+    targets: Vec<String>,
+    cluster: bool,
+}
+
+impl PoolKey {
+    pub(crate) fn new(mut targets: Vec<String>, cluster: bool) -> Self {
+        // Seed nodes in any order name the same cluster.
+        targets.sort();
+        targets.dedup();
+        Self { targets, cluster }
+    }
+}
+
+/// A worker: its thread stops when the last of these is dropped.
+pub(crate) struct Pool {
+    shared: Arc<PoolShared>,
+}
+
+/// What the thread and the handles share.
+#[derive(Default)]
+struct PoolShared {
+    stop: Stop,
+    members: Mutex<Vec<Weak<dyn Member>>>,
+    /// Rules registered and not yet dropped.
+    rules: AtomicU64,
+    /// Rounds sent to Redis (one round trip each; one per slot on a cluster).
+    round_trips: AtomicU64,
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.shared.stop.stop();
+    }
+}
+
+/// A rule's place in a worker; leaving it (on the limiter's drop) unregisters it.
+pub(crate) struct Registration {
+    pool: Arc<Pool>,
+}
+
+impl Registration {
+    /// The rules this worker serves, and the round trips it made.
+    pub(crate) fn figures(&self) -> (u64, u64) {
+        let s = &self.pool.shared;
+        // Relaxed (both): display counters.
+        (
+            s.rules.load(Ordering::Relaxed),
+            s.round_trips.load(Ordering::Relaxed),
+        )
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        // Relaxed: a display counter.
+        self.pool.shared.rules.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+type Registry = Mutex<HashMap<PoolKey, Weak<Pool>>>;
+
+fn registry() -> &'static Registry {
+    static POOLS: OnceLock<Registry> = OnceLock::new();
+    POOLS.get_or_init(Registry::default)
+}
+
+/// Registers `member` with the worker for `key`, starting one (on `target`) if there
+/// is none.
+///
+/// # Errors
+///
+/// When a new worker's thread cannot start.
+pub(crate) fn join(
+    key: PoolKey,
+    target: Target,
+    member: Weak<dyn Member>,
+) -> io::Result<Registration> {
+    let mut pools = registry()
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    pools.retain(|_, pool| pool.strong_count() > 0);
+    let pool = match pools.get(&key).and_then(Weak::upgrade) {
+        Some(pool) => pool,
+        None => {
+            let pool = Arc::new(Pool {
+                shared: Arc::new(PoolShared::default()),
+            });
+            spawn(Arc::clone(&pool.shared), target)?;
+            pools.insert(key, Arc::downgrade(&pool));
+            pool
+        }
+    };
+    drop(pools);
+    let shared = &pool.shared;
+    shared
+        .members
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(member);
+    // Relaxed: a display counter.
+    shared.rules.fetch_add(1, Ordering::Relaxed);
+    Ok(Registration { pool })
+}
+
+fn spawn(shared: Arc<PoolShared>, target: Target) -> io::Result<()> {
+    thread::Builder::new()
+        .name("otel-rate-fleet".into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    tracing::warn!(target: "otel_rate_sampler::fleet", error = %e,
+                        "could not start the fleet runtime; its limiters admit nothing");
+                    return;
+                }
+            };
+            runtime.block_on(run(shared, Transport::new(target)));
+        })
+        .map(drop)
+}
+
+/// With no rule, how long the worker sleeps between looks.
+const IDLE_TICK: Duration = Duration::from_millis(10);
+
+/// The rounds, until the last handle of the worker is dropped: every tick (or as soon
+/// as a round ends) the rules' due calls go out as a new round, while earlier rounds
+/// may still be in flight on the multiplexed connection (a rule has at most one call
+/// in flight): a slow round delays only its own rules.
+async fn run(shared: Arc<PoolShared>, transport: Transport) {
+    let transport = Arc::new(transport);
+    let mut rounds = JoinSet::new();
+    while !shared.stop.is_stopped() {
+        while rounds.try_join_next().is_some() {}
+        let members = shared.live_members();
+        let tick = members.iter().map(|m| m.tick()).min().unwrap_or(IDLE_TICK);
+        let due: Vec<(Arc<dyn Member>, Planned)> = members
+            .into_iter()
+            .filter_map(|m| m.plan().map(|p| (m, p)))
+            .collect();
+        if !due.is_empty() {
+            rounds.spawn(round(Arc::clone(&shared), Arc::clone(&transport), due));
+        }
+        let mut sleep = pin!(tokio::time::sleep(tick));
+        let woken = poll_fn(|cx| {
+            if sleep.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(());
+            }
+            // A round that ended: its rules may have a call due at once.
+            match rounds.poll_join_next(cx) {
+                Poll::Ready(Some(_)) => Poll::Ready(()),
+                Poll::Ready(None) | Poll::Pending => Poll::Pending,
+            }
+        });
+        if shared.stop.unless_stopped(woken).await.is_none() {
+            break;
+        }
+    }
+}
+
+/// One round: the due calls sent together, each answer handed to its rule.
+async fn round(
+    shared: Arc<PoolShared>,
+    transport: Arc<Transport>,
+    due: Vec<(Arc<dyn Member>, Planned)>,
+) {
+    let batch: Vec<_> = due.iter().map(|(m, p)| (m.wire(), p.call)).collect();
+    // The round trip for the statistics, from the precise monotonic clock.
+    let started = Instant::now();
+    let Some(answers) = transport.round(&batch, &shared.stop).await else {
+        due.iter().for_each(|(m, _)| m.abandon());
+        return;
+    };
+    // Relaxed: a display counter.
+    shared.round_trips.fetch_add(1, Ordering::Relaxed);
+    let round_trip = started.elapsed();
+    for ((member, planned), answer) in due.iter().zip(answers) {
+        member.apply(*planned, answer, round_trip);
+    }
+}
+
+impl PoolShared {
+    /// The rules still there (the others are forgotten).
+    fn live_members(&self) -> Vec<Arc<dyn Member>> {
+        let mut members = self
+            .members
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut live = Vec::with_capacity(members.len());
+        members.retain(|m| match m.upgrade() {
+            Some(m) if !m.stopped() => {
+                live.push(m);
+                true
+            }
+            _ => false,
+        });
+        live
+    }
+}
