@@ -10,12 +10,13 @@ use super::compiled::{Action, Compiled};
 use super::RuleSet;
 use crate::clock::Clock;
 use crate::limiter::RateLimiter;
+use crate::sampler::attributes::RuleAttributes;
 use crate::sampler::{decide_consistent, drop_span, erase_threshold, Kept, Origin, Verdict};
 use crate::stats::{DropReason, Event};
 
 /// A rule's keep: the consistent keep (`None` for a limit's keep, which has no known
 /// probability: `th` goes) and the attributes the span records.
-type Keep<'a> = (Option<Kept>, &'a [KeyValue]);
+type Keep<'a> = (Option<Kept>, &'a RuleAttributes);
 
 impl<C: Clock> RuleSet<C> {
     /// The decision for a span this process decides (a root, or a capped remote
@@ -40,7 +41,8 @@ impl<C: Clock> RuleSet<C> {
                 .record(Event::dropped(DropReason::NoRule, origin.into()));
             return drop_span(parent_state);
         };
-        let Some((consistent, attributes)) = chosen.verdict(origin, trace_id, parent_state) else {
+        let Some((consistent, kept_attributes)) = chosen.verdict(origin, trace_id, parent_state)
+        else {
             return drop_span(parent_state);
         };
         if !self.within_cap(chosen) {
@@ -52,7 +54,7 @@ impl<C: Clock> RuleSet<C> {
         chosen.counters.record(Event::kept(origin.into()));
         SamplingResult {
             decision: SamplingDecision::RecordAndSample,
-            attributes: attributes.to_vec(),
+            attributes: kept_attributes.to_vec(),
             trace_state: match consistent {
                 Some(kept) => kept.trace_state(parent_state),
                 None => erase_threshold(parent_state),
@@ -81,14 +83,14 @@ impl<C: Clock> Compiled<C> {
         let (refusal, keep) = match &self.action {
             Action::Limit(l) => (
                 DropReason::RateLimit,
-                l.try_acquire().then_some((None, &self.attributes[..])),
+                l.try_acquire().then_some((None, &self.attributes)),
             ),
             // A lower bound only adds to what the probability keeps: every refusal
             // below is the probability's.
             Action::Probability(threshold) => (
                 DropReason::Probability,
                 match consistent(*threshold) {
-                    Verdict::Keep(kept) => Some((Some(kept), &self.attributes[..])),
+                    Verdict::Keep(kept) => Some((Some(kept), &self.attributes)),
                     Verdict::Drop => None,
                 },
             ),
@@ -104,14 +106,14 @@ impl<C: Clock> Compiled<C> {
                     // probability keeps fewer than it.
                     Verdict::Keep(kept) => {
                         let _ = lower_bound.try_acquire();
-                        Some((Some(kept), &self.attributes[..]))
+                        Some((Some(kept), &self.attributes))
                     }
                     // Refused by probability: kept like a rate-limited trace if the
                     // bound admits it (no `th`: it was not sampled at the rule's
                     // probability).
                     Verdict::Drop => lower_bound
                         .try_acquire()
-                        .then_some((None, &bound_attributes[..])),
+                        .then_some((None, bound_attributes)),
                 },
             ),
             Action::Adaptive { adaptive, .. } => {
@@ -119,7 +121,7 @@ impl<C: Clock> Compiled<C> {
                 let threshold = adaptive.threshold(|| self.counters.snapshot().total());
                 match consistent(threshold) {
                     Verdict::Keep(kept) if adaptive.admit() => {
-                        return Some((Some(kept), &self.attributes[..]))
+                        return Some((Some(kept), &self.attributes))
                     }
                     // Kept by the probability, refused by the adaptive rule's own cap.
                     Verdict::Keep(_) => (DropReason::RateLimit, None),
