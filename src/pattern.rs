@@ -140,7 +140,7 @@ impl Pattern {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn is_match(&self, s: &str) -> bool {
         match &self.shape {
             Shape::Glob(prefix, m) => starts_with(s.as_bytes(), prefix) && m.is_match(s),
@@ -150,7 +150,7 @@ impl Pattern {
 
     /// [`is_match`](Self::is_match) on text given as bytes: the shapes that are not a
     /// general glob compare bytes, so an integer's digits need no UTF-8 check.
-    #[inline]
+    #[inline(always)]
     fn is_match_bytes(&self, s: &[u8]) -> bool {
         match &self.shape {
             Shape::Any => true,
@@ -169,7 +169,7 @@ impl Pattern {
     /// floats are matched without allocating, and so are arrays (rare at sampling
     /// time) whose text fits a small stack buffer; longer ones are rendered to a
     /// `String`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn matches_value(&self, value: &Value) -> bool {
         match value {
             Value::String(s) => self.is_match(s.as_str()),

@@ -119,31 +119,59 @@ impl Index {
     /// The index of the first rule matching the span, if any.
     #[inline]
     pub(super) fn first_match(&self, span: &Span<'_>) -> Option<usize> {
-        let slot = slot(span.kind, span.origin);
+        if self.chunks.is_empty() {
+            return None;
+        }
         let exact = if self.exact_names.len() == 0 {
             None
         } else {
             self.exact_names.find(span.name)
         };
-        // Filled on the first chunk with a rule reading attributes still a candidate.
-        let mut values: Values<'_> = [None; MAX_KEYS];
-        let mut looked_up = false;
-        for (c, chunk) in self.chunks.iter().enumerate() {
-            let exact = exact.map_or(0, |n| self.exact_rules[n * self.chunks.len() + c]);
-            let mut left = chunk.by_kind[slot] & (!chunk.exact_named | exact);
-            left = chunk.by_name(left, span.name);
-            if left & chunk.with_attributes != 0 {
-                if !looked_up {
-                    self.keys.values(span.attributes, &mut values);
-                    looked_up = true;
-                }
-                left = chunk.by_attributes(left, &values);
+        for c in 0..self.chunks.len() {
+            let left = self.by_name(c, span, exact);
+            if left & self.chunks[c].with_attributes != 0 {
+                return self.first_by_attributes(c, left, span, exact);
             }
             if left != 0 {
-                return Some(chunk.base + left.trailing_zeros() as usize);
+                return Some(self.chunks[c].first(left));
             }
         }
         None
+    }
+
+    /// [`first_match`](Self::first_match) from chunk `from`, whose rules `left` after
+    /// their kind, parent and name need their attribute conditions: the keys' values
+    /// are looked up here, once, and only on the decisions that need them.
+    #[inline]
+    fn first_by_attributes(
+        &self,
+        from: usize,
+        mut left: u64,
+        span: &Span<'_>,
+        exact: Option<usize>,
+    ) -> Option<usize> {
+        let mut values: Values<'_> = [None; MAX_KEYS];
+        self.keys.values(span.attributes, &mut values);
+        for c in from..self.chunks.len() {
+            if c > from {
+                left = self.by_name(c, span, exact);
+            }
+            left = self.chunks[c].by_attributes(left, &values);
+            if left != 0 {
+                return Some(self.chunks[c].first(left));
+            }
+        }
+        None
+    }
+
+    /// The rules of chunk `c` accepting the span's kind, parent and name; `exact` is
+    /// the number of the span's name among the exact names, if it is one.
+    #[inline]
+    fn by_name(&self, c: usize, span: &Span<'_>, exact: Option<usize>) -> u64 {
+        let chunk = &self.chunks[c];
+        let exact = exact.map_or(0, |n| self.exact_rules[n * self.chunks.len() + c]);
+        let left = chunk.by_kind[slot(span.kind, span.origin)] & (!chunk.exact_named | exact);
+        chunk.by_pattern(left, span.name)
     }
 }
 
@@ -190,9 +218,15 @@ impl Chunk {
         }
     }
 
+    /// The index of the first rule of `left` (not empty).
+    #[inline]
+    fn first(&self, left: u64) -> usize {
+        self.base + left.trailing_zeros() as usize
+    }
+
     /// `left` without the rules whose (non-exact) span name pattern `name` fails.
     #[inline]
-    fn by_name(&self, mut left: u64, name: &str) -> u64 {
+    fn by_pattern(&self, mut left: u64, name: &str) -> u64 {
         for (pattern, rules) in &*self.names {
             if left & rules != 0 && !pattern.is_match(name) {
                 left &= !rules;

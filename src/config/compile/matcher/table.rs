@@ -16,6 +16,14 @@ pub(super) struct StrTable {
     next: Box<[u32]>,
     /// `64 - log2(slots.len())`: a fingerprint's top bits pick its slot.
     shift: u32,
+    /// Bit `min(n, 63)` set for each length `n` of a string: most attribute keys of a
+    /// span are not read by any rule, and most are told so by their length alone.
+    lengths: u64,
+}
+
+#[inline(always)]
+fn length_bit(s: &str) -> u64 {
+    1 << s.len().min(63)
 }
 
 /// The most attribute keys [`StrTable::values`] looks up in one pass (the matcher falls
@@ -48,6 +56,7 @@ impl StrTable {
             slots[slot] = number(i);
         }
         Self {
+            lengths: unique.iter().fold(0, |bits, s| bits | length_bit(s)),
             strings: unique.into_boxed_slice(),
             slots,
             next,
@@ -62,6 +71,9 @@ impl StrTable {
     /// The number of `s`, if the table holds it.
     #[inline(always)]
     pub(super) fn find(&self, s: &str) -> Option<usize> {
+        if self.lengths & length_bit(s) == 0 {
+            return None;
+        }
         let mut at = self.slots[(fingerprint(s.as_bytes()) >> self.shift) as usize];
         while at != 0 {
             let i = at as usize - 1;

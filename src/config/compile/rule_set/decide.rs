@@ -34,32 +34,49 @@ impl<C: Clock> RuleSet<C> {
         let chosen = self
             .matchers
             .first_match(origin, name, kind, attributes)
-            .map(|i| &self.rules[i])
-            .or(self.default.as_ref());
-        let Some(chosen) = chosen else {
+            .map(|i| &self.rules[i]);
+        match self.keep(chosen, origin, trace_id, parent_state) {
+            Some((consistent, kept_attributes)) => {
+                // The trace state first, then the `Vec` straight into the result (see
+                // `drop_span`).
+                let trace_state = match consistent {
+                    Some(kept) => kept.trace_state(parent_state),
+                    None => erase_threshold(parent_state),
+                };
+                SamplingResult {
+                    decision: SamplingDecision::RecordAndSample,
+                    attributes: kept_attributes.to_vec(),
+                    trace_state,
+                }
+            }
+            None => drop_span(parent_state),
+        }
+    }
+
+    /// Whether the span is kept, by the rule `chosen` (else the default): the rule's
+    /// verdict, then the cap, counted in the rule's counters.
+    #[inline]
+    fn keep<'a>(
+        &'a self,
+        chosen: Option<&'a Compiled<C>>,
+        origin: Origin,
+        trace_id: TraceId,
+        parent_state: &TraceState,
+    ) -> Option<Keep<'a>> {
+        let Some(chosen) = chosen.or(self.default.as_ref()) else {
             self.unmatched
                 .record(Event::dropped(DropReason::NoRule, origin.into()));
-            return drop_span(parent_state);
+            return None;
         };
-        let Some((consistent, kept_attributes)) = chosen.verdict(origin, trace_id, parent_state)
-        else {
-            return drop_span(parent_state);
-        };
+        let keep = chosen.verdict(origin, trace_id, parent_state)?;
         if !self.within_cap(chosen) {
             chosen
                 .counters
                 .record(Event::dropped(DropReason::ServiceCap, origin.into()));
-            return drop_span(parent_state);
+            return None;
         }
         chosen.counters.record(Event::kept(origin.into()));
-        SamplingResult {
-            decision: SamplingDecision::RecordAndSample,
-            attributes: kept_attributes.to_vec(),
-            trace_state: match consistent {
-                Some(kept) => kept.trace_state(parent_state),
-                None => erase_threshold(parent_state),
-            },
-        }
+        Some(keep)
     }
 
     /// The cap (if any) admits a span `chosen` kept: the rule's reserved floor first,
