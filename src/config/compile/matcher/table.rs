@@ -9,17 +9,29 @@ use crate::config::model::pattern::bytes_eq;
 /// Strings numbered `0..len()` in the order they were first given.
 pub(super) struct StrTable {
     strings: Box<[Box<str>]>,
-    /// Per slot, the first string (numbered from 1; 0: none) whose fingerprint lands
-    /// there; the others follow through `next`.
-    slots: Box<[u32]>,
-    /// Per string, the next one in its slot (numbered from 1; 0: none).
-    next: Box<[u32]>,
+    /// Open addressing, at most a quarter full: a string sits in the first free slot
+    /// from the one its fingerprint picks.
+    slots: Box<[Slot]>,
     /// `64 - log2(slots.len())`: a fingerprint's top bits pick its slot.
     shift: u32,
     /// Bit `min(n, 63)` set for each length `n` of a string: most attribute keys of a
     /// span are not read by any rule, and most are told so by their length alone.
     lengths: u64,
 }
+
+/// A string's place: its [`words`] and length, which are the whole string up to 16
+/// bytes (so a short key is confirmed without reading the table's copy), and its
+/// number plus one (0: a free slot).
+#[derive(Clone, Copy, Default)]
+struct Slot {
+    head: u64,
+    tail: u64,
+    len: usize,
+    number: usize,
+}
+
+/// Strings up to this long are whole in their slot's words.
+const IN_WORDS: usize = 16;
 
 #[inline(always)]
 fn length_bit(s: &str) -> u64 {
@@ -42,24 +54,30 @@ impl StrTable {
                 unique.push(s.into());
             }
         }
-        // At least four slots per string keep the chains short.
+        // At least four slots per string keep the probes short, and one free.
         let bits = (unique.len() * 4)
             .next_power_of_two()
             .trailing_zeros()
             .max(2);
-        let mut slots = vec![0u32; 1 << bits].into_boxed_slice();
-        let mut next = vec![0u32; unique.len()].into_boxed_slice();
+        let mut slots = vec![Slot::default(); 1 << bits].into_boxed_slice();
         let shift = 64 - bits;
-        for (i, s) in unique.iter().enumerate().rev() {
-            let slot = (fingerprint(s.as_bytes()) >> shift) as usize;
-            next[i] = slots[slot];
-            slots[slot] = number(i);
+        for (i, s) in unique.iter().enumerate() {
+            let (head, tail) = words(s.as_bytes());
+            let mut at = (fingerprint(head, tail, s.len()) >> shift) as usize;
+            while slots[at].number != 0 {
+                at = (at + 1) % slots.len();
+            }
+            slots[at] = Slot {
+                head,
+                tail,
+                len: s.len(),
+                number: i + 1,
+            };
         }
         Self {
             lengths: unique.iter().fold(0, |bits, s| bits | length_bit(s)),
             strings: unique.into_boxed_slice(),
             slots,
-            next,
             shift,
         }
     }
@@ -74,15 +92,20 @@ impl StrTable {
         if self.lengths & length_bit(s) == 0 {
             return None;
         }
-        let mut at = self.slots[(fingerprint(s.as_bytes()) >> self.shift) as usize];
-        while at != 0 {
-            let i = at as usize - 1;
-            if bytes_eq(self.strings[i].as_bytes(), s.as_bytes()) {
+        let (head, tail) = words(s.as_bytes());
+        let mut at = (fingerprint(head, tail, s.len()) >> self.shift) as usize;
+        loop {
+            let slot = self.slots.get(at)?;
+            let i = slot.number.checked_sub(1)?;
+            if slot.head == head
+                && slot.tail == tail
+                && slot.len == s.len()
+                && (s.len() <= IN_WORDS || bytes_eq(self.strings[i].as_bytes(), s.as_bytes()))
+            {
                 return Some(i);
             }
-            at = self.next[i];
+            at = (at + 1) & (self.slots.len() - 1);
         }
-        None
     }
 
     /// Sets `values` (all `None`) to the value of each of the table's strings as a key
@@ -105,14 +128,10 @@ impl StrTable {
     }
 }
 
-fn number(i: usize) -> u32 {
-    u32::try_from(i + 1).unwrap_or(u32::MAX)
-}
-
-/// A hash of `s`'s length and its first and last 8 bytes (4, or single bytes, for
-/// shorter strings): two loads whatever the length, spread by a multiplication.
+/// The first and last 8 bytes of `s` (4, or single bytes, for shorter strings): with
+/// the length, the whole of a string up to [`IN_WORDS`] bytes.
 #[inline(always)]
-fn fingerprint(s: &[u8]) -> u64 {
+fn words(s: &[u8]) -> (u64, u64) {
     let n = s.len();
     let word = |at: usize| u64::from_le_bytes(s[at..at + 8].try_into().unwrap_or([0; 8]));
     let half = |at: usize| {
@@ -120,7 +139,7 @@ fn fingerprint(s: &[u8]) -> u64 {
             s[at..at + 4].try_into().unwrap_or([0; 4]),
         ))
     };
-    let (head, tail) = if n >= 8 {
+    if n >= 8 {
         (word(0), word(n - 8))
     } else if n >= 4 {
         (half(0), half(n - 4))
@@ -131,8 +150,13 @@ fn fingerprint(s: &[u8]) -> u64 {
         )
     } else {
         (0, 0)
-    };
-    (head ^ tail.rotate_left(29) ^ n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    }
+}
+
+/// A hash of a string's [`words`] and length, spread by a multiplication.
+#[inline(always)]
+fn fingerprint(head: u64, tail: u64, len: usize) -> u64 {
+    (head ^ tail.rotate_left(29) ^ len as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
 #[cfg(test)]
