@@ -1,6 +1,9 @@
 //! [`StrTable`]: a fixed set of strings (the attribute keys a rule set reads, its exact
 //! span names) looked up by content in one probe: a fingerprint of the string's
-//! length and its first and last words picks a slot, and the bytes confirm it.
+//! length and its first and last words picks a slot, where those words confirm a
+//! string of up to 16 bytes (the bytes, a longer one).
+
+use std::collections::HashSet;
 
 use opentelemetry::{KeyValue, Value};
 
@@ -48,12 +51,12 @@ pub(super) type Values<'a> = [Option<&'a Value>; MAX_KEYS];
 impl StrTable {
     /// The table of `strings`, duplicates dropped (a duplicate keeps its first number).
     pub(super) fn new<'s>(strings: impl IntoIterator<Item = &'s str>) -> Self {
-        let mut unique: Vec<Box<str>> = Vec::new();
-        for s in strings {
-            if !unique.iter().any(|u| **u == *s) {
-                unique.push(s.into());
-            }
-        }
+        let mut seen = HashSet::new();
+        let unique: Vec<Box<str>> = strings
+            .into_iter()
+            .filter(|s| seen.insert(*s))
+            .map(Box::from)
+            .collect();
         // At least four slots per string keep the probes short, and one free.
         let bits = (unique.len() * 4)
             .next_power_of_two()
