@@ -32,6 +32,37 @@ enum Shape {
 
 const META: &[char] = &['*', '?', '[', ']', '{', '}', '\\'];
 
+/// `glob` as a literal text, with whether a `*` comes before it and after it, if it
+/// has no other wildcard: an escape (`\{`) or a class of one character (`[{]`, as
+/// [`Pattern::wildcard`] writes) is that character. `None` for any other glob, and for
+/// `**` anywhere (next to a `/` it is globset's "any directories, none included":
+/// `**/health` matches `health`), which no fast shape says.
+fn literal_parts(glob: &str) -> Option<(bool, String, bool)> {
+    if glob.contains("**") {
+        return None;
+    }
+    let mut chars = glob.chars();
+    let leading = glob.starts_with('*');
+    if leading {
+        chars.next();
+    }
+    let mut literal = String::with_capacity(glob.len());
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => literal.push(chars.next()?),
+            '[' => match (chars.next()?, chars.next()?) {
+                // `[!a]`, `[^a]` negate; a backslash in a class is left to globset.
+                (c, ']') if !matches!(c, '!' | '^' | '\\') => literal.push(c),
+                _ => return None,
+            },
+            '*' => return chars.next().is_none().then_some((leading, literal, true)),
+            '?' | ']' | '{' | '}' => return None,
+            c => literal.push(c),
+        }
+    }
+    Some((leading, literal, false))
+}
+
 impl Pattern {
     /// Compiles `glob`; the error says why it does not parse.
     pub(crate) fn glob(glob: &str) -> Result<Self, globset::Error> {
@@ -41,23 +72,20 @@ impl Pattern {
             .literal_separator(false)
             .build()?
             .compile_matcher();
-        let inner = glob.trim_start_matches('*').trim_end_matches('*');
         let shape = if glob.chars().all(|c| c == '*') && !glob.is_empty() {
             Shape::Any
-        } else if inner.contains(META) || glob.contains("**") {
-            // `**` next to a `/` is globset's "any directories, none included"
-            // (`**/health` matches `health`): no fast shape says that.
+        } else if let Some((leading, literal, trailing)) = literal_parts(glob) {
+            match (leading, trailing) {
+                (false, false) => Shape::Exact(literal.into()),
+                (false, true) => Shape::Prefix(literal.into()),
+                (true, false) => Shape::Suffix(literal.into()),
+                (true, true) => Shape::Contains(Box::new(
+                    memchr::memmem::Finder::new(literal.as_bytes()).into_owned(),
+                )),
+            }
+        } else {
             let literal = glob.split(META).next().unwrap_or_default();
             Shape::Glob(literal.into(), Box::new(matcher))
-        } else {
-            match (glob.starts_with('*'), glob.ends_with('*')) {
-                (false, false) => Shape::Exact(glob.into()),
-                (false, true) => Shape::Prefix(inner.into()),
-                (true, false) => Shape::Suffix(inner.into()),
-                (true, true) => {
-                    Shape::Contains(Box::new(memchr::memmem::Finder::new(inner).into_owned()))
-                }
-            }
         };
         Ok(Self {
             source: glob.into(),
@@ -103,7 +131,16 @@ impl Pattern {
         &self.source
     }
 
-    #[inline]
+    /// The one text this pattern matches, if it has no wildcard.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))] // the rule layer's index
+    pub(crate) fn as_exact(&self) -> Option<&str> {
+        match &self.shape {
+            Shape::Exact(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    #[inline(always)]
     pub(crate) fn is_match(&self, s: &str) -> bool {
         match &self.shape {
             Shape::Glob(prefix, m) => starts_with(s.as_bytes(), prefix) && m.is_match(s),
@@ -113,7 +150,7 @@ impl Pattern {
 
     /// [`is_match`](Self::is_match) on text given as bytes: the shapes that are not a
     /// general glob compare bytes, so an integer's digits need no UTF-8 check.
-    #[inline]
+    #[inline(always)]
     fn is_match_bytes(&self, s: &[u8]) -> bool {
         match &self.shape {
             Shape::Any => true,
@@ -132,7 +169,7 @@ impl Pattern {
     /// floats are matched without allocating, and so are arrays (rare at sampling
     /// time) whose text fits a small stack buffer; longer ones are rendered to a
     /// `String`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn matches_value(&self, value: &Value) -> bool {
         match value {
             Value::String(s) => self.is_match(s.as_str()),
@@ -290,6 +327,12 @@ mod tests {
             "health/x",
             "a/health",
             "/health/x",
+            "/orders/{id}/items",
+            "/orders/{id}/itemsx",
+            "a*",
+            "ab",
+            "x{",
+            "x{yz",
         ];
         for glob in [
             "*",
@@ -304,6 +347,9 @@ mod tests {
             "**/",
             "health/**",
             "**",
+            r"/orders/\{id\}/items",
+            r"a\*",
+            "x[{]*",
         ] {
             let p = Pattern::glob(glob).unwrap();
             let g = GlobBuilder::new(glob).build().unwrap().compile_matcher();
@@ -314,6 +360,19 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// Escapes and one-character classes read as literal characters agree with
+        /// globset, stars around them included; other classes and `?` stay globs.
+        #[test]
+        fn escaped_literals_agree_with_globset(
+            glob in r"[*]{0,2}(a|\\[*?{}\[\]\\]|\[[a{}*?\[\]!^-]\]|\{|\?|/){0,5}[*]{0,2}",
+            name in r"[a*?{}\[\]\\/!^-]{0,6}",
+        ) {
+            if let Ok(g) = GlobBuilder::new(&glob).literal_separator(false).build() {
+                let p = Pattern::glob(&glob).unwrap();
+                proptest::prop_assert_eq!(p.is_match(&name), g.compile_matcher().is_match(&name));
+            }
+        }
+
         /// Every shape (the short-haystack substring scan included, on both sides of
         /// its length threshold) matches what globset matches.
         #[test]

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use opentelemetry::{KeyValue, Value};
+use opentelemetry::{KeyValue, StringValue, Value};
 
 /// The span attribute that says how a kept root was sampled.
 pub const SAMPLER_TYPE: &str = "sampler.type";
@@ -41,14 +41,37 @@ pub(crate) fn kept(sampler_type: &'static str, param: f64) -> Vec<KeyValue> {
     ]
 }
 
-/// [`kept`], plus the rule's name (shared, so a kept span clones a reference count,
-/// not the name).
+/// What a root kept by a rule records: [`kept`] plus the rule's name, held as parts
+/// so a keep builds its `Vec` directly (cloning a prepared `Vec<KeyValue>` element by
+/// element went through each value's clone and cost a rule-based admit more than the
+/// rest of its decision).
 #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by the rule-based sampler
-pub(crate) fn kept_by_rule(sampler_type: &'static str, param: f64, rule: &str) -> Vec<KeyValue> {
-    let mut attributes = kept(sampler_type, param);
-    attributes.push(KeyValue::new(
-        SAMPLER_RULE,
-        Value::String(Arc::<str>::from(rule).into()),
-    ));
-    attributes
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct RuleAttributes {
+    sampler_type: &'static str,
+    param: f64,
+    /// The rule's name, shared, so a keep clones a reference count, not the name.
+    rule: StringValue,
+}
+
+#[cfg_attr(not(feature = "config"), allow(dead_code))] // used by the rule-based sampler
+impl RuleAttributes {
+    pub(crate) fn new(sampler_type: &'static str, param: f64, rule: &str) -> Self {
+        Self {
+            sampler_type,
+            param,
+            rule: Arc::<str>::from(rule).into(),
+        }
+    }
+
+    /// The attributes of a kept span, in the order [`kept`] gives them, then
+    /// [`SAMPLER_RULE`].
+    #[inline]
+    pub(crate) fn to_vec(&self) -> Vec<KeyValue> {
+        vec![
+            KeyValue::new(SAMPLER_TYPE, self.sampler_type),
+            KeyValue::new(SAMPLER_PARAM, self.param),
+            KeyValue::new(SAMPLER_RULE, Value::String(self.rule.clone())),
+        ]
+    }
 }

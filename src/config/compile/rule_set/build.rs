@@ -17,7 +17,9 @@ use crate::config::model::{
 };
 use crate::limit::LimitError;
 use crate::limiter::Algorithm;
-use crate::sampler::attributes::{self, ADAPTIVE, LOWERBOUND, PROBABILISTIC, RATELIMITING};
+use crate::sampler::attributes::{
+    RuleAttributes, ADAPTIVE, LOWERBOUND, PROBABILISTIC, RATELIMITING,
+};
 use crate::sampler::{Adaptive, Threshold};
 
 impl<C: Clock + Clone> RuleSet<C> {
@@ -185,7 +187,7 @@ impl<'a, C: Clock + Clone> Build<'a, C> {
             policy,
             action,
             floor,
-            attributes: attributes::kept_by_rule(kind, param, name),
+            attributes: RuleAttributes::new(kind, param, name),
             // By name, also when the rule changed: its metric series stay monotonic.
             counters: self
                 .same_name(rule, name)
@@ -243,7 +245,7 @@ impl<'a, C: Clock + Clone> Build<'a, C> {
             } => Action::AtLeast {
                 threshold: Threshold::from_probability(probability),
                 lower_bound: self.limiter(lower_bound, key, old_limiter, false)?,
-                bound_attributes: attributes::kept_by_rule(
+                bound_attributes: RuleAttributes::new(
                     LOWERBOUND,
                     lower_bound.limit.per_second_rate(),
                     name,

@@ -4,13 +4,13 @@
 use std::sync::Arc;
 
 use opentelemetry::trace::SpanKind;
-use opentelemetry::KeyValue;
 
 use crate::clock::Clock;
 use crate::config::compile::handover::LocalRule;
 use crate::config::compile::rule_limiter::RuleLimiter;
 use crate::config::model::pattern::Pattern;
 use crate::config::model::{Policy, Rule};
+use crate::sampler::attributes::RuleAttributes;
 use crate::sampler::{Adaptive, Origin, Threshold};
 use crate::stats::Counters;
 
@@ -27,7 +27,7 @@ pub(super) struct Compiled<C> {
     /// Permits reserved for this rule in the cap.
     pub(super) floor: Option<RuleLimiter<C>>,
     /// What a kept span records.
-    pub(super) attributes: Vec<KeyValue>,
+    pub(super) attributes: RuleAttributes,
     /// This rule's decisions; the previous rule of the same name's, after a reload.
     pub(super) counters: Arc<Counters>,
 }
@@ -80,7 +80,7 @@ pub(super) enum Action<C> {
         lower_bound: RuleLimiter<C>,
         /// What a span kept by the lower bound alone records (the rule's `attributes`
         /// are those of a probability keep).
-        bound_attributes: Vec<KeyValue>,
+        bound_attributes: RuleAttributes,
     },
 }
 

@@ -10,12 +10,13 @@ use super::compiled::{Action, Compiled};
 use super::RuleSet;
 use crate::clock::Clock;
 use crate::limiter::RateLimiter;
+use crate::sampler::attributes::RuleAttributes;
 use crate::sampler::{decide_consistent, drop_span, erase_threshold, Kept, Origin, Verdict};
 use crate::stats::{DropReason, Event};
 
 /// A rule's keep: the consistent keep (`None` for a limit's keep, which has no known
 /// probability: `th` goes) and the attributes the span records.
-type Keep<'a> = (Option<Kept>, &'a [KeyValue]);
+type Keep<'a> = (Option<Kept>, &'a RuleAttributes);
 
 impl<C: Clock> RuleSet<C> {
     /// The decision for a span this process decides (a root, or a capped remote
@@ -33,31 +34,49 @@ impl<C: Clock> RuleSet<C> {
         let chosen = self
             .matchers
             .first_match(origin, name, kind, attributes)
-            .map(|i| &self.rules[i])
-            .or(self.default.as_ref());
-        let Some(chosen) = chosen else {
+            .map(|i| &self.rules[i]);
+        match self.keep(chosen, origin, trace_id, parent_state) {
+            Some((consistent, kept_attributes)) => {
+                // The trace state first, then the `Vec` straight into the result (see
+                // `drop_span`).
+                let trace_state = match consistent {
+                    Some(kept) => kept.trace_state(parent_state),
+                    None => erase_threshold(parent_state),
+                };
+                SamplingResult {
+                    decision: SamplingDecision::RecordAndSample,
+                    attributes: kept_attributes.to_vec(),
+                    trace_state,
+                }
+            }
+            None => drop_span(parent_state),
+        }
+    }
+
+    /// Whether the span is kept, by the rule `chosen` (else the default): the rule's
+    /// verdict, then the cap, counted in the rule's counters.
+    #[inline]
+    fn keep<'a>(
+        &'a self,
+        chosen: Option<&'a Compiled<C>>,
+        origin: Origin,
+        trace_id: TraceId,
+        parent_state: &TraceState,
+    ) -> Option<Keep<'a>> {
+        let Some(chosen) = chosen.or(self.default.as_ref()) else {
             self.unmatched
                 .record(Event::dropped(DropReason::NoRule, origin.into()));
-            return drop_span(parent_state);
+            return None;
         };
-        let Some((consistent, attributes)) = chosen.verdict(origin, trace_id, parent_state) else {
-            return drop_span(parent_state);
-        };
+        let keep = chosen.verdict(origin, trace_id, parent_state)?;
         if !self.within_cap(chosen) {
             chosen
                 .counters
                 .record(Event::dropped(DropReason::ServiceCap, origin.into()));
-            return drop_span(parent_state);
+            return None;
         }
         chosen.counters.record(Event::kept(origin.into()));
-        SamplingResult {
-            decision: SamplingDecision::RecordAndSample,
-            attributes: attributes.to_vec(),
-            trace_state: match consistent {
-                Some(kept) => kept.trace_state(parent_state),
-                None => erase_threshold(parent_state),
-            },
-        }
+        Some(keep)
     }
 
     /// The cap (if any) admits a span `chosen` kept: the rule's reserved floor first,
@@ -81,14 +100,14 @@ impl<C: Clock> Compiled<C> {
         let (refusal, keep) = match &self.action {
             Action::Limit(l) => (
                 DropReason::RateLimit,
-                l.try_acquire().then_some((None, &self.attributes[..])),
+                l.try_acquire().then_some((None, &self.attributes)),
             ),
             // A lower bound only adds to what the probability keeps: every refusal
             // below is the probability's.
             Action::Probability(threshold) => (
                 DropReason::Probability,
                 match consistent(*threshold) {
-                    Verdict::Keep(kept) => Some((Some(kept), &self.attributes[..])),
+                    Verdict::Keep(kept) => Some((Some(kept), &self.attributes)),
                     Verdict::Drop => None,
                 },
             ),
@@ -104,14 +123,14 @@ impl<C: Clock> Compiled<C> {
                     // probability keeps fewer than it.
                     Verdict::Keep(kept) => {
                         let _ = lower_bound.try_acquire();
-                        Some((Some(kept), &self.attributes[..]))
+                        Some((Some(kept), &self.attributes))
                     }
                     // Refused by probability: kept like a rate-limited trace if the
                     // bound admits it (no `th`: it was not sampled at the rule's
                     // probability).
                     Verdict::Drop => lower_bound
                         .try_acquire()
-                        .then_some((None, &bound_attributes[..])),
+                        .then_some((None, bound_attributes)),
                 },
             ),
             Action::Adaptive { adaptive, .. } => {
@@ -119,7 +138,7 @@ impl<C: Clock> Compiled<C> {
                 let threshold = adaptive.threshold(|| self.counters.snapshot().total());
                 match consistent(threshold) {
                     Verdict::Keep(kept) if adaptive.admit() => {
-                        return Some((Some(kept), &self.attributes[..]))
+                        return Some((Some(kept), &self.attributes))
                     }
                     // Kept by the probability, refused by the adaptive rule's own cap.
                     Verdict::Keep(_) => (DropReason::RateLimit, None),

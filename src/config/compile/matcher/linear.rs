@@ -1,16 +1,18 @@
-//! A service's rule conditions compiled for the decision, packed in one array scanned
-//! in a row: per rule a bitmask of the span kinds and of the parent origins it accepts
-//! (the cheapest tests, run first), its name glob, then its attribute conditions.
+//! [`Linear`]: the rules' conditions packed in one array scanned rule by rule: per rule
+//! a bitmask of the span kinds and of the parent origins it accepts (the cheapest
+//! tests, run first), its name glob, then its attribute conditions. The path of rule
+//! sets the [`Index`](super::index::Index) does not take.
 
 use opentelemetry::trace::SpanKind;
 use opentelemetry::{KeyValue, Value};
 
+use super::Span;
 use crate::config::model::pattern::{bytes_eq, Pattern};
 use crate::config::model::Rule;
 use crate::sampler::Origin;
 
 /// The conditions of every rule of a service, in rule order.
-pub(crate) struct Matchers {
+pub(super) struct Linear {
     rules: Box<[Matcher]>,
 }
 
@@ -43,10 +45,10 @@ fn origin_bit(origin: Origin) -> u8 {
     }
 }
 
-impl Matchers {
-    pub(crate) fn new<'a>(rules: impl IntoIterator<Item = &'a Rule>) -> Self {
+impl Linear {
+    pub(super) fn new(rules: &[&Rule]) -> Self {
         let rules = rules
-            .into_iter()
+            .iter()
             .map(|r| Matcher {
                 kinds: r.kind.as_ref().map_or(ALL, kind_bit),
                 origins: r.parent.map_or(ALL, origin_bit),
@@ -63,19 +65,13 @@ impl Matchers {
 
     /// The index of the first rule matching the span, if any.
     #[inline]
-    pub(crate) fn first_match(
-        &self,
-        origin: Origin,
-        name: &str,
-        kind: &SpanKind,
-        attributes: &[KeyValue],
-    ) -> Option<usize> {
-        let (origin, kind) = (origin_bit(origin), kind_bit(kind));
+    pub(super) fn first_match(&self, span: &Span<'_>) -> Option<usize> {
+        let (origin, kind) = (origin_bit(span.origin), kind_bit(span.kind));
         self.rules.iter().position(|m| {
             m.origins & origin != 0
                 && m.kinds & kind != 0
-                && m.span_name.as_ref().is_none_or(|p| p.is_match(name))
-                && (m.attributes.is_empty() || m.attributes_match(attributes))
+                && m.span_name.as_ref().is_none_or(|p| p.is_match(span.name))
+                && (m.attributes.is_empty() || m.attributes_match(span.attributes))
         })
     }
 }
@@ -120,19 +116,9 @@ fn find<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::compile::matcher::index::Index;
+    use crate::config::compile::matcher::tests::reference;
     use crate::config::SamplingConfig;
-
-    /// The rule semantics written plainly: every condition, first attribute of a name.
-    fn reference(r: &Rule, origin: Origin, name: &str, kind: &SpanKind, kvs: &[KeyValue]) -> bool {
-        r.parent.is_none_or(|p| p == origin)
-            && r.kind.as_ref().is_none_or(|k| k == kind)
-            && r.span_name.as_ref().is_none_or(|p| p.is_match(name))
-            && r.attributes.iter().all(|(key, p)| {
-                kvs.iter()
-                    .find(|kv| kv.key.as_str() == key)
-                    .is_some_and(|kv| p.matches_value(&kv.value))
-            })
-    }
 
     #[test]
     fn first_match_agrees_with_the_plain_semantics() {
@@ -166,7 +152,9 @@ rate = 1.0
 "#;
         let config = SamplingConfig::from_toml_str(text, "t.toml").unwrap();
         let rules = config.service("any").rules;
-        let matchers = Matchers::new(&rules);
+        let rules: Vec<&Rule> = rules.iter().collect();
+        let linear = Linear::new(&rules);
+        let index = Index::new(&rules).unwrap();
         let names = [
             "GET /health",
             "GET /a/admin/x",
@@ -205,8 +193,16 @@ rate = 1.0
                         let want = rules
                             .iter()
                             .position(|r| reference(r, origin, name, kind, kvs));
-                        let got = matchers.first_match(origin, name, kind, kvs);
+                        let span = Span {
+                            origin,
+                            name,
+                            kind,
+                            attributes: kvs,
+                        };
+                        let got = linear.first_match(&span);
                         assert_eq!(got, want, "{origin:?} {name:?} {kind:?} {kvs:?}");
+                        let indexed = index.first_match(&span);
+                        assert_eq!(indexed, want, "{origin:?} {name:?} {kind:?} {kvs:?}");
                         matched += usize::from(got.is_some());
                     }
                 }

@@ -1,0 +1,209 @@
+//! [`StrTable`]: a fixed set of strings (the attribute keys a rule set reads, its exact
+//! span names) looked up by content in one probe: a fingerprint of the string's
+//! length and its first and last words picks a slot, where those words confirm a
+//! string of up to 16 bytes (the bytes, a longer one).
+
+use std::collections::HashSet;
+
+use opentelemetry::{KeyValue, Value};
+
+use crate::config::model::pattern::bytes_eq;
+
+/// Strings numbered `0..len()` in the order they were first given.
+pub(super) struct StrTable {
+    strings: Box<[Box<str>]>,
+    /// Open addressing, at most a quarter full: a string sits in the first free slot
+    /// from the one its fingerprint picks.
+    slots: Box<[Slot]>,
+    /// `64 - log2(slots.len())`: a fingerprint's top bits pick its slot.
+    shift: u32,
+    /// Bit `min(n, 63)` set for each length `n` of a string: most attribute keys of a
+    /// span are not read by any rule, and most are told so by their length alone.
+    lengths: u64,
+}
+
+/// A string's place: its [`words`] and length, which are the whole string up to 16
+/// bytes (so a short key is confirmed without reading the table's copy), and its
+/// number plus one (0: a free slot).
+#[derive(Clone, Copy, Default)]
+struct Slot {
+    head: u64,
+    tail: u64,
+    len: usize,
+    number: usize,
+}
+
+/// Strings up to this long are whole in their slot's words.
+const IN_WORDS: usize = 16;
+
+#[inline(always)]
+fn length_bit(s: &str) -> u64 {
+    1 << s.len().min(63)
+}
+
+/// The most attribute keys [`StrTable::values`] looks up in one pass (the matcher falls
+/// back to its rule-by-rule path beyond).
+pub(super) const MAX_KEYS: usize = 16;
+
+/// The value of each key of a table (its first occurrence), `None` where absent.
+pub(super) type Values<'a> = [Option<&'a Value>; MAX_KEYS];
+
+impl StrTable {
+    /// The table of `strings`, duplicates dropped (a duplicate keeps its first number).
+    pub(super) fn new<'s>(strings: impl IntoIterator<Item = &'s str>) -> Self {
+        let mut seen = HashSet::new();
+        let unique: Vec<Box<str>> = strings
+            .into_iter()
+            .filter(|s| seen.insert(*s))
+            .map(Box::from)
+            .collect();
+        // At least four slots per string keep the probes short, and one free.
+        let bits = (unique.len() * 4)
+            .next_power_of_two()
+            .trailing_zeros()
+            .max(2);
+        let mut slots = vec![Slot::default(); 1 << bits].into_boxed_slice();
+        let shift = 64 - bits;
+        for (i, s) in unique.iter().enumerate() {
+            let (head, tail) = words(s.as_bytes());
+            let mut at = (fingerprint(head, tail, s.len()) >> shift) as usize;
+            while slots[at].number != 0 {
+                at = (at + 1) % slots.len();
+            }
+            slots[at] = Slot {
+                head,
+                tail,
+                len: s.len(),
+                number: i + 1,
+            };
+        }
+        Self {
+            lengths: unique.iter().fold(0, |bits, s| bits | length_bit(s)),
+            strings: unique.into_boxed_slice(),
+            slots,
+            shift,
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.strings.len()
+    }
+
+    /// The number of `s`, if the table holds it.
+    #[inline(always)]
+    pub(super) fn find(&self, s: &str) -> Option<usize> {
+        if self.lengths & length_bit(s) == 0 {
+            return None;
+        }
+        let (head, tail) = words(s.as_bytes());
+        let mut at = (fingerprint(head, tail, s.len()) >> self.shift) as usize;
+        loop {
+            let slot = self.slots.get(at)?;
+            let i = slot.number.checked_sub(1)?;
+            if slot.head == head
+                && slot.tail == tail
+                && slot.len == s.len()
+                && (s.len() <= IN_WORDS || bytes_eq(self.strings[i].as_bytes(), s.as_bytes()))
+            {
+                return Some(i);
+            }
+            at = (at + 1) & (self.slots.len() - 1);
+        }
+    }
+
+    /// Sets `values` (all `None`) to the value of each of the table's strings as a key
+    /// of `attributes` (the first attribute of that name), in one pass that stops once
+    /// every key is found. The table must hold at most [`MAX_KEYS`] strings.
+    #[inline]
+    pub(super) fn values<'a>(&self, attributes: &'a [KeyValue], values: &mut Values<'a>) {
+        let mut left = self.len();
+        for kv in attributes {
+            if left == 0 {
+                break;
+            }
+            if let Some(slot) = self.find(kv.key.as_str()).and_then(|i| values.get_mut(i)) {
+                if slot.is_none() {
+                    *slot = Some(&kv.value);
+                    left -= 1;
+                }
+            }
+        }
+    }
+}
+
+/// The first and last 8 bytes of `s` (4, or single bytes, for shorter strings): with
+/// the length, the whole of a string up to [`IN_WORDS`] bytes.
+#[inline(always)]
+fn words(s: &[u8]) -> (u64, u64) {
+    let n = s.len();
+    let word = |at: usize| u64::from_le_bytes(s[at..at + 8].try_into().unwrap_or([0; 8]));
+    let half = |at: usize| {
+        u64::from(u32::from_le_bytes(
+            s[at..at + 4].try_into().unwrap_or([0; 4]),
+        ))
+    };
+    if n >= 8 {
+        (word(0), word(n - 8))
+    } else if n >= 4 {
+        (half(0), half(n - 4))
+    } else if n > 0 {
+        (
+            u64::from(s[0]) | u64::from(s[n / 2]) << 8,
+            u64::from(s[n - 1]),
+        )
+    } else {
+        (0, 0)
+    }
+}
+
+/// A hash of a string's [`words`] and length, spread by a multiplication.
+#[inline(always)]
+fn fingerprint(head: u64, tail: u64, len: usize) -> u64 {
+    (head ^ tail.rotate_left(29) ^ len as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_every_string_and_nothing_else() {
+        // Same lengths, same first and last words: only the middle differs, so some
+        // share a slot and are told apart by their bytes.
+        let strings: Vec<String> = (0..40)
+            .map(|i| format!("http.request.{i:02}.header.name"))
+            .chain(["", "a", "ab", "abc", "abcd", "abcdefgh", "abcdefghi"].map(String::from))
+            .collect();
+        let table = StrTable::new(strings.iter().map(String::as_str));
+        assert_eq!(table.len(), strings.len());
+        for (i, s) in strings.iter().enumerate() {
+            assert_eq!(table.find(s), Some(i), "{s:?}");
+        }
+        for s in [
+            "http.request.40.header.name",
+            "abce",
+            "b",
+            "abcdefgj",
+            "ab\0",
+        ] {
+            assert_eq!(table.find(s), None, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn values_take_the_first_attribute_of_a_name() {
+        let table = StrTable::new(["k", "region", "k", "absent"]);
+        assert_eq!(table.len(), 3);
+        let attributes = [
+            KeyValue::new("other", 1),
+            KeyValue::new("region", "eu"),
+            KeyValue::new("k", 7),
+            KeyValue::new("region", "us"),
+        ];
+        let mut values = [None; MAX_KEYS];
+        table.values(&attributes, &mut values);
+        assert_eq!(values[0], Some(&Value::I64(7)));
+        assert_eq!(values[1], Some(&Value::from("eu")));
+        assert_eq!(values[2], None);
+    }
+}
