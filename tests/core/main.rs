@@ -12,6 +12,7 @@ mod cap_real_clock;
 mod composable;
 #[cfg(feature = "composable")]
 mod composable_interop;
+#[cfg(feature = "composable")]
 mod composable_rate;
 mod env;
 mod pacing;
