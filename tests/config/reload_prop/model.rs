@@ -35,17 +35,37 @@ impl Lim {
     /// The first full window of this limit after a reload at `reloaded`: the first
     /// aligned window that begins after it; for the sliding log, whose window is any
     /// interval, the first that begins once what the reload found counted (stamped at
-    /// the latest then) has left its window. A paced bucketed window's is the one after
-    /// that: saturated from part-way into a window (as from the reload on), its first
-    /// whole window holds only the shares of the sub-windows its predecessor's catch-up
-    /// left room for, and every later one its full shares (the spread guarantee, in
-    /// `Limit`'s docs and `tests/core/pacing.rs`); the log's first full window above is
-    /// already the second whole one.
+    /// the latest then) has left its window.
+    ///
+    /// A paced bucketed window's is the second whole run (aligned window of `B = 10`
+    /// sub-windows of `s = W/10`: the default, for the windows of at least 500 ms here)
+    /// after the run in which what the reload found counted leaves the ring, at
+    /// `(⌊reloaded/s⌋ + B)·s` (`AnyLimiter::counted_until` in `src/limiter/any.rs`).
+    /// Until then that count (the limiter's own, or carried into it: up to `N`) can
+    /// refuse every call under the hard cap (`≤ N` in any `B` consecutive
+    /// sub-windows), so a saturated limiter may admit first only then, at any place of
+    /// its run (a catch-up: the last `B` sub-windows hold nothing). The spread
+    /// guarantee (`BucketedWindow`'s docs, `tests/core/pacing.rs`) gives every
+    /// sub-window its share from the second whole run after that first admission's on,
+    /// not in the first: that admission keeps the early sub-windows of the next run
+    /// shut under the hard cap, and a run after one that kept `N` gives each sub-window
+    /// its own share only. So `N = 2` per 500 ms (shares at places 0 and 5), reloaded at
+    /// 2.6 s with 4 carried (2 held), admits first at 3.1 s (place 2) and 3.25 s, keeps
+    /// only 3.75 s in [3.5 s, 4 s), and 2 in every window from 4 s on, exactly as a
+    /// fresh limiter first called at 3.1 s does
+    /// (`a_carried_count_delays_the_first_admission_and_nothing_else` in
+    /// `src/limiter/bucketed_window.rs`). The second whole window after the reload
+    /// itself, checked before, is one too early when something was counted at it.
     pub(crate) fn first_full_window(self, reloaded: u64) -> u64 {
         let w = self.window();
         match self.kind {
             Kind::Log => (reloaded + w).div_ceil(w) * w,
-            Kind::Bucketed if self.paced => (reloaded / w + 2) * w,
+            Kind::Bucketed if self.paced => {
+                const B: u64 = 10;
+                let s = w / B;
+                let counted_until = (reloaded / s + B) * s;
+                (counted_until / w + 2) * w
+            }
             _ => (reloaded / w + 1) * w,
         }
     }
