@@ -62,10 +62,11 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     /// * The cap is carried as a whole: its floors and shared pool together hold what
     ///   the old ones used, so a floor added, removed, resized or moved re-opens nothing.
     /// * Reloads never starve: once they stop, a rule offered more than its limit keeps
-    ///   at least ⌈0.9 N⌉ in the first full window of its limit (a paced bucketed window:
-    ///   the second; the first may hold only the shares of its sub-windows, as after any
-    ///   start part-way into a window, see [`Limit`](crate::Limit)'s pacing), the cap
-    ///   permitting.
+    ///   at least ⌈0.9 N⌉ in the first full window of its limit that begins once what the
+    ///   reload carried has left the limiter's window (a paced bucketed window: the
+    ///   second such window; the first may hold only the shares of its sub-windows, as
+    ///   after any start part-way into a window, see [`Limit`](crate::Limit)'s pacing),
+    ///   the cap permitting.
     ///
     /// Reloads run one at a time (a watcher's, a poller's and direct calls queue).
     ///
