@@ -29,6 +29,8 @@ pub use error::ComposableError;
 pub use intent::{AttributesProvider, SamplingIntent, TraceStateUpdater};
 pub use parent_threshold::ComposableParentThreshold;
 pub use probability::ComposableProbability;
+#[cfg(feature = "yaml")]
+pub(crate) use rate_limiting::arc_bytes;
 pub use rate_limiting::ComposableRateLimiting;
 pub use rule_based::{
     ComposableRuleBased, ComposableRuleBasedBuilder, Predicate, SamplingPredicate,

@@ -61,6 +61,11 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
+    /// What a set of counters holds on the heap: a row per thread slot (the overflow
+    /// row sits in the struct itself), 64 × 128 bytes on x86-64.
+    #[cfg_attr(not(all(feature = "composable", feature = "yaml")), allow(dead_code))]
+    pub(crate) const HEAP_BYTES: usize = SLOTS * std::mem::size_of::<CachePadded<Row>>();
+
     pub(crate) fn new() -> Self {
         Self {
             rows: (0..SLOTS)

@@ -93,3 +93,62 @@ fn the_sum_is_of_the_samplers_built_for_the_service() {
         "{err}"
     );
 }
+
+/// A 1.1 file: a `rate_limiting` block at the root (its budget `budget`) and, for remote
+/// parents, a composite sampler whose rules each hold a composite rate limiter, `n` of
+/// them.
+#[cfg(feature = "composable")]
+fn composite_limiters(budget: &str, n: usize) -> String {
+    let rule = "            - sampler: { rate_limiting/otel_rate_sampler: { limit: 10 } }\n";
+    format!(
+        "file_format: \"1.1\"\ntracer_provider:\n  sampler:\n    parent_based:\n      root:\n        rate_limiting:\n          limits: {{ memory_budget: {budget} }}\n          default: {{ limit: 10 }}\n      remote_parent_sampled:\n        composite/development:\n          rule_based:\n            rules:\n{}",
+        rule.repeat(n)
+    )
+}
+
+#[cfg(feature = "composable")]
+#[test]
+fn composite_rate_limiters_are_held_to_the_budget_with_the_blocks_one_past_it_refused() {
+    let budget = 1 << 20;
+    let text = composite_limiters("1MiB", 1000);
+    let err = DeclarativeSampler::from_yaml_str(&text, "otel.yaml", "svc").unwrap_err();
+    let msg = err.to_string();
+    assert_eq!(err.kind(), K::MemoryBudget, "{msg}");
+    let fit: usize = msg
+        .split_once("; the first ")
+        .and_then(|(_, rest)| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{msg}"));
+    // Each takes its decision counters, a row of 16 cells of 8 bytes for each of 64
+    // thread slots (8 KiB), and its limiter (cap, estimate, clock: about 1.5 KiB more);
+    // the block a little.
+    let each = (budget - block_bytes(10)) / fit;
+    assert!(
+        (8 << 10..10 << 10).contains(&each),
+        "{each} bytes each: {msg}"
+    );
+    // The one that crosses it is named: the rule past the last that fits, at its line.
+    let key = format!("tracer_provider.sampler.parent_based.remote_parent_sampled.composite/development.rule_based.rules[{fit}].sampler.rate_limiting/otel_rate_sampler");
+    assert_eq!(
+        (err.line(), err.column(), err.key()),
+        (13 + fit, 24, key.as_str()),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("the file's 1000 composite rate limiters"),
+        "{msg}"
+    );
+    // Just under: built; one more: refused.
+    let sampler =
+        DeclarativeSampler::from_yaml_str(&composite_limiters("1MiB", fit), "otel.yaml", "svc")
+            .unwrap();
+    assert_eq!(sampler.composite_limits().len(), fit);
+    let err =
+        DeclarativeSampler::from_yaml_str(&composite_limiters("1MiB", fit + 1), "otel.yaml", "svc")
+            .unwrap_err();
+    assert_eq!(
+        (err.kind(), err.line()),
+        (K::MemoryBudget, 13 + fit),
+        "{err}"
+    );
+}

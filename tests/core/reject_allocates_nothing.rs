@@ -163,6 +163,75 @@ fn a_declarative_file_over_the_budget_is_refused_before_its_limiters_are_allocat
     );
 }
 
+/// A 1.1 file whose composite sampler holds `n` rate limiters (a rule each), under the
+/// default budget of 128 MiB.
+#[cfg(all(feature = "yaml", feature = "composable"))]
+fn composite_limiters(n: usize) -> String {
+    let rule = "        - sampler: { rate_limiting/otel_rate_sampler: { limit: 10 } }\n";
+    format!(
+        "file_format: \"1.1\"\ntracer_provider:\n  sampler:\n    composite/development:\n      rule_based:\n        rules:\n{}",
+        rule.repeat(n)
+    )
+}
+
+/// A declarative file whose composite rate limiters are over the memory budget (16,000
+/// of them, about 9.5 KiB each, most of it their decision counters: 150 MiB) is refused
+/// having allocated a fraction of that: they are counted in the raw tree, before any is
+/// built. And building them takes at least what the budget counts for them, measured.
+#[cfg(all(feature = "yaml", feature = "composable"))]
+#[test]
+fn composite_rate_limiters_over_the_budget_are_refused_before_they_are_allocated() {
+    use otel_rate_sampler::DeclarativeSampler;
+
+    let build = |n: usize| {
+        let text = composite_limiters(n);
+        heap_events(|| DeclarativeSampler::from_yaml_str(&text, "otel.yaml", "svc")).0
+    };
+    let (few, more) = (100, 200);
+    let sampler = build(few).unwrap();
+    let bytes_few = BYTES.with(Cell::get);
+    drop(sampler);
+    let sampler = build(more).unwrap();
+    let per_limiter = (BYTES.with(Cell::get) - bytes_few) / (more - few) as u64;
+    drop(sampler);
+    let err = build(16_000).unwrap_err();
+    let refused = BYTES.with(Cell::get);
+    // Reading the file alone (refused after reading for its file_format) allocates
+    // about 44 MB (the YAML reader's events and values, 1.1 MB of text).
+    let text = composite_limiters(16_000).replace("\"1.1\"", "\"2.0\"");
+    let (read_only, _) =
+        heap_events(|| DeclarativeSampler::from_yaml_str(&text, "otel.yaml", "svc"));
+    let read = BYTES.with(Cell::get);
+    assert_eq!(
+        read_only.unwrap_err().kind(),
+        otel_rate_sampler::ConfigErrorKind::UnknownValue
+    );
+    assert_eq!(
+        err.kind(),
+        otel_rate_sampler::ConfigErrorKind::MemoryBudget,
+        "{err}"
+    );
+    // What the budget counts per limiter, from where it stops: (128 MiB) / fit.
+    let fit: u64 = err
+        .to_string()
+        .split_once("; the first ")
+        .and_then(|(_, rest)| rest.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{err}"));
+    let counted = (128 << 20) / fit;
+    // Building allocates what is counted and more (the raw tree, the descriptions).
+    assert!(
+        (counted..2 * counted).contains(&per_limiter),
+        "{per_limiter} bytes allocated per limiter built, {counted} counted"
+    );
+    // Beyond reading the file, the refusal allocates under an eighth of a limiter per
+    // limiter (each one's key): the 16,000 (about 150 MiB) are never built.
+    let beyond_reading = refused.saturating_sub(read);
+    assert!(
+        beyond_reading < 16_000 * counted / 8,
+        "{beyond_reading} bytes allocated to refuse the file beyond reading it ({read}); {per_limiter} per limiter built"
+    );
+}
+
 /// Offers a root of each of `names` 1000 times to `decide`, watching the heap: how
 /// many rounds kept either, and the heap events.
 #[cfg(feature = "config")]

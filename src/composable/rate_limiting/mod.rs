@@ -6,6 +6,7 @@ mod control;
 mod estimate;
 
 use std::fmt;
+use std::mem::{align_of, size_of};
 use std::sync::Arc;
 
 use opentelemetry::trace::{Link, SpanKind, TraceId};
@@ -164,6 +165,28 @@ impl<D: ComposableSampler, C: Clock> ComposableRateLimiting<D, C> {
     pub fn stats(&self) -> DecisionStats {
         self.inner.counters.snapshot()
     }
+}
+
+impl<D, C: Clock> ComposableRateLimiting<D, C> {
+    /// What one takes on the heap, as [`with_clock`](Self::with_clock) lays it out on
+    /// this target: the shared state in its `Arc` (the delegate, the cap, the estimate,
+    /// the counters' overflow row), the clock in its `Arc`, and a row of decision
+    /// counters per thread slot (about 8 KiB). What a file's memory budget counts.
+    #[cfg_attr(not(feature = "yaml"), allow(dead_code))]
+    pub(crate) const HEAP_BYTES: usize =
+        arc_bytes::<Inner<D, C>>() + arc_bytes::<C>() + Counters::HEAP_BYTES;
+}
+
+/// The allocation of an `Arc<T>`: its two counters, then the value at its alignment (a
+/// cache-padded value starts a line further on).
+#[cfg_attr(not(feature = "yaml"), allow(dead_code))]
+pub(crate) const fn arc_bytes<T>() -> usize {
+    let align = if align_of::<T>() > align_of::<usize>() {
+        align_of::<T>()
+    } else {
+        align_of::<usize>()
+    };
+    (2 * size_of::<usize>()).div_ceil(align) * align + size_of::<T>()
 }
 
 impl<D: ComposableSampler, C: Clock> ComposableSampler for ComposableRateLimiting<D, C> {

@@ -200,6 +200,20 @@ pub(crate) fn over_budget_together(
     })
 }
 
+/// What the samplers built together for `service`, each from one of `configs`, take in
+/// all, and the budget they are held to: the largest any of them sets, the default
+/// without any. Allocates nothing.
+#[cfg_attr(not(feature = "yaml"), allow(dead_code))]
+pub(crate) fn footprint_together(configs: &[&SamplingConfig], service: &str) -> (usize, usize) {
+    let budget = (configs.iter().map(|c| c.memory_budget).max())
+        .unwrap_or(SamplingConfig::DEFAULT_MEMORY_BUDGET);
+    let total = configs.iter().fold(0usize, |total, config| {
+        let footprint = config.sampler_footprint(config.position(service));
+        total.saturating_add(footprint.total)
+    });
+    (total, budget)
+}
+
 #[cfg_attr(not(feature = "yaml"), allow(dead_code))]
 impl OverBudgetTogether {
     /// The key of the largest limiter in `config`, the file of its sampler built for

@@ -42,14 +42,14 @@ pub(crate) enum RawComposable {
 #[serde(deny_unknown_fields)]
 #[cfg_attr(not(feature = "composable"), allow(dead_code))]
 pub(crate) struct RawParentThreshold {
-    root: Spanned<RawComposable>,
+    pub(super) root: Spanned<RawComposable>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 #[cfg_attr(not(feature = "composable"), allow(dead_code))]
 pub(crate) struct RawRuleBased {
-    rules: Option<Vec<Spanned<RawRule>>>,
+    pub(super) rules: Option<Vec<Spanned<RawRule>>>,
 }
 
 #[derive(Deserialize)]
@@ -60,7 +60,7 @@ pub(crate) struct RawRule {
     attribute_patterns: Option<RawAttributePatterns>,
     span_kinds: Option<Vec<Spanned<String>>>,
     parent: Option<Vec<Spanned<String>>>,
-    sampler: Spanned<RawComposable>,
+    pub(super) sampler: Spanned<RawComposable>,
 }
 
 #[derive(Deserialize)]
@@ -87,7 +87,7 @@ pub(crate) struct RawAttributePatterns {
 pub(crate) struct RawRateLimiting {
     limit: Option<Spanned<i64>>,
     window: Option<Spanned<String>>,
-    sampler: Option<Spanned<RawComposable>>,
+    pub(super) sampler: Option<Spanned<RawComposable>>,
 }
 
 /// A built composite sampler and its description (`Display` of the sampler tree).

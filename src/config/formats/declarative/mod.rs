@@ -12,7 +12,7 @@ mod composite;
 mod substitution;
 mod tree;
 
-use std::ops::Range;
+use std::cell::RefCell;
 
 use opentelemetry_sdk::trace::Sampler;
 use serde::Deserialize;
@@ -23,8 +23,10 @@ use crate::config::formats::rule_file::{Ctx, RawFile};
 use crate::config::formats::spanned::Spanned;
 use crate::config::formats::yaml::parse;
 use crate::config::model::{values, SamplingConfig};
+use crate::config::vars::resolve_service;
 
-pub(crate) use blocks::{check_budget, Block};
+pub(crate) use blocks::Block;
+use blocks::{check_budget, Composites};
 pub(crate) use substitution::Lookup;
 pub(crate) use tree::{Branches, Node, PLUGIN_KEY};
 
@@ -124,26 +126,102 @@ fn read(ctx: &Ctx<'_>) -> Result<Option<Spanned<RawSampler>>, ConfigError> {
 
 /// The sampler tree of a declarative configuration file, its variable references
 /// resolved through `lookup`, each `rate_limiting` block read into its model (`redis`,
-/// from the environment, replacing their `fleet.redis`); `None` when the file has no
-/// sampler. The composite samplers' rate limiters are timed by `clock`.
+/// from the environment, replacing their `fleet.redis`), and the service it is built
+/// for (`service`, or the environment's when empty); `None` when the file has no
+/// sampler. The composite samplers' rate limiters are timed by `clock`, and built only
+/// once every block and every composite rate limiter is known to fit in the memory
+/// budget together, for the service.
 pub(crate) fn read_tree<C: Clock + Clone>(
     text: &str,
     file: &str,
+    service: &str,
     redis: Option<&[String]>,
     lookup: Lookup<'_>,
     clock: &C,
-) -> Result<Option<Node<Block>>, ConfigError> {
+) -> Result<Option<(Node<Block>, String)>, ConfigError> {
     let text = substitution::substitute(text, file, lookup)?;
     let ctx = Ctx::new(&text, file);
     let Some(sampler) = read(&ctx)? else {
         return Ok(None);
     };
+    let service = resolve_service(service, lookup)?;
+    let path = "tracer_provider.sampler";
+    // The blocks read and the composite rate limiters counted, in document order.
+    let mut blocks = Vec::new();
+    #[cfg_attr(not(feature = "composable"), allow(unused_mut))]
+    let mut composites = Vec::new();
+    leaves(&sampler, path, &mut |raw, path| {
+        match raw.get_ref() {
+            RawSampler::RateLimiting(f) => blocks.push(block(&ctx, f, raw, path, redis)?),
+            #[cfg(feature = "composable")]
+            RawSampler::Composite(c) => {
+                let path = format!("{path}.composite/development");
+                blocks::rate_limiters(&ctx, c, &path, &mut composites);
+            }
+            _ => {}
+        }
+        Ok(())
+    })?;
+    let composites = Composites {
+        found: composites,
+        #[cfg(feature = "composable")]
+        each: blocks::rate_limiter_bytes::<C>(),
+        #[cfg(not(feature = "composable"))]
+        each: 0,
+    };
+    check_budget(
+        &blocks.iter().collect::<Vec<_>>(),
+        &composites,
+        file,
+        &service,
+    )?;
     let reader = Reader {
         ctx: &ctx,
         redis,
         clock,
+        blocks: RefCell::new(blocks.into_iter()),
     };
-    reader.node(&sampler, "tracer_provider.sampler").map(Some)
+    Ok(Some((reader.node(&sampler, path)?, service)))
+}
+
+/// Calls `visit` on every sampler under `raw` (at `path`) that is not a `parent_based`,
+/// with its path, in document order (`root` before the other branches), up to its first
+/// error.
+fn leaves<'a, E>(
+    raw: &'a Spanned<RawSampler>,
+    path: &str,
+    visit: &mut impl FnMut(&'a Spanned<RawSampler>, &str) -> Result<(), E>,
+) -> Result<(), E> {
+    match raw.get_ref() {
+        RawSampler::ParentBased(p) => {
+            for (branch, name) in [
+                (&p.root, "root"),
+                (&p.remote_parent_sampled, "remote_parent_sampled"),
+                (&p.remote_parent_not_sampled, "remote_parent_not_sampled"),
+                (&p.local_parent_sampled, "local_parent_sampled"),
+                (&p.local_parent_not_sampled, "local_parent_not_sampled"),
+            ] {
+                if let Some(branch) = branch {
+                    leaves(branch, &format!("{path}.parent_based.{name}"), visit)?;
+                }
+            }
+            Ok(())
+        }
+        _ => visit(raw, path),
+    }
+}
+
+/// The `rate_limiting` block `file` (the sampler `raw`, at `path`) read into its model.
+fn block(
+    ctx: &Ctx<'_>,
+    file: &RawFile,
+    raw: &Spanned<RawSampler>,
+    path: &str,
+    redis: Option<&[String]>,
+) -> Result<Block, ConfigError> {
+    let (key, at) = (format!("{path}.{PLUGIN_KEY}"), ctx.pos(raw.span()));
+    let config = ctx.config(file, redis).map_err(|e| e.in_block(&key, at))?;
+    Ok(Block::new(config, key, at))
 }
 
 /// Lowers sampler trees, with the file's context for errors.
@@ -155,6 +233,8 @@ struct Reader<'a, C> {
     /// What the composite samplers' rate limiters read.
     #[cfg_attr(not(feature = "composable"), allow(dead_code))]
     clock: &'a C,
+    /// The `rate_limiting` blocks, read before the tree is built, in document order.
+    blocks: RefCell<std::vec::IntoIter<Block>>,
 }
 
 impl<C: Clock + Clone> Reader<'_, C> {
@@ -219,10 +299,10 @@ impl<C: Clock + Clone> Reader<'_, C> {
                 }
             }
             RawSampler::RateLimiting(file) => {
-                let (key, at) = (format!("{path}.{PLUGIN_KEY}"), self.ctx.pos(raw.span()));
-                let config = self.ctx.config(file, self.redis);
-                let config = config.map_err(|e| e.in_block(&key, at))?;
-                Node::RateLimiting(Block::new(config, key, at))
+                // Read ahead in the same order; a block not read ahead is read here.
+                let ahead = self.blocks.borrow_mut().next();
+                let block = ahead.map_or_else(|| block(self.ctx, file, raw, path, self.redis), Ok);
+                Node::RateLimiting(block?)
             }
         })
     }
@@ -247,37 +327,24 @@ pub(crate) fn rate_limiting_config_with(
     redis: Option<&[String]>,
     lookup: Lookup<'_>,
 ) -> Result<SamplingConfig, ConfigError> {
-    /// The first `rate_limiting` block under `raw` (at `path`): the block, its path and
-    /// its span.
-    fn first<'a>(
-        raw: &'a Spanned<RawSampler>,
-        path: &str,
-    ) -> Option<(&'a RawFile, String, Range<usize>)> {
-        match raw.get_ref() {
-            RawSampler::RateLimiting(file) => {
-                Some((file, format!("{path}.{PLUGIN_KEY}"), raw.span()))
-            }
-            RawSampler::ParentBased(p) => [
-                (&p.root, "root"),
-                (&p.remote_parent_sampled, "remote_parent_sampled"),
-                (&p.remote_parent_not_sampled, "remote_parent_not_sampled"),
-                (&p.local_parent_sampled, "local_parent_sampled"),
-                (&p.local_parent_not_sampled, "local_parent_not_sampled"),
-            ]
-            .into_iter()
-            .find_map(|(branch, name)| {
-                first(branch.as_ref()?, &format!("{path}.parent_based.{name}"))
-            }),
-            _ => None,
-        }
-    }
     let text = substitution::substitute(text, file, lookup)?;
     let ctx = Ctx::new(&text, file);
     let sampler = read(&ctx)?;
-    match sampler
-        .as_ref()
-        .and_then(|s| first(s, "tracer_provider.sampler"))
-    {
+    // The first `rate_limiting` block: the block, its path and its span.
+    let mut first = None;
+    if let Some(s) = &sampler {
+        leaves(s, "tracer_provider.sampler", &mut |raw, path| {
+            match raw.get_ref() {
+                RawSampler::RateLimiting(f) if first.is_none() => {
+                    first = Some((f, format!("{path}.{PLUGIN_KEY}"), raw.span()));
+                }
+                _ => {}
+            }
+            Ok::<_, std::convert::Infallible>(())
+        })
+        .unwrap_or_else(|never| match never {});
+    }
+    match first {
         Some((raw, path, span)) => ctx
             .config(raw, redis)
             .map_err(|e| e.in_block(&path, ctx.pos(span))),

@@ -71,19 +71,6 @@ impl<R> Node<R> {
         }
     }
 
-    /// Every `rate_limiting` node's value, in document order (`root` first).
-    pub(crate) fn rate_limiting(&self) -> Vec<&R> {
-        match self {
-            Node::RateLimiting(r) => vec![r],
-            Node::ParentBased(b) => b
-                .nodes()
-                .into_iter()
-                .flat_map(Node::rate_limiting)
-                .collect(),
-            _ => Vec::new(),
-        }
-    }
-
     /// The limits of the composite samplers' rate limiters (`root` before the other
     /// `parent_based` branches, each composite's in document order).
     pub(crate) fn composite_limits(&self) -> Vec<crate::limit::Limit> {

@@ -13,9 +13,7 @@ use opentelemetry_sdk::trace::{Sampler, SamplingResult, ShouldSample};
 
 use crate::clock::{Clock, MonotonicClock};
 use crate::config::error::ConfigError;
-use crate::config::formats::declarative::{
-    check_budget, is_declarative, read_tree, Branches, Lookup, Node,
-};
+use crate::config::formats::declarative::{is_declarative, read_tree, Branches, Lookup, Node};
 use crate::config::formats::{is_yaml_path, read_file};
 use crate::config::model::SamplingConfig;
 use crate::config::runtime::rule_based::RuleBasedSampler;
@@ -232,16 +230,16 @@ impl<C: Clock + Clone> DeclarativeSampler<C> {
         clock: C,
     ) -> Result<Self, ConfigError> {
         let redis = redis_urls(lookup);
-        let Some(tree) = read_tree(text, file, redis.as_deref(), lookup, &clock)? else {
+        let read = read_tree(text, file, service, redis.as_deref(), lookup, &clock)?;
+        let Some((tree, service)) = read else {
             return Ok(Self {
                 root: Node::ParentBased(Box::new(Branches::with_root(Node::Sdk(
                     Sampler::AlwaysOn,
                 )))),
             });
         };
-        let service = resolve_service(service, lookup)?;
-        // Every block's sampler is built: they must fit in the budget together.
-        check_budget(&tree.rate_limiting(), file, &service)?;
+        // Every block's sampler is built: `read_tree` has held them and the composite
+        // rate limiters to the budget together.
         let root = tree.try_map(&mut |block| {
             RuleBasedSampler::build(&block.config, &service, clock.clone(), redis.clone())
         })?;
