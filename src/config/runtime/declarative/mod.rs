@@ -76,11 +76,13 @@ use crate::sampler::RemoteParents;
 ///   or through the lookup of [`from_lookup`](Self::from_lookup). In a flow collection
 ///   (`{ ... }`, `[ ... ]`) YAML reads `{` and `}` as indicators, so write references
 ///   in block style there.
-/// * **Memory.** Every `rate_limiting` block's sampler is built, so the memory budget
-///   (see [`SamplingConfig`]: the largest a block's `limits.memory_budget` sets, else
-///   128 MiB) holds their limiters together, as built for the service: a file over it is
-///   a [`MemoryBudget`](crate::ConfigErrorKind::MemoryBudget) error at its largest
-///   limiter, found before any limiter is allocated.
+/// * **Memory.** Every `rate_limiting` block's sampler and every composite rate limiter
+///   is built, so the memory budget (see [`SamplingConfig`]: the largest a block's
+///   `limits.memory_budget` sets, else 128 MiB) holds them together, as built for the
+///   service: a file over it is a [`MemoryBudget`](crate::ConfigErrorKind::MemoryBudget)
+///   error at the blocks' largest limiter (when the blocks alone are over), else at the
+///   composite rate limiter that crosses it (each takes about 9.5 KiB, mostly its
+///   decision counters), found before any limiter is allocated.
 /// * **Errors** name the file, line, column and key: an invalid substitution reference
 ///   (`${1A}`, `${A:?x}`), an unknown sampler key (such as
 ///   `xray`, or a typo), a bad `file_format`, a ratio outside `[0, 1]`, and every
