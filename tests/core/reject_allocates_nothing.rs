@@ -177,11 +177,15 @@ fn composite_limiters(n: usize) -> String {
 /// A declarative file whose composite rate limiters are over the memory budget (16,000
 /// of them, about 9.5 KiB each, most of it their decision counters: 150 MiB) is refused
 /// having allocated a fraction of that: they are counted in the raw tree, before any is
-/// built. And building them takes at least what the budget counts for them, measured.
+/// built. And the budget counts, to the byte, what building one allocates.
 #[cfg(all(feature = "yaml", feature = "composable"))]
 #[test]
 fn composite_rate_limiters_over_the_budget_are_refused_before_they_are_allocated() {
-    use otel_rate_sampler::DeclarativeSampler;
+    use std::sync::Arc;
+
+    use otel_rate_sampler::{
+        ComposableAlwaysOn, ComposableRateLimiting, ComposableSampler, DeclarativeSampler,
+    };
 
     let build = |n: usize| {
         let text = composite_limiters(n);
@@ -218,7 +222,18 @@ fn composite_rate_limiters_over_the_budget_are_refused_before_they_are_allocated
         .and_then(|(_, rest)| rest.split(' ').next()?.parse().ok())
         .unwrap_or_else(|| panic!("{err}"));
     let counted = (128 << 20) / fit;
-    // Building allocates what is counted and more (the raw tree, the descriptions).
+    // The budget counts what building one takes, as the file builds it (shared in an
+    // `Arc`, on the monotonic clock), to the byte: 128 MiB hold `fit` of them.
+    let delegate: Arc<dyn ComposableSampler> = Arc::new(ComposableAlwaysOn);
+    let limit = Limit::per_window(10, Duration::from_secs(1)).unwrap();
+    let (one, _) = heap_events(|| {
+        Arc::new(ComposableRateLimiting::new(delegate, limit.unpaced()))
+            as Arc<dyn ComposableSampler>
+    });
+    let one_bytes = BYTES.with(Cell::get);
+    drop(one);
+    assert_eq!(fit, (128 << 20) / one_bytes, "{one_bytes} bytes for one");
+    // Building from a file allocates that and more (the raw tree, the descriptions).
     assert!(
         (counted..2 * counted).contains(&per_limiter),
         "{per_limiter} bytes allocated per limiter built, {counted} counted"
