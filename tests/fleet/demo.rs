@@ -1,6 +1,7 @@
 //! The demo in fleet mode: three demo processes share one fleet limit through a real
 //! Redis, and the sum of their `per_window` maps (keyed by the fleet's windows) stays
-//! under it, through Redis killed and restarted empty too.
+//! under it, through Redis killed and restarted empty too, and through one of them cut
+//! off from Redis for 10 s (`churn.rs` adds and kills demos mid-run).
 //!
 //! Each process offers a paced 2000 traces per second (1000 per 500 ms window, twenty
 //! times the fleet's 50), enough to saturate the fleet without starving the other fleet
@@ -9,58 +10,53 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Output;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
+use crate::proxy::Proxy;
 use crate::server::Server;
 
 #[path = "../support/demo_run.rs"]
-mod demo_run;
+pub(crate) mod demo_run;
 
 use demo_run::{run_demo, stderr, summary};
 
 /// The fleet's limit per window.
-const N: u64 = 50;
+pub(crate) const N: u64 = 50;
 /// The window, in Unix milliseconds.
 const WINDOW_MS: u64 = 500;
 /// Demo processes sharing the limit.
 const PROCESSES: usize = 3;
 /// Far above a run of a few seconds; only a hang gets near it.
-const HANG_GUARD: Duration = Duration::from_secs(40);
+pub(crate) const HANG_GUARD: Duration = Duration::from_secs(40);
 
 /// What one demo process reported.
-struct DemoRun {
+pub(crate) struct DemoRun {
     /// Kept traces per fleet window start (Unix ms).
-    per_window: BTreeMap<u64, u64>,
+    pub(crate) per_window: BTreeMap<u64, u64>,
     /// Windows wholly inside this process's run in which it alone offered more than N.
     saturated: BTreeSet<u64>,
-    summary: Value,
+    pub(crate) summary: Value,
 }
 
 /// Runs [`PROCESSES`] demos at once against `redis` for `duration`, calling `during` on
 /// this thread meanwhile.
 fn run_fleet(redis: &str, key: &str, duration: &str, during: impl FnOnce()) -> Vec<DemoRun> {
-    let args = [
-        "--redis",
-        redis,
-        "--redis-key",
-        key,
-        "--limit",
-        "50",
-        "--window",
-        "500ms",
-        "--threads",
-        "2",
-        "--rate",
-        "2000",
-        "--duration",
-        duration,
-    ]
-    .map(str::to_owned);
-    let demos: Vec<_> = (0..PROCESSES)
-        .map(|_| {
-            let args = args.clone();
+    run_fleet_at(&[redis; PROCESSES], key, duration, during)
+}
+
+/// [`run_fleet`], demo `i` reaching Redis at `urls[i]`.
+fn run_fleet_at(
+    urls: &[&str; PROCESSES],
+    key: &str,
+    duration: &str,
+    during: impl FnOnce(),
+) -> Vec<DemoRun> {
+    let demos: Vec<_> = urls
+        .iter()
+        .map(|url| {
+            let args = demo_args(url, key, duration, "2000");
             thread::spawn(move || {
                 let args: Vec<&str> = args.iter().map(String::as_str).collect();
                 run_demo(&args, &[], HANG_GUARD)
@@ -74,9 +70,31 @@ fn run_fleet(redis: &str, key: &str, duration: &str, during: impl FnOnce()) -> V
         .collect()
 }
 
-/// The summary's `per_window`, and the saturated windows from the window lines on
-/// stderr (`window K @MS: offered O kept K exported E`, marked when partial).
-fn parse(output: &Output) -> DemoRun {
+/// A fleet demo's arguments: `rate` traces per second on two threads, against the
+/// fleet's limit of N per 500 ms window.
+pub(crate) fn demo_args(redis: &str, key: &str, duration: &str, rate: &str) -> Vec<String> {
+    [
+        "--redis",
+        redis,
+        "--redis-key",
+        key,
+        "--limit",
+        "50",
+        "--window",
+        "500ms",
+        "--threads",
+        "2",
+        "--rate",
+        rate,
+        "--duration",
+        duration,
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+/// The summary's `per_window`, and the saturated windows from the window lines.
+pub(crate) fn parse(output: &Output) -> DemoRun {
     let err = stderr(output);
     assert!(output.status.success(), "the demo failed: {err}");
     let summary = summary(output);
@@ -89,25 +107,50 @@ fn parse(output: &Output) -> DemoRun {
             (start, kept.as_u64().expect("counts are whole numbers"))
         })
         .collect();
-    let saturated = err
-        .lines()
-        .filter(|l| l.starts_with("window ") && !l.ends_with(')'))
-        .filter_map(|l| {
-            let (_, rest) = l.split_once(" @")?;
-            let (start, rest) = rest.split_once(": offered ")?;
-            let offered: u64 = rest.split_whitespace().next()?.parse().ok()?;
-            (offered > N).then(|| start.parse().ok())?
-        })
-        .collect();
     DemoRun {
         per_window,
-        saturated,
+        saturated: saturated(&err),
         summary,
     }
 }
 
+/// What a demo killed mid-run printed: its `per_window` from the window lines (the
+/// summary's counts, printed as each window's counts are final), no summary.
+pub(crate) fn parse_killed(output: &Output) -> DemoRun {
+    let err = stderr(output);
+    DemoRun {
+        per_window: window_lines(&err)
+            .map(|(start, _, exported, _)| (start, exported))
+            .collect(),
+        saturated: saturated(&err),
+        summary: Value::Null,
+    }
+}
+
+/// Windows wholly inside the run in which this process alone offered more than N.
+fn saturated(err: &str) -> BTreeSet<u64> {
+    window_lines(err)
+        .filter(|(_, offered, _, whole)| *whole && *offered > N)
+        .map(|(start, ..)| start)
+        .collect()
+}
+
+/// The window lines on stderr (`window K @MS: offered O kept K exported E`, marked when
+/// partial): start (Unix ms), offered, exported, and whether the window is whole.
+fn window_lines(err: &str) -> impl Iterator<Item = (u64, u64, u64, bool)> + '_ {
+    err.lines().filter_map(|l| {
+        let rest = l.strip_prefix("window ")?;
+        let (_, rest) = rest.split_once(" @")?;
+        let (start, rest) = rest.split_once(": offered ")?;
+        let mut words = rest.split_whitespace();
+        let offered = words.next()?.parse().ok()?;
+        let exported = words.nth(3)?.parse().ok()?;
+        Some((start.parse().ok()?, offered, exported, !l.ends_with(')')))
+    })
+}
+
 /// Kept traces per fleet window, summed over the processes.
-fn summed(runs: &[DemoRun]) -> BTreeMap<u64, u64> {
+pub(crate) fn summed(runs: &[DemoRun]) -> BTreeMap<u64, u64> {
     let mut total = BTreeMap::new();
     for run in runs {
         for (start, kept) in &run.per_window {
@@ -118,7 +161,7 @@ fn summed(runs: &[DemoRun]) -> BTreeMap<u64, u64> {
 }
 
 /// Asserts that no fleet window kept more than N in total; returns the largest total.
-fn assert_capped(total: &BTreeMap<u64, u64>, runs: &[DemoRun], what: &str) -> u64 {
+pub(crate) fn assert_capped(total: &BTreeMap<u64, u64>, runs: &[DemoRun], what: &str) -> u64 {
     for (start, kept) in total {
         let each: Vec<u64> = runs
             .iter()
@@ -133,7 +176,7 @@ fn assert_capped(total: &BTreeMap<u64, u64>, runs: &[DemoRun], what: &str) -> u6
 }
 
 /// Waits until `clients` connections (the demos' fleet limiters) are open on `server`.
-fn wait_for_clients(server: &Server, clients: usize) {
+pub(crate) fn wait_for_clients(server: &Server, clients: usize) {
     let deadline = Instant::now() + HANG_GUARD;
     loop {
         // `redis-cli` itself is one of the connections.
@@ -256,4 +299,46 @@ fn a_wrong_password_is_named_at_once() {
     assert!(err.contains("refused authentication"), "{err}");
     assert!(!err.contains("wrong"), "the password is shown: {err}");
     assert!(started.elapsed() < HANG_GUARD, "{err}");
+}
+
+/// Issue 18's done-when: one of three demos reaches Redis through a proxy that is cut
+/// both ways for 10 s mid-run (80 sync intervals: past the 19 in which it may spend its
+/// fallback share, and past Redis forgetting it), then restored. The sum per fleet
+/// window stays at N or under throughout, and the cut-off demo leases again after.
+#[test]
+fn three_demos_with_one_cut_off_for_ten_seconds_stay_under_n() {
+    let server = Server::start();
+    let proxy = Proxy::start(server.port);
+    let (direct, behind) = (server.url(), proxy.url());
+    let mut restored_ms = 0;
+    let runs = run_fleet_at(&[&direct, &direct, &behind], "demo-cut", "17s", || {
+        wait_for_clients(&server, PROCESSES);
+        thread::sleep(Duration::from_millis(2500));
+        proxy.freeze();
+        thread::sleep(Duration::from_secs(10));
+        proxy.thaw();
+        restored_ms = unix_ms();
+    });
+    let total = summed(&runs);
+    let max = assert_capped(&total, &runs, "one demo cut off");
+    let cut = &runs[2];
+    println!("one cut off: summed per window {total:?}, max {max}");
+    println!("one cut off: the cut-off demo {:?}", cut.per_window);
+    assert!(
+        cut.summary["lease_errors"].as_u64() > Some(0),
+        "its calls went unanswered for 10 s: {}",
+        cut.summary
+    );
+    let after: u64 = cut.per_window.range(restored_ms..).map(|(_, n)| n).sum();
+    assert!(
+        after > 0,
+        "the cut-off demo kept nothing after the proxy was restored at {restored_ms}: {:?}",
+        cut.per_window
+    );
+}
+
+/// Now, in Unix milliseconds (the demos' window starts are in the same terms).
+pub(crate) fn unix_ms() -> u64 {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH);
+    now.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }

@@ -4,6 +4,7 @@
 //! `redis-cli` must be on PATH (the tests fail, with a message, if not).
 
 mod auth;
+mod churn;
 mod cluster;
 mod demo;
 // Fleet-scoped rules from a rule file (feature `config` too).

@@ -8,7 +8,7 @@
 
 use std::io::{BufRead as _, BufReader, Read as _};
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -94,8 +94,27 @@ pub(crate) fn run_demo_with(
     args: &[&str],
     envs: &[(&str, &str)],
     hang_guard: Duration,
-    mut on_stderr_line: impl FnMut(&str) + Send + 'static,
+    on_stderr_line: impl FnMut(&str) + Send + 'static,
 ) -> Output {
+    spawn_demo(args, envs, on_stderr_line).wait(hang_guard)
+}
+
+/// A demo started by [`spawn_demo`], its pipes drained on threads.
+pub(crate) struct RunningDemo {
+    child: Child,
+    args: Vec<String>,
+    started: Instant,
+    out: thread::JoinHandle<Vec<u8>>,
+    err: thread::JoinHandle<Vec<u8>>,
+}
+
+/// Starts the demo with `args` and `envs` (the OTLP variables cleared first), handing
+/// each line of its stderr to `on_stderr_line` as it comes.
+pub(crate) fn spawn_demo(
+    args: &[&str],
+    envs: &[(&str, &str)],
+    mut on_stderr_line: impl FnMut(&str) + Send + 'static,
+) -> RunningDemo {
     let mut command = Command::new(demo_binary());
     command.args(args);
     for var in OTEL_VARS {
@@ -126,21 +145,47 @@ pub(crate) fn run_demo_with(
         }
         buf
     });
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for the demo") {
-            break status;
+    RunningDemo {
+        child,
+        args: args.iter().map(|a| (*a).to_owned()).collect(),
+        started,
+        out,
+        err,
+    }
+}
+
+impl RunningDemo {
+    /// Waits for the demo to end, killing it (and failing) if it outlives `hang_guard`
+    /// (far above the run's length: only a hang gets near it).
+    pub(crate) fn wait(mut self, hang_guard: Duration) -> Output {
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("wait for the demo") {
+                break status;
+            }
+            if self.started.elapsed() > hang_guard {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("the demo {:?} did not end within {hang_guard:?}", self.args);
+            }
+            thread::sleep(Duration::from_millis(20));
+        };
+        self.output(status)
+    }
+
+    /// Kills the demo (SIGKILL on Unix: it reports nothing more) and returns what it
+    /// wrote until then.
+    pub(crate) fn kill(mut self) -> Output {
+        self.child.kill().expect("kill the demo");
+        let status = self.child.wait().expect("wait for the killed demo");
+        self.output(status)
+    }
+
+    fn output(self, status: ExitStatus) -> Output {
+        Output {
+            status,
+            stdout: self.out.join().expect("stdout reader"),
+            stderr: self.err.join().expect("stderr reader"),
         }
-        if started.elapsed() > hang_guard {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the demo {args:?} did not end within {hang_guard:?}");
-        }
-        thread::sleep(Duration::from_millis(20));
-    };
-    Output {
-        status,
-        stdout: out.join().expect("stdout reader"),
-        stderr: err.join().expect("stderr reader"),
     }
 }
 
