@@ -2,7 +2,7 @@
 //! samplers, read with the schema's keys (`always_on`, `always_off`, `probability:
 //! {ratio}`, `parent_threshold: {root}`, `rule_based: {rules: [{attribute_values,
 //! attribute_patterns, span_kinds, parent, sampler}]}`) and this crate's plugin
-//! component [`RATE_LIMITING_KEY`] (`{limit, window, sampler}`), built (feature
+//! component [`RATE_LIMITING_KEY`] (`{limit, window, paced, sampler}`), built (feature
 //! `composable`) into a `CompositeSampler`.
 
 use serde::Deserialize;
@@ -80,13 +80,15 @@ pub(crate) struct RawAttributePatterns {
     excluded: Option<Vec<String>>,
 }
 
-/// Ours: `rate_limiting/otel_rate_sampler: {limit, window, sampler}`.
+/// Ours: `rate_limiting/otel_rate_sampler: {limit, window, paced, sampler}`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 #[cfg_attr(not(feature = "composable"), allow(dead_code))]
 pub(crate) struct RawRateLimiting {
     limit: Option<Spanned<i64>>,
     window: Option<Spanned<String>>,
+    /// `false` for every permit available from the window's start (default: paced).
+    paced: Option<Spanned<bool>>,
     pub(super) sampler: Option<Spanned<RawComposable>>,
 }
 
@@ -331,7 +333,8 @@ fn predicate(
     Ok(predicate)
 }
 
-/// Ours: `rate_limiting/otel_rate_sampler: {limit, window, sampler}`, unpaced.
+/// Ours: `rate_limiting/otel_rate_sampler: {limit, window, paced, sampler}`, paced
+/// (as every limit is) unless `paced: false`.
 #[cfg(feature = "composable")]
 fn rate_limiting<C: Clock + Clone>(
     ctx: &Ctx<'_>,
@@ -358,11 +361,13 @@ fn rate_limiting<C: Clock + Clone>(
                 .into(),
         ));
     };
-    let limit = ctx
-        .check(limit, format!("{path}.limit"), |l| {
-            values::per_window(*l, window)
-        })?
-        .unpaced();
+    let limit = ctx.check(limit, format!("{path}.limit"), |l| {
+        values::per_window(*l, window)
+    })?;
+    let limit = match r.paced.as_ref().map(|p| *p.get_ref()) {
+        Some(false) => limit.unpaced(),
+        _ => limit,
+    };
     // Document order: this limiter's before its delegate's.
     limiters.limits.borrow_mut().push(limit);
     let (delegate, text) = match &r.sampler {

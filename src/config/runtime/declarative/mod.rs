@@ -62,10 +62,10 @@ use crate::sampler::RemoteParents;
 ///   each rule with `attribute_values: {key, values}`, `attribute_patterns: {key,
 ///   included, excluded}`, `span_kinds`, `parent` (`none`, `remote`, `local`) and
 ///   `sampler`, built into a `CompositeSampler`. Ours, a
-///   plugin component name: `rate_limiting/otel_rate_sampler: {limit, window, sampler}`,
-///   a `ComposableRateLimiting` of at most `limit`
-///   spans per `window` (default `1s`; the limit unpaced) of what `sampler` (default
-///   `always_on`) keeps.
+///   plugin component name: `rate_limiting/otel_rate_sampler: {limit, window, paced,
+///   sampler}`, a `ComposableRateLimiting` of at most `limit` spans per `window`
+///   (default `1s`; paced like every limit unless `paced: false`) of what `sampler`
+///   (default `always_on`) keeps.
 /// * **Environment variables** are substituted in scalar values (never in keys) before
 ///   the file is read, as the configuration specification's data model says:
 ///   `${NAME}` and `${env:NAME}` (an undefined or empty variable is the empty value,
@@ -590,10 +590,23 @@ tracer_provider:
             "{s}"
         );
         let hour = std::time::Duration::from_secs(3600);
+        // Paced, as every limit is unless `paced: false` says otherwise.
+        assert_eq!(s.composite_limits(), [Limit::per_window(1, hour).unwrap()]);
+        let unpaced =
+            COMPOSITE.replace("window: 1h", "window: 1h\n                    paced: false");
+        let u =
+            DeclarativeSampler::from_yaml_with(&unpaced, "otel.yaml", "checkout", &env).unwrap();
         assert_eq!(
-            s.composite_limits(),
+            u.composite_limits(),
             [Limit::per_window(1, hour).unwrap().unpaced()]
         );
+        let ten = COMPOSITE.replace("${LIMIT}", "10");
+        let t = DeclarativeSampler::from_yaml_with(&ten, "otel.yaml", "checkout", &env).unwrap();
+        assert!(t.composite_limits()[0].is_paced());
+        let ten_unpaced = unpaced.replace("${LIMIT}", "10");
+        let t = DeclarativeSampler::from_yaml_with(&ten_unpaced, "otel.yaml", "checkout", &env)
+            .unwrap();
+        assert!(!t.composite_limits()[0].is_paced());
         assert!(!s.roots_decided_by_rules() && !s.has_rules());
         let decide = |kind: SpanKind, attributes: &[KeyValue]| {
             s.should_sample(None, TraceId::from(1u128), "op", &kind, attributes, &[])
