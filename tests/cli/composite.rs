@@ -4,7 +4,7 @@
 
 use std::process::{Command, Output};
 
-use super::{code, example, run, stderr, stdout, TempFile, BIN};
+use super::{below_the_clock, code, example, run, stderr, stdout, TempFile, BIN};
 
 /// A composite without a rate limiter: server roots at `${RATIO}`, the rest never.
 const PROBABILITY_ONLY: &str = "file_format: \"1.1\"
@@ -244,4 +244,35 @@ fn simulate_refuses_a_composite_run_over_the_budget() {
         "{}",
         stderr(&out)
     );
+}
+
+/// A composite rate limiter's window shorter than the default clock's resolution is
+/// refused by `check` and `simulate` alike (exit 1, at the window's key), as a rule
+/// file's is: the simulation's manual clock would serve it and show a rate no real
+/// sampler gets.
+#[test]
+fn a_composite_window_below_the_clock_resolution_is_refused_by_check_and_simulate() {
+    let Some(window) = below_the_clock() else {
+        return;
+    };
+    let text = std::fs::read_to_string(example("otel-config-composite.yaml"))
+        .unwrap()
+        .replace(
+            "window: 1s",
+            &format!("window: {}ms", window.as_secs_f64() * 1e3),
+        );
+    let file = TempFile::new("composite-fast.yaml", &text);
+    let simulate = ["--rate", "100", "--duration", "2s"];
+    for (command, more) in [("check", &[][..]), ("simulate", &simulate[..])] {
+        let mut args = vec![command, file.path(), "--service", "checkout"];
+        args.extend_from_slice(more);
+        let out = with_env(&args, &[("TRACES_PER_SECOND", "40")]);
+        assert_eq!(code(&out), 1, "{command}: {}{}", stdout(&out), stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains("rate_limiting/otel_rate_sampler.window: window ")
+                && err.contains("is shorter than the resolution of the sampler's clock"),
+            "{command}: {err}"
+        );
+    }
 }

@@ -552,19 +552,29 @@ fn extreme_rates_print_in_a_few_characters() {
     );
 }
 
-/// Issue 17: `simulate` showed 1000 kept per second for a window of 1 ms that `check`
-/// calls an error on a 4 ms clock (and `RuleBasedSampler::new` refuses). It now stops
-/// with `check`'s own lint, exit 1, before simulating anything.
-#[test]
-fn simulate_refuses_a_window_below_the_clock_resolution_as_check_does() {
+/// Half the default clock's resolution: a window a real sampler
+/// refuses; `None` (the test is skipped, and says so) on a clock that serves every
+/// window.
+pub(crate) fn below_the_clock() -> Option<std::time::Duration> {
     use otel_rate_sampler::{Clock, MonotonicClock};
 
     let resolution = MonotonicClock::new().resolution();
     let window = resolution / 2;
     if window < std::time::Duration::from_micros(1) {
         eprintln!("skipped: this clock ({resolution:?}) serves every window");
-        return;
+        return None;
     }
+    Some(window)
+}
+
+/// Issue 17: `simulate` showed 1000 kept per second for a window of 1 ms that `check`
+/// calls an error on a 4 ms clock (and `RuleBasedSampler::new` refuses). It now stops
+/// with `check`'s own lint, exit 1, before simulating anything.
+#[test]
+fn simulate_refuses_a_window_below_the_clock_resolution_as_check_does() {
+    let Some(window) = below_the_clock() else {
+        return;
+    };
     let text = format!(
         "[[service]]\nname = \"s\"\n[[service.rule]]\nname = \"fast\"\nspan_name = \"x\"\nlimit = 1\nwindow = \"{}ms\"\n",
         window.as_secs_f64() * 1e3

@@ -352,6 +352,19 @@ fn rate_limiting<C: Clock + Clone>(
         Some(w) => ctx.check(w, format!("{path}.window"), |w| values::limit_window(w))?,
         None => std::time::Duration::from_secs(1),
     };
+    // As a rule file's limit is (`check::resolution`): the limiter would see time move
+    // in steps of the clock's resolution and enforce another rate.
+    let resolution = limiters.clock.resolution();
+    if let Some(w) = r.window.as_ref().filter(|_| window < resolution) {
+        return Err(ctx.new_error(
+            ConfigErrorKind::WindowBelowClockResolution,
+            w.span(),
+            format!("{path}.window"),
+            format!(
+                "window {window:?} is shorter than the resolution of the sampler's clock, {resolution:?}: the limiter would see time move in steps of {resolution:?}; use a window of at least {resolution:?}, or a finer clock"
+            ),
+        ));
+    }
     let Some(limit) = &r.limit else {
         return Err(ctx.new_error(
             ConfigErrorKind::MissingKey,

@@ -657,6 +657,36 @@ tracer_provider:
 
     #[cfg(feature = "composable")]
     #[test]
+    fn a_composite_window_below_the_clock_resolution_is_refused() {
+        let env = |name: &str| (name == "LIMIT").then(|| "1".to_owned());
+        let fast = COMPOSITE.replace("window: 1h", "window: 1ms");
+        // A real clock whose readings move in 4 ms steps.
+        let coarse = crate::clock::CachedClock::start(std::time::Duration::from_millis(4)).unwrap();
+        let err = DeclarativeSampler::build(&fast, "otel.yaml", "checkout", &env, coarse.clone())
+            .unwrap_err();
+        assert_eq!(
+            err.kind(),
+            ConfigErrorKind::WindowBelowClockResolution,
+            "{err}"
+        );
+        assert!(
+            err.key()
+                .ends_with("rate_limiting/otel_rate_sampler.window")
+                && err.line() > 0,
+            "{err}"
+        );
+        assert!(
+            err.to_string()
+                .contains("window 1ms is shorter than the resolution of the sampler's clock, 4ms"),
+            "{err}"
+        );
+        // A window of the clock's resolution is served.
+        let ok = COMPOSITE.replace("window: 1h", "window: 4ms");
+        DeclarativeSampler::build(&ok, "otel.yaml", "checkout", &env, coarse).unwrap();
+    }
+
+    #[cfg(feature = "composable")]
+    #[test]
     fn bad_composite_keys_are_errors_with_positions() {
         let env = |name: &str| (name == "LIMIT").then(|| "1".to_owned());
         let load = |text: &str| {
