@@ -231,18 +231,7 @@ tracer_provider:
 ",
     );
     let sampler = DeclarativeSampler::from_path(&file.path, "svc").unwrap();
-    let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_sampler(sampler)
-        .with_simple_exporter(exporter.clone())
-        .build();
-    let tracer = provider.tracer("test");
-    for _ in 0..3 {
-        tracer.in_span("root", |_cx| {
-            tracer.in_span("child", |_cx| {});
-        });
-    }
-    let spans = exporter.get_finished_spans().unwrap();
+    let spans = three_traces(sampler);
     // One trace of two spans: the root through the rate limiter, its child through the
     // local-parent branch.
     let names: Vec<_> = spans.iter().map(|s| s.name.to_string()).collect();
@@ -399,18 +388,7 @@ tracer_provider:
     let sampler = DeclarativeSampler::from_lookup("svc", lookup)
         .unwrap()
         .unwrap();
-    let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_sampler(sampler)
-        .with_simple_exporter(exporter.clone())
-        .build();
-    let tracer = provider.tracer("test");
-    for _ in 0..3 {
-        tracer.in_span("root", |_cx| {
-            tracer.in_span("child", |_cx| {});
-        });
-    }
-    let spans = exporter.get_finished_spans().unwrap();
+    let spans = three_traces(sampler);
     let names: Vec<_> = spans.iter().map(|s| s.name.to_string()).collect();
     assert_eq!(names, ["child", "root"]);
     for span in &spans {
@@ -428,4 +406,20 @@ tracer_provider:
         "{err}"
     );
     assert!(err.to_string().starts_with(&format!("{path}:7:")), "{err}");
+}
+
+/// Three traces of a root and its child through `sampler`, and the spans exported.
+fn three_traces(sampler: DeclarativeSampler) -> Vec<opentelemetry_sdk::trace::SpanData> {
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_sampler(sampler)
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let tracer = provider.tracer("test");
+    for _ in 0..3 {
+        tracer.in_span("root", |_cx| {
+            tracer.in_span("child", |_cx| {});
+        });
+    }
+    exporter.get_finished_spans().unwrap()
 }
