@@ -8,12 +8,18 @@ use std::fmt::{self, Write as _};
 use globset::{GlobBuilder, GlobMatcher};
 use opentelemetry::Value;
 
+mod number;
+
+use number::Numbers;
+
 /// A compiled glob (`*` any run of characters, `/` included; `?` one character;
 /// `[abc]`, `{a,b}` and `\` escapes as in `globset`).
 #[derive(Clone)]
 pub(crate) struct Pattern {
     source: Box<str>,
     shape: Shape,
+    /// The same test on integer and float values, without writing them as text.
+    numbers: Numbers,
 }
 
 #[derive(Clone)]
@@ -87,10 +93,7 @@ impl Pattern {
             let literal = glob.split(META).next().unwrap_or_default();
             Shape::Glob(literal.into(), Box::new(matcher))
         };
-        Ok(Self {
-            source: glob.into(),
-            shape,
-        })
+        Ok(Self::new(glob, shape))
     }
 
     /// Compiles a wildcard pattern of the configuration schema's `attribute_patterns`:
@@ -120,9 +123,14 @@ impl Pattern {
 
     /// A pattern matching `literal` only (a Jaeger operation name).
     pub(crate) fn literal(literal: &str) -> Self {
+        Self::new(literal, Shape::Exact(literal.into()))
+    }
+
+    fn new(source: &str, shape: Shape) -> Self {
         Self {
-            source: literal.into(),
-            shape: Shape::Exact(literal.into()),
+            source: source.into(),
+            numbers: Numbers::new(&shape),
+            shape,
         }
     }
 
@@ -166,16 +174,23 @@ impl Pattern {
     }
 
     /// Whether an attribute value, as text, matches. Strings, booleans, integers and
-    /// floats are matched without allocating, and so are arrays (rare at sampling
-    /// time) whose text fits a small stack buffer; longer ones are rendered to a
-    /// `String`.
+    /// floats are matched without allocating (integers and floats against an exact or
+    /// prefix pattern as numbers, without being written out: [`number`]), and so are
+    /// arrays (rare at sampling time) whose text fits a small stack buffer; longer ones
+    /// are rendered to a `String`.
     #[inline(always)]
     pub(crate) fn matches_value(&self, value: &Value) -> bool {
         match value {
             Value::String(s) => self.is_match(s.as_str()),
             Value::Bool(b) => self.is_match_bytes(if *b { b"true" } else { b"false" }),
-            Value::I64(i) => self.is_match_bytes(format_i64(*i, &mut [0; 20])),
-            Value::F64(f) => self.matches_display(f),
+            Value::I64(i) => match self.numbers.int(*i) {
+                Some(matches) => matches,
+                None => self.is_match_bytes(format_i64(*i, &mut [0; 20])),
+            },
+            Value::F64(f) => match self.numbers.float(*f) {
+                Some(matches) => matches,
+                None => self.matches_display(f),
+            },
             other => self.matches_display(other),
         }
     }

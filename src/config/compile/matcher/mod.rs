@@ -106,13 +106,16 @@ pub(super) mod tests {
         "*",
     ];
     const KEYS: [&str; 5] = ["k", "region", "http.status_code", "kk", "net.peer.name"];
-    const VALUE_GLOBS: [&str; 9] = ["1", "5*", "true", "us-*", "eu", "*", "-1", "1.5", "?"];
+    // Integers and floats are tested as numbers for exact and prefix patterns.
+    const VALUE_GLOBS: [&str; 14] = [
+        "1", "5*", "true", "us-*", "eu", "*", "-1", "1.5", "?", "-*", "0*", "1*", "50", "1.50",
+    ];
 
     fn values() -> impl Strategy<Value = Value> {
         prop_oneof![
             prop::sample::select(vec!["us-east", "eu", "1", "5", "true", "x"])
                 .prop_map(Value::from),
-            prop::sample::select(vec![1i64, 5, 50, -1, 500, 12]).prop_map(Value::I64),
+            prop::sample::select(vec![1i64, 5, 50, -1, 500, 12, 0, -50]).prop_map(Value::I64),
             any::<bool>().prop_map(Value::Bool),
             prop::sample::select(vec![1.5f64, 0.25]).prop_map(Value::F64),
         ]
