@@ -7,18 +7,14 @@
 //! and parent (one load), keeps those whose exact span name is the span's (one probe
 //! of a table of the exact names, shared by the chunks), clears the rules of each
 //! other name pattern that does not match, then, if a rule with attribute conditions
-//! is left, goes once over the span's attributes: each key a rule reads (its first
-//! occurrence) is found in one probe and its conditions tested there and then, and
-//! the pass stops as soon as the lowest rule left needs no more attributes (none
-//! left, or one without attribute conditions); rules reading a key the span lacks
-//! go after the pass. The lowest bit left is the first matching rule: the result is
-//! the rule-by-rule scan's, as every rule is the conjunction of its conditions.
+//! is left, finds the values of every key the rules read in one pass over the span's
+//! attributes and clears the rules of each condition that fails. The lowest bit left
+//! is the first matching rule: the result is the rule-by-rule scan's, as every rule
+//! is the conjunction of its conditions.
 
 use opentelemetry::trace::SpanKind;
 
-use opentelemetry::KeyValue;
-
-use super::table::{StrTable, MAX_KEYS};
+use super::table::{StrTable, Values, MAX_KEYS};
 use super::Span;
 use crate::config::model::pattern::Pattern;
 use crate::config::model::Rule;
@@ -49,15 +45,9 @@ struct Chunk {
     names: Box<[(Pattern, u64)]>,
     /// The rules with attribute conditions.
     with_attributes: u64,
-    /// Each distinct attribute condition (the value's pattern, with the rules using
-    /// it), grouped by key: those of key `k` (its number in `Index::keys`) are
-    /// `conditions[starts[k]..starts[k + 1]]`.
-    conditions: Box<[(Pattern, u64)]>,
-    starts: [u32; MAX_KEYS + 1],
-    /// Per key, the rules reading it (cleared when the span lacks it).
-    reads: [u64; MAX_KEYS],
-    /// Bit `k` set for each key `k` a rule of the chunk reads.
-    keys: u32,
+    /// Each distinct attribute condition (the key's number in `Index::keys`, the
+    /// value's pattern), with the rules using it.
+    conditions: Box<[(usize, Pattern, u64)]>,
 }
 
 const KINDS: [SpanKind; 5] = [
@@ -138,13 +128,37 @@ impl Index {
             self.exact_names.find(span.name)
         };
         for c in 0..self.chunks.len() {
-            let chunk = &self.chunks[c];
-            let mut left = self.by_name(c, span, exact);
-            if left & chunk.with_attributes != 0 {
-                left = chunk.by_attributes(left, span.attributes, &self.keys);
+            let left = self.by_name(c, span, exact);
+            if left & self.chunks[c].with_attributes != 0 {
+                return self.first_by_attributes(c, left, span, exact);
             }
             if left != 0 {
-                return Some(chunk.first(left));
+                return Some(self.chunks[c].first(left));
+            }
+        }
+        None
+    }
+
+    /// [`first_match`](Self::first_match) from chunk `from`, whose rules `left` after
+    /// their kind, parent and name need their attribute conditions: the keys' values
+    /// are looked up here, once, and only on the decisions that need them.
+    #[inline]
+    fn first_by_attributes(
+        &self,
+        from: usize,
+        mut left: u64,
+        span: &Span<'_>,
+        exact: Option<usize>,
+    ) -> Option<usize> {
+        let mut values: Values<'_> = [None; MAX_KEYS];
+        self.keys.values(span.attributes, &mut values);
+        for c in from..self.chunks.len() {
+            if c > from {
+                left = self.by_name(c, span, exact);
+            }
+            left = self.chunks[c].by_attributes(left, &values);
+            if left != 0 {
+                return Some(self.chunks[c].first(left));
             }
         }
         None
@@ -157,9 +171,6 @@ impl Index {
         let chunk = &self.chunks[c];
         let exact = exact.map_or(0, |n| self.exact_rules[n * self.chunks.len() + c]);
         let left = chunk.by_kind[slot(span.kind, span.origin)] & (!chunk.exact_named | exact);
-        if chunk.names.is_empty() {
-            return left;
-        }
         chunk.by_pattern(left, span.name)
     }
 }
@@ -170,7 +181,6 @@ impl Chunk {
         let mut exact_named = 0;
         let mut names = Vec::new();
         let mut with_attributes = 0;
-        let mut reads = [0u64; MAX_KEYS];
         let mut conditions: Vec<((usize, Pattern), u64)> = Vec::new();
         for (i, rule) in rules.iter().enumerate() {
             let bit = 1u64 << i;
@@ -190,21 +200,10 @@ impl Chunk {
             }
             for (key, pattern) in &rule.attributes {
                 with_attributes |= bit;
-                // Every key is in the table (it was built from these rules), and the
-                // table holds at most `MAX_KEYS`.
-                let key = keys.find(key).unwrap_or(0);
-                reads[key] |= bit;
+                // Every key is in the table: it was built from these rules.
+                let key = keys.find(key).unwrap_or(MAX_KEYS);
                 add(&mut conditions, (key, pattern.clone()), bit);
             }
-        }
-        // Stable: a key's conditions keep their order.
-        conditions.sort_by_key(|((key, _), _)| *key);
-        let mut starts = [0u32; MAX_KEYS + 1];
-        for ((key, _), _) in &conditions {
-            starts[key + 1] += 1;
-        }
-        for k in 0..MAX_KEYS {
-            starts[k + 1] += starts[k];
         }
         Self {
             base,
@@ -212,12 +211,10 @@ impl Chunk {
             exact_named,
             names: names.into_boxed_slice(),
             with_attributes,
-            conditions: conditions.into_iter().map(|((_, p), r)| (p, r)).collect(),
-            starts,
-            keys: (0..MAX_KEYS)
-                .filter(|&k| reads[k] != 0)
-                .fold(0, |m, k| m | 1 << k),
-            reads,
+            conditions: conditions
+                .into_iter()
+                .map(|((k, p), rules)| (k, p, rules))
+                .collect(),
         }
     }
 
@@ -239,37 +236,19 @@ impl Chunk {
     }
 
     /// `left` without the rules with an attribute condition the span fails (its key
-    /// absent, or its value not matching), in one pass over `attributes` (keys found
-    /// in `keys`) that stops once the lowest rule left needs no more attributes: then
-    /// only that rule's bit is returned (the caller takes the lowest).
+    /// absent, or its value not matching).
     #[inline]
-    fn by_attributes(&self, mut left: u64, attributes: &[KeyValue], keys: &StrTable) -> u64 {
-        let mut seen = 0u32;
-        for kv in attributes {
-            let lowest = left & left.wrapping_neg();
-            if lowest & self.with_attributes == 0 {
-                return lowest;
+    fn by_attributes(&self, mut left: u64, values: &Values<'_>) -> u64 {
+        for (key, pattern, rules) in &*self.conditions {
+            if left & rules != 0
+                && !values
+                    .get(*key)
+                    .copied()
+                    .flatten()
+                    .is_some_and(|v| pattern.matches_value(v))
+            {
+                left &= !rules;
             }
-            let Some(k) = keys.find(kv.key.as_str()) else {
-                continue;
-            };
-            let bit = 1u32 << k;
-            if seen & bit != 0 || left & self.reads[k] == 0 {
-                seen |= bit;
-                continue;
-            }
-            seen |= bit;
-            let (from, to) = (self.starts[k] as usize, self.starts[k + 1] as usize);
-            for (pattern, rules) in self.conditions.get(from..to).unwrap_or_default() {
-                if left & rules != 0 && !pattern.matches_value(&kv.value) {
-                    left &= !rules;
-                }
-            }
-        }
-        let mut absent = self.keys & !seen;
-        while absent != 0 {
-            left &= !self.reads[absent.trailing_zeros() as usize];
-            absent &= absent - 1;
         }
         left
     }

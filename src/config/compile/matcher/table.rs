@@ -5,6 +5,8 @@
 
 use std::collections::HashSet;
 
+use opentelemetry::{KeyValue, Value};
+
 use crate::config::model::pattern::bytes_eq;
 
 /// Strings numbered `0..len()` in the order they were first given.
@@ -39,9 +41,12 @@ fn length_bit(s: &str) -> u64 {
     1 << s.len().min(63)
 }
 
-/// The most attribute keys the index reads (a bit each in a `u32`; the matcher falls
+/// The most attribute keys [`StrTable::values`] looks up in one pass (the matcher falls
 /// back to its rule-by-rule path beyond).
 pub(super) const MAX_KEYS: usize = 16;
+
+/// The value of each key of a table (its first occurrence), `None` where absent.
+pub(super) type Values<'a> = [Option<&'a Value>; MAX_KEYS];
 
 impl StrTable {
     /// The table of `strings`, duplicates dropped (a duplicate keeps its first number).
@@ -105,6 +110,25 @@ impl StrTable {
             at = (at + 1) & (self.slots.len() - 1);
         }
     }
+
+    /// Sets `values` (all `None`) to the value of each of the table's strings as a key
+    /// of `attributes` (the first attribute of that name), in one pass that stops once
+    /// every key is found. The table must hold at most [`MAX_KEYS`] strings.
+    #[inline]
+    pub(super) fn values<'a>(&self, attributes: &'a [KeyValue], values: &mut Values<'a>) {
+        let mut left = self.len();
+        for kv in attributes {
+            if left == 0 {
+                break;
+            }
+            if let Some(slot) = self.find(kv.key.as_str()).and_then(|i| values.get_mut(i)) {
+                if slot.is_none() {
+                    *slot = Some(&kv.value);
+                    left -= 1;
+                }
+            }
+        }
+    }
 }
 
 /// The first and last 8 bytes of `s` (4, or single bytes, for shorter strings): with
@@ -164,5 +188,22 @@ mod tests {
         ] {
             assert_eq!(table.find(s), None, "{s:?}");
         }
+    }
+
+    #[test]
+    fn values_take_the_first_attribute_of_a_name() {
+        let table = StrTable::new(["k", "region", "k", "absent"]);
+        assert_eq!(table.len(), 3);
+        let attributes = [
+            KeyValue::new("other", 1),
+            KeyValue::new("region", "eu"),
+            KeyValue::new("k", 7),
+            KeyValue::new("region", "us"),
+        ];
+        let mut values = [None; MAX_KEYS];
+        table.values(&attributes, &mut values);
+        assert_eq!(values[0], Some(&Value::I64(7)));
+        assert_eq!(values[1], Some(&Value::from("eu")));
+        assert_eq!(values[2], None);
     }
 }
