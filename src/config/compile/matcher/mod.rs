@@ -28,6 +28,9 @@ pub(super) struct Span<'a> {
     attributes: &'a [KeyValue],
 }
 
+// One per rule set, built once: its size does not matter, while a box would put a
+// pointer to follow on every decision.
+#[allow(clippy::large_enum_variant)]
 enum Path {
     Index(Index),
     Linear(Linear),

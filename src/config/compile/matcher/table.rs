@@ -1,7 +1,8 @@
 //! [`StrTable`]: a fixed set of strings (the attribute keys a rule set reads, its exact
-//! span names) looked up by content in one probe: a fingerprint of the string's
-//! length and its first and last words picks a slot, where those words confirm a
-//! string of up to 16 bytes (the bytes, a longer one).
+//! span names) looked up by content in one probe: the slot of the one string of the
+//! looked-up length, else a fingerprint of the length and the first and last words
+//! picks a slot; there those words confirm a string of up to 16 bytes (the bytes, a
+//! longer one).
 
 use std::collections::HashSet;
 
@@ -17,10 +18,17 @@ pub(super) struct StrTable {
     slots: Box<[Slot]>,
     /// `64 - log2(slots.len())`: a fingerprint's top bits pick its slot.
     shift: u32,
-    /// Bit `min(n, 63)` set for each length `n` of a string: most attribute keys of a
-    /// span are not read by any rule, and most are told so by their length alone.
-    lengths: u64,
+    /// Per length `n` (`min(n, 63)`): [`NONE`] if no string has it (most attribute
+    /// keys of a span are not read by any rule, and most are told so by their length
+    /// alone), the slot (plus one) of the one string that has it (confirmed there,
+    /// without a fingerprint), or [`SEVERAL`] (the fingerprint's probe).
+    by_length: [u8; 64],
 }
+
+/// See [`StrTable::by_length`].
+const NONE: u8 = 0;
+/// See [`StrTable::by_length`].
+const SEVERAL: u8 = u8::MAX;
 
 /// A string's place: its [`words`] and length, which are the whole string up to 16
 /// bytes (so a short key is confirmed without reading the table's copy), and its
@@ -37,8 +45,8 @@ struct Slot {
 const IN_WORDS: usize = 16;
 
 #[inline(always)]
-fn length_bit(s: &str) -> u64 {
-    1 << s.len().min(63)
+fn length_class(s: &str) -> usize {
+    s.len().min(63)
 }
 
 /// The most attribute keys [`StrTable::values`] looks up in one pass (the matcher falls
@@ -64,6 +72,7 @@ impl StrTable {
             .max(2);
         let mut slots = vec![Slot::default(); 1 << bits].into_boxed_slice();
         let shift = 64 - bits;
+        let mut by_length = [NONE; 64];
         for (i, s) in unique.iter().enumerate() {
             let (head, tail) = words(s.as_bytes());
             let mut at = (fingerprint(head, tail, s.len()) >> shift) as usize;
@@ -76,9 +85,14 @@ impl StrTable {
                 len: s.len(),
                 number: i + 1,
             };
+            let class = &mut by_length[length_class(s)];
+            *class = match u8::try_from(at + 1) {
+                Ok(slot) if *class == NONE && slot != SEVERAL => slot,
+                _ => SEVERAL,
+            };
         }
         Self {
-            lengths: unique.iter().fold(0, |bits, s| bits | length_bit(s)),
+            by_length,
             strings: unique.into_boxed_slice(),
             slots,
             shift,
@@ -92,23 +106,36 @@ impl StrTable {
     /// The number of `s`, if the table holds it.
     #[inline(always)]
     pub(super) fn find(&self, s: &str) -> Option<usize> {
-        if self.lengths & length_bit(s) == 0 {
+        let class = *self.by_length.get(length_class(s))?;
+        if class == NONE {
             return None;
         }
         let (head, tail) = words(s.as_bytes());
+        if class != SEVERAL {
+            return self.at(usize::from(class - 1), s, head, tail);
+        }
         let mut at = (fingerprint(head, tail, s.len()) >> self.shift) as usize;
         loop {
             let slot = self.slots.get(at)?;
-            let i = slot.number.checked_sub(1)?;
-            if slot.head == head
-                && slot.tail == tail
-                && slot.len == s.len()
-                && (s.len() <= IN_WORDS || bytes_eq(self.strings[i].as_bytes(), s.as_bytes()))
-            {
+            slot.number.checked_sub(1)?;
+            if let Some(i) = self.at(at, s, head, tail) {
                 return Some(i);
             }
             at = (at + 1) & (self.slots.len() - 1);
         }
+    }
+
+    /// The number of `s` (of [`words`] `head` and `tail`) if it is the string of slot
+    /// `at`.
+    #[inline(always)]
+    fn at(&self, at: usize, s: &str, head: u64, tail: u64) -> Option<usize> {
+        let slot = self.slots.get(at)?;
+        let i = slot.number.checked_sub(1)?;
+        (slot.head == head
+            && slot.tail == tail
+            && slot.len == s.len()
+            && (s.len() <= IN_WORDS || bytes_eq(self.strings[i].as_bytes(), s.as_bytes())))
+        .then_some(i)
     }
 
     /// Sets `values` (all `None`) to the value of each of the table's strings as a key
@@ -188,6 +215,25 @@ mod tests {
         ] {
             assert_eq!(table.find(s), None, "{s:?}");
         }
+    }
+
+    #[test]
+    fn strings_alone_at_their_length_are_found_in_their_slot_and_others_probed() {
+        // Lengths 0 to 99: those from 63 share a class, and with 128 strings most
+        // slots are past the 254 a class can name, so both paths are taken.
+        let strings: Vec<String> = (0..100)
+            .map(|n| "k".repeat(n))
+            .chain((0..28).map(|n| format!("{n:02}")))
+            .collect();
+        let table = StrTable::new(strings.iter().map(String::as_str));
+        for (i, s) in strings.iter().enumerate() {
+            assert_eq!(table.find(s), Some(i), "{s:?}");
+        }
+        for n in 0..100 {
+            let other = format!("{}j", "k".repeat(n));
+            assert_eq!(table.find(&other), None, "{other:?}");
+        }
+        assert_eq!(table.find("28"), None);
     }
 
     #[test]
