@@ -79,6 +79,12 @@ fn add<K: PartialEq>(groups: &mut Vec<(K, u64)>, key: K, bit: u64) {
     }
 }
 
+/// The lowest bit of `rules` (its first rule), 0 if none.
+#[inline(always)]
+fn lowest(rules: u64) -> u64 {
+    rules & rules.wrapping_neg()
+}
+
 /// The span name `rule` matches exactly, if its pattern has no wildcard.
 fn exact_name(rule: &Rule) -> Option<&str> {
     rule.span_name.as_ref().and_then(Pattern::as_exact)
@@ -129,7 +135,9 @@ impl Index {
         };
         for c in 0..self.chunks.len() {
             let left = self.by_name(c, span, exact);
-            if left & self.chunks[c].with_attributes != 0 {
+            // Attributes only if the first rule left reads them: a rule before every
+            // rule that does wins whatever their attributes.
+            if lowest(left) & self.chunks[c].with_attributes != 0 {
                 return self.first_by_attributes(c, left, span, exact);
             }
             if left != 0 {
