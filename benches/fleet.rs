@@ -3,13 +3,22 @@
 //! The bench starts its own `redis-server` on a free loopback port (it must be on PATH)
 //! and kills it at the end. Groups (figures in `BENCHMARKS.md`, section "Fleet"):
 //!
-//! * `fleet_admit`: an admitted call, `FixedWindow` vs `FleetLimiter`, default clock.
-//!   Same chunked harness as `benches/limiters.rs`: each chunk of [`CHUNK`] calls is
-//!   timed only once the fleet lease holds at least [`CHUNK`] permits (waiting for the
-//!   background thread to lease happens outside the timer, spending a permit now and
-//!   then, since the lease follows demand), and every timed call must be admitted.
+//! * `fleet_admit`: an admitted call, `FixedWindow` vs `FleetLimiter`, default clock;
+//!   every timed call must be admitted. Two fleet rows:
+//!   * `fleet_worker_idle`: the calls are timed in runs the lease covers with room to
+//!     spare (it stays above the mark at which the worker asks for more), each after a
+//!     few untimed calls; a run during which the lease word took any write but the
+//!     run's own (a top-up, a window roll) is discarded and timed again, and the
+//!     discards are printed. Leasing happens between runs, outside the timer.
+//!   * `fleet_worker_tops_up`: the chunked harness of `benches/limiters.rs`: each chunk
+//!     of [`CHUNK`] calls is timed as soon as the lease holds [`CHUNK`] permits (waiting
+//!     for the lease is outside the timer, spending a permit now and then since the
+//!     lease follows demand), so a chunk mostly runs right after the worker wrote the
+//!     lease word.
 //! * `fleet_reject`: a refused call on a spent limiter (1 per hour).
-//! * `fleet_threads_reject`: one vs two threads refused by one shared spent limiter.
+//! * `fleet_threads_reject`: one vs two threads refused by one shared spent limiter;
+//!   then the fleet rows again with `redis-server` stopped (`SIGSTOP`), so that neither
+//!   it nor the worker's calls take a core from the two bench threads.
 //! * Before the groups, the Redis calls per instance per window at saturation are
 //!   measured from `FleetLimiter::stats` (two instances, 1000 per 250 ms, ~3 s) and
 //!   printed.
@@ -18,6 +27,7 @@
 //! built, so the first windows grant at once (a fresh Redis otherwise grants nothing for
 //! its first two windows, which at 1-hour windows would be two hours).
 
+use std::hint::black_box;
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::thread;
@@ -70,6 +80,15 @@ impl Redis {
             .output()
             .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
             .unwrap_or_default()
+    }
+
+    /// Sends `signal` (`-STOP`, `-CONT`) to the server process.
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill {signal} failed");
     }
 
     /// A fleet limiter for `key` whose Redis memory counts as old (see the module docs).
@@ -137,6 +156,89 @@ fn calls_per_window_at_saturation(redis: &Redis) {
     }
 }
 
+/// The most calls timed in one worker-idle run (the window must not end during a run;
+/// one that does is discarded).
+const MAX_RUN: u64 = 16 * CHUNK as u64;
+/// Untimed calls before each worker-idle run: the path warm after a wait for the lease,
+/// as the baseline's chunks, run back to back, find it.
+const WARM: u64 = 64;
+
+/// 50 µs of waiting for the worker, spinning: a bench thread that slept could wake on
+/// a core another process holds, and its next timed calls would wait for it (the
+/// baseline's thread never sleeps).
+fn pause() {
+    let until = Instant::now() + Duration::from_micros(50);
+    while Instant::now() < until {
+        std::hint::spin_loop();
+    }
+}
+
+/// The lease word of `l`: (window id, remaining), read through its statistics.
+fn lease_word(l: &FleetLimiter) -> (u64, u64) {
+    let s = l.stats();
+    (s.window, s.window_granted - s.window_spent)
+}
+
+/// The calls `l` can make now while its lease stays above the worker's low-water mark
+/// (half a chunk; a chunk is at most a quarter of the previous window's spending, at
+/// most `N`, or half of this window's: `FleetLimiter`'s docs): waits outside the timer,
+/// spending to show demand, until that room is at least `CHUNK + WARM`.
+fn idle_room(l: &FleetLimiter) -> u64 {
+    let permits = u64::from(l.limit().permits());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = l.stats();
+        let remaining = s.window_granted - s.window_spent;
+        // `remaining - r` above both `N / 8` and `(spent + r) / 4`.
+        let room = if Some(s.window) == l.current_window() {
+            let below_n = remaining.saturating_sub(permits / 8 + 1);
+            let below_spent =
+                ((4 * remaining).saturating_sub(s.window_spent) / 5).saturating_sub(1);
+            below_n.min(below_spent)
+        } else {
+            0
+        };
+        if room >= u64::from(CHUNK) + WARM {
+            return room;
+        }
+        assert!(Instant::now() < deadline, "no lease: {s:?}");
+        // Demand, outside the timer: the lease follows what is spent.
+        for _ in 0..CHUNK {
+            let _ = l.try_acquire();
+        }
+        pause();
+    }
+}
+
+/// `iters` admitted calls on `l`, timed in runs during which only the runs themselves
+/// wrote the lease word: a run that finds the word otherwise (a top-up or a roll by the
+/// worker, a window ended) is not counted but added to `discarded`, and run again.
+fn admit_worker_idle(iters: u64, l: &FleetLimiter, discarded: &mut u64) -> Duration {
+    let mut total = Duration::ZERO;
+    let mut left = iters;
+    while left > 0 {
+        let run = left.min(idle_room(l) - WARM).min(MAX_RUN);
+        for _ in 0..WARM {
+            let _ = l.try_acquire();
+        }
+        let (window, remaining) = lease_word(l);
+        let start = Instant::now();
+        let mut hits = 0u64;
+        for _ in 0..run {
+            hits += u64::from(black_box(l).try_acquire());
+        }
+        let elapsed = start.elapsed();
+        if lease_word(l) == (window, remaining - run) {
+            assert_eq!(hits, run, "a call the lease covered was refused");
+            total += elapsed;
+            left -= run;
+        } else {
+            *discarded += 1;
+        }
+    }
+    total
+}
+
 fn bench_admit(c: &mut Criterion, redis: &Redis) {
     let mut g = c.benchmark_group("fleet_admit");
     g.bench_function("fixed_window", |b| {
@@ -150,12 +252,23 @@ fn bench_admit(c: &mut Criterion, redis: &Redis) {
         })
     });
     // The most a lease word holds per window, 250 ms windows: ~16 M admissions per second
-    // of wall time, so the chunks rarely wait for the lease.
-    let fleet = redis.limiter(
-        "admit",
-        Limit::per_window(4_194_303, Duration::from_millis(250)).unwrap(),
+    // of wall time.
+    let most = Limit::per_window(4_194_303, Duration::from_millis(250)).unwrap();
+    let idle = redis.limiter("admit_idle", most);
+    let (mut runs, mut discarded) = (0u64, 0u64);
+    g.bench_function("fleet_worker_idle", |b| {
+        b.iter_custom(|iters| {
+            runs += iters.div_ceil(MAX_RUN);
+            admit_worker_idle(iters, &idle, &mut discarded)
+        })
+    });
+    println!(
+        "fleet_admit/fleet_worker_idle: {discarded} runs discarded (the lease word written \
+         by the worker or a window ended during them), against at least {runs} kept"
     );
-    g.bench_function("fleet", |b| {
+    drop(idle);
+    let fleet = redis.limiter("admit", most);
+    g.bench_function("fleet_worker_tops_up", |b| {
         b.iter_custom(|iters| {
             chunked(
                 iters,
@@ -171,7 +284,7 @@ fn bench_admit(c: &mut Criterion, redis: &Redis) {
                         assert!(Instant::now() < deadline, "no lease: {s:?}");
                         // Demand, outside the timer: the chunk follows what is spent.
                         let _ = fleet.try_acquire();
-                        thread::sleep(Duration::from_micros(50));
+                        pause();
                     }
                     &fleet
                 },
@@ -197,18 +310,19 @@ fn bench_reject(c: &mut Criterion, redis: &Redis) {
     g.finish();
 }
 
+/// `<name>/1_thread`, `<name>/2_threads`.
+fn threads_id(name: &str, threads: usize) -> BenchmarkId {
+    let plural = if threads == 1 { "" } else { "s" };
+    BenchmarkId::new(name, format!("{threads}_thread{plural}"))
+}
+
 fn bench_threads(c: &mut Criterion, redis: &Redis) {
     let mut g = c.benchmark_group("fleet_threads_reject");
     let one_per_hour = Limit::per_window(1, HOUR).unwrap();
     let fixed = spent(FixedWindow::new(one_per_hour));
     let fleet = spent(redis.limiter("threads", one_per_hour));
     for threads in [1usize, 2] {
-        let id = |name: &str| {
-            BenchmarkId::new(
-                name,
-                format!("{threads}_thread{}", if threads == 1 { "" } else { "s" }),
-            )
-        };
+        let id = |name: &str| threads_id(name, threads);
         g.throughput(Throughput::Elements(threads as u64));
         g.bench_function(id("fixed_window"), |b| {
             b.iter_custom(|iters| concurrent(iters, threads, &fixed, |l| l.try_acquire()))
@@ -217,6 +331,16 @@ fn bench_threads(c: &mut Criterion, redis: &Redis) {
             b.iter_custom(|iters| concurrent(iters, threads, &fleet, |l| l.try_acquire()))
         });
     }
+    // The same refusals with the server stopped: its process and the worker's calls (they
+    // time out, then one attempt per interval) off the two cores.
+    redis.signal("-STOP");
+    for threads in [1usize, 2] {
+        g.throughput(Throughput::Elements(threads as u64));
+        g.bench_function(threads_id("fleet_redis_stopped", threads), |b| {
+            b.iter_custom(|iters| concurrent(iters, threads, &fleet, |l| l.try_acquire()))
+        });
+    }
+    redis.signal("-CONT");
     g.finish();
 }
 
