@@ -19,6 +19,9 @@
 //! * `fleet_threads_reject`: one vs two threads refused by one shared spent limiter;
 //!   then the fleet rows again with `redis-server` stopped (`SIGSTOP`), so that neither
 //!   it nor the worker's calls take a core from the two bench threads.
+//! * After each group, its cases timed again in alternation, round by round, and the
+//!   medians and ratios printed (`paired`: on a shared machine, load that comes or goes
+//!   between two criterion cases moves their ratio; it falls on both rounds of a pair).
 //! * Before the groups, the Redis calls per instance per window at saturation are
 //!   measured from `FleetLimiter::stats` (two instances, 1000 per 250 ms, ~3 s) and
 //!   printed.
@@ -28,90 +31,23 @@
 //! its first two windows, which at 1-hour windows would be two hours).
 
 use std::hint::black_box;
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+#[path = "support/paired.rs"]
+mod paired;
+#[path = "support/redis.rs"]
+mod redis;
 #[path = "support/mod.rs"]
 mod support;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use otel_rate_sampler::{FixedWindow, FleetLimiter, Limit, RateLimiter};
+use paired::{paired, Paired};
+use redis::Redis;
 use support::{chunked, concurrent, CHUNK};
 
 const HOUR: Duration = Duration::from_secs(3600);
-
-struct Redis {
-    child: Child,
-    port: u16,
-}
-
-impl Redis {
-    fn start() -> Self {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free port");
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server must be on PATH (apt-get install -y redis-server)");
-        let redis = Self { child, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !redis.cli(&["PING"]).contains("PONG") {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            thread::sleep(Duration::from_millis(10));
-        }
-        redis
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    fn cli(&self, args: &[&str]) -> String {
-        Command::new("redis-cli")
-            .args(["-p", &self.port.to_string()])
-            .args(args)
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default()
-    }
-
-    /// Sends `signal` (`-STOP`, `-CONT`) to the server process.
-    fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([signal, &self.child.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(status.success(), "kill {signal} failed");
-    }
-
-    /// A fleet limiter for `key` whose Redis memory counts as old (see the module docs).
-    fn limiter(&self, key: &str, limit: Limit) -> FleetLimiter {
-        self.cli(&["HSET", &format!("{{otel-rate:{key}}}:meta"), "since", "0"]);
-        let l = FleetLimiter::builder(self.url(), key, limit)
-            .build()
-            .expect("build");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while l.stats().window_granted == 0 {
-            assert!(Instant::now() < deadline, "no lease: {:?}", l.stats());
-            thread::sleep(Duration::from_millis(1));
-        }
-        l
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn spent<L: RateLimiter>(l: L) -> L {
     assert!(l.try_acquire(), "the first call should be admitted");
@@ -239,18 +175,51 @@ fn admit_worker_idle(iters: u64, l: &FleetLimiter, discarded: &mut u64) -> Durat
     total
 }
 
+/// Rounds of a paired run (see `support/paired.rs`), and the calls a round times.
+const ROUNDS: usize = 2000;
+const THREAD_ROUNDS: usize = 200;
+const THREAD_CALLS: u64 = 64 * CHUNK as u64;
+
+fn admit_fixed(iters: u64) -> Duration {
+    chunked(
+        iters,
+        || FixedWindow::new(Limit::per_window(CHUNK, HOUR).unwrap().unpaced()),
+        |l| l.try_acquire(),
+        true,
+    )
+}
+
+/// Chunks timed as soon as `fleet`'s lease holds one (see the module docs).
+fn admit_tops_up(iters: u64, fleet: &FleetLimiter) -> Duration {
+    let lease = || {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let s = fleet.stats();
+            if Some(s.window) == fleet.current_window()
+                && s.window_granted - s.window_spent >= u64::from(CHUNK)
+            {
+                return fleet;
+            }
+            assert!(Instant::now() < deadline, "no lease: {s:?}");
+            // Demand, outside the timer: the chunk follows what is spent.
+            let _ = fleet.try_acquire();
+            pause();
+        }
+    };
+    chunked(iters, lease, |l| l.try_acquire(), true)
+}
+
+fn print_paired(group: &str, a: &str, b: &str, p: &Paired) {
+    println!(
+        "paired {group}: {a} {:.2} ns, {b} {:.2} ns per call, {b} / {a} {:.2} \
+         (medians of {ROUNDS} alternating rounds of {CHUNK} calls)",
+        p.a, p.b, p.ratio
+    );
+}
+
 fn bench_admit(c: &mut Criterion, redis: &Redis) {
     let mut g = c.benchmark_group("fleet_admit");
-    g.bench_function("fixed_window", |b| {
-        b.iter_custom(|iters| {
-            chunked(
-                iters,
-                || FixedWindow::new(Limit::per_window(CHUNK, HOUR).unwrap().unpaced()),
-                |l| l.try_acquire(),
-                true,
-            )
-        })
-    });
+    g.bench_function("fixed_window", |b| b.iter_custom(admit_fixed));
     // The most a lease word holds per window, 250 ms windows: ~16 M admissions per second
     // of wall time.
     let most = Limit::per_window(4_194_303, Duration::from_millis(250)).unwrap();
@@ -262,38 +231,31 @@ fn bench_admit(c: &mut Criterion, redis: &Redis) {
             admit_worker_idle(iters, &idle, &mut discarded)
         })
     });
+    let p = paired(
+        ROUNDS,
+        u64::from(CHUNK),
+        || admit_fixed(u64::from(CHUNK)),
+        || admit_worker_idle(u64::from(CHUNK), &idle, &mut discarded),
+    );
+    print_paired("fleet_admit", "fixed_window", "fleet_worker_idle", &p);
     println!(
         "fleet_admit/fleet_worker_idle: {discarded} runs discarded (the lease word written \
-         by the worker or a window ended during them), against at least {runs} kept"
+         by the worker or a window ended during them), against at least {} kept",
+        runs + ROUNDS as u64
     );
     drop(idle);
     let fleet = redis.limiter("admit", most);
     g.bench_function("fleet_worker_tops_up", |b| {
-        b.iter_custom(|iters| {
-            chunked(
-                iters,
-                || {
-                    let deadline = Instant::now() + Duration::from_secs(5);
-                    loop {
-                        let s = fleet.stats();
-                        if Some(s.window) == fleet.current_window()
-                            && s.window_granted - s.window_spent >= u64::from(CHUNK)
-                        {
-                            break;
-                        }
-                        assert!(Instant::now() < deadline, "no lease: {s:?}");
-                        // Demand, outside the timer: the chunk follows what is spent.
-                        let _ = fleet.try_acquire();
-                        pause();
-                    }
-                    &fleet
-                },
-                |l| l.try_acquire(),
-                true,
-            )
-        })
+        b.iter_custom(|iters| admit_tops_up(iters, &fleet))
     });
     g.finish();
+    let p = paired(
+        ROUNDS,
+        u64::from(CHUNK),
+        || admit_fixed(u64::from(CHUNK)),
+        || admit_tops_up(u64::from(CHUNK), &fleet),
+    );
+    print_paired("fleet_admit", "fixed_window", "fleet_worker_tops_up", &p);
 }
 
 fn bench_reject(c: &mut Criterion, redis: &Redis) {
@@ -308,6 +270,14 @@ fn bench_reject(c: &mut Criterion, redis: &Redis) {
         b.iter_custom(|iters| chunked(iters, || &fleet, |l| l.try_acquire(), false))
     });
     g.finish();
+    let refuse = |l: &dyn RateLimiter| chunked(u64::from(CHUNK), || l, |l| l.try_acquire(), false);
+    let p = paired(
+        ROUNDS,
+        u64::from(CHUNK),
+        || refuse(&fixed),
+        || refuse(&fleet),
+    );
+    print_paired("fleet_reject", "fixed_window", "fleet", &p);
 }
 
 /// `<name>/1_thread`, `<name>/2_threads`.
@@ -331,6 +301,8 @@ fn bench_threads(c: &mut Criterion, redis: &Redis) {
             b.iter_custom(|iters| concurrent(iters, threads, &fleet, |l| l.try_acquire()))
         });
     }
+    print_scaling("fixed_window", &fixed);
+    print_scaling("fleet", &fleet);
     // The same refusals with the server stopped: its process and the worker's calls (they
     // time out, then one attempt per interval) off the two cores.
     redis.signal("-STOP");
@@ -340,8 +312,23 @@ fn bench_threads(c: &mut Criterion, redis: &Redis) {
             b.iter_custom(|iters| concurrent(iters, threads, &fleet, |l| l.try_acquire()))
         });
     }
+    print_scaling("fleet_redis_stopped", &fleet);
     redis.signal("-CONT");
     g.finish();
+}
+
+/// One thread against two refusing on `l`, paired; prints the throughput ratio.
+fn print_scaling(name: &str, l: &impl RateLimiter) {
+    let refuse = |threads| move || concurrent(THREAD_CALLS, threads, l, |l| l.try_acquire());
+    let p = paired(THREAD_ROUNDS, THREAD_CALLS, refuse(1), refuse(2));
+    println!(
+        "paired fleet_threads_reject/{name}: 1 thread {:.2} ns per call, 2 threads \
+         {:.2} ns per iteration (a call on each), throughput 2 / 1 {:.2} (medians of \
+         {THREAD_ROUNDS} alternating rounds of {THREAD_CALLS} calls a thread)",
+        p.a,
+        p.b,
+        2.0 / p.ratio
+    );
 }
 
 fn main() {
