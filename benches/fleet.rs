@@ -161,10 +161,10 @@ fn admit_worker_idle(iters: u64, l: &FleetLimiter, discarded: &mut u64) -> Durat
         let start = Instant::now();
         let mut hits = 0u64;
         for _ in 0..run {
-            hits += u64::from(black_box(l).try_acquire());
+            hits += u64::from(black_box(&l).try_acquire());
         }
         let elapsed = start.elapsed();
-        if lease_word(l) == (window, remaining - run) {
+        if remaining >= run && lease_word(l) == (window, remaining - run) {
             assert_eq!(hits, run, "a call the lease covered was refused");
             total += elapsed;
             left -= run;
