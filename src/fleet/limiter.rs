@@ -262,3 +262,52 @@ impl<C: fmt::Debug> fmt::Debug for FleetLimiter<C> {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::mem::{align_of, offset_of, size_of};
+    use std::ops::Range;
+
+    use super::Inner;
+    use crate::clock::{CachedClock, MonotonicClock};
+
+    /// The 128-byte blocks (pairs of cache lines) of `len` bytes at `offset`.
+    fn blocks(offset: usize, len: usize) -> Range<usize> {
+        offset / 128..(offset + len.max(1)).div_ceil(128)
+    }
+
+    fn overlap(a: &Range<usize>, b: &Range<usize>) -> bool {
+        a.start < b.end && b.start < a.end
+    }
+
+    /// The decision path reads the clock, the fleet-time offset and the limit, and spends
+    /// the lease word; the worker writes its statistics after every call. No block of
+    /// the former is one of the latter, and the limiter starts on a block of its own
+    /// (the `Arc` counts, written by every clone and every look of the worker, sit in
+    /// the block before it).
+    fn decision_fields_share_no_block_with_worker_counters<C>() {
+        assert!(align_of::<Inner<C>>() >= 128);
+        let stats = blocks(offset_of!(Inner<C>, stats), size_of::<super::StatCells>());
+        let read = [
+            blocks(offset_of!(Inner<C>, lease), size_of::<super::LeaseWord>()),
+            blocks(offset_of!(Inner<C>, time), size_of::<super::TimeMap>()),
+            blocks(
+                offset_of!(Inner<C>, limit),
+                size_of::<crate::limit::Limit>(),
+            ),
+            blocks(offset_of!(Inner<C>, clock), size_of::<C>()),
+        ];
+        for (i, r) in read.iter().enumerate() {
+            assert!(
+                !overlap(r, &stats),
+                "field {i} of the decision shares a block with the stats: {r:?} {stats:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_decision_reads_no_line_the_worker_writes_its_statistics_on() {
+        decision_fields_share_no_block_with_worker_counters::<MonotonicClock>();
+        decision_fields_share_no_block_with_worker_counters::<CachedClock>();
+    }
+}

@@ -74,7 +74,13 @@ impl fmt::Display for FleetFailure {
 
 /// Counters the worker writes and [`FleetLimiter::stats`](crate::FleetLimiter::stats)
 /// reads (all `Relaxed`: plain values for display, nothing is published through them).
+///
+/// Aligned to 128 bytes, so the cells start and end on their own pair of cache lines
+/// (x86 fetches lines in aligned pairs): what the worker writes after each call never
+/// shares a line with what a decision reads beside them in the limiter (the clock, the
+/// fleet-time offset, the limit), whatever order the compiler gives the fields.
 #[derive(Debug, Default)]
+#[repr(align(128))]
 pub(crate) struct StatCells {
     pub(crate) leases: AtomicU64,
     pub(crate) lease_errors: AtomicU64,
