@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
 
+use super::lease::Call;
 use super::stop::Stop;
 use super::transport::{Target, Transport};
 use super::worker::{Member, Planned};
@@ -175,10 +176,20 @@ async fn run(shared: Arc<PoolShared>, transport: Transport) {
         while rounds.try_join_next().is_some() {}
         let members = shared.live_members();
         let tick = members.iter().map(|m| m.tick()).min().unwrap_or(IDLE_TICK);
-        let due: Vec<(Arc<dyn Member>, Planned)> = members
-            .into_iter()
-            .filter_map(|m| m.plan().map(|p| (m, p)))
+        let mut due: Vec<(Arc<dyn Member>, Planned)> = members
+            .iter()
+            .filter_map(|m| m.plan(false).map(|p| (Arc::clone(m), p)))
             .collect();
+        if !due.is_empty() {
+            // The heartbeats due within a quarter interval go in this round: rules whose
+            // mappings of fleet time differ a little stay in the same rounds.
+            let pulled: Vec<_> = members
+                .iter()
+                .filter_map(|m| m.plan(true).map(|p| (Arc::clone(m), p)))
+                .collect();
+            due.extend(pulled);
+        }
+        vouch(&members, &mut due);
         if !due.is_empty() {
             rounds.spawn(round(Arc::clone(&shared), Arc::clone(&transport), due));
         }
@@ -195,6 +206,37 @@ async fn run(shared: Arc<PoolShared>, transport: Transport) {
         });
         if shared.stop.unless_stopped(woken).await.is_none() {
             break;
+        }
+    }
+}
+
+/// Sets what each lease call of the round vouches for in its replica group's heartbeat
+/// (`script.rs`): the oldest of the group's rules' last answered lease calls, a rule
+/// with a lease call in the round counting that one; none (0) if one of them was never
+/// answered. A rule with a call in flight or failing thus holds the heartbeat back,
+/// and Redis never hears a replica later than it heard each of its rules.
+fn vouch(members: &[Arc<dyn Member>], due: &mut [(Arc<dyn Member>, Planned)]) {
+    let mut in_round: HashMap<*const (), u64> = HashMap::new();
+    let mut groups: HashMap<&str, u64> = HashMap::new();
+    for (m, planned) in due.iter() {
+        if let Call::Lease(request) = planned.call {
+            in_round.insert(Arc::as_ptr(m).cast(), request.sent_ms);
+        }
+    }
+    for m in members {
+        if in_round.contains_key(&Arc::as_ptr(m).cast()) {
+            groups.insert(m.wire().group.as_str(), u64::MAX);
+        }
+    }
+    for m in members {
+        if let Some(oldest) = groups.get_mut(m.wire().group.as_str()) {
+            let mine = in_round.get(&Arc::as_ptr(m).cast()).copied();
+            *oldest = (*oldest).min(mine.or_else(|| m.answered_ms()).unwrap_or(0));
+        }
+    }
+    for (m, planned) in due.iter_mut() {
+        if let Call::Lease(request) = &mut planned.call {
+            request.vouch_ms = groups.get(m.wire().group.as_str()).copied().unwrap_or(0);
         }
     }
 }

@@ -13,7 +13,7 @@ use redis::{ConnectionInfo, IntoConnectionInfo, RedisError, Script, Value};
 
 use super::lease::Call;
 use super::pipeline::{by_slot, in_order, Answers, Batch};
-use super::script::{CLOCK_LUA, LEASE_LUA, MULTI_LEASE_LUA};
+use super::script::{CLOCK_LUA, LEASE_LUA};
 use super::stats::FleetFailure;
 use super::stop::Stop;
 use super::wire::{RuleWire, Scripts};
@@ -200,7 +200,6 @@ impl Transport {
             target,
             scripts: Arc::new(Scripts {
                 lease: Script::new(LEASE_LUA),
-                multi: Script::new(MULTI_LEASE_LUA),
                 clock: Script::new(CLOCK_LUA),
             }),
             connection: Mutex::new(None),

@@ -118,8 +118,18 @@ fn a_thousand_rules_in_one_process_sync_at_once_and_each_stays_under_n() {
     assert!(synced - built <= 6, "{} rounds to sync", synced - built);
     assert!(fleet.iter().all(|l| l.stats().worker_rules == 1000));
 
-    // Past the young windows, where a new Redis grants nothing or at most the shares.
+    // Past the young windows, where a new Redis grants nothing or at most the shares:
+    // idle, the replica heartbeats once per round for all its rules (its group's two
+    // sets), not once per rule (which was 1000 `ZADD`s a round to each rule's sets).
+    let _ = server.cli(&["CONFIG", "RESETSTAT"]);
     thread::sleep(WINDOW * 3);
+    let (zadds, scripts) = (command_calls(&server, "zadd"), script_calls(&server));
+    println!("idle for 3 windows: {scripts} script calls, {zadds} ZADDs");
+    assert!(scripts >= 1, "no heartbeat round in 3 windows");
+    assert!(
+        zadds <= 2 * scripts,
+        "{zadds} ZADDs in {scripts} script calls: heartbeats per rule"
+    );
     let counts = drive(&fleet, 2 * u64::from(N), WINDOW * 5);
     let mut filled = 0u64;
     for (i, per_window) in counts.iter().enumerate() {
@@ -149,10 +159,16 @@ fn a_thousand_rules_in_one_process_sync_at_once_and_each_stays_under_n() {
 
 /// Calls of the lease and clock scripts Redis ran since the last reset.
 pub(crate) fn script_calls(server: &Server) -> u64 {
+    command_calls(server, "evalsha") + command_calls(server, "eval")
+}
+
+/// Calls of `command` (lower case) Redis ran since the last reset, scripts' included.
+pub(crate) fn command_calls(server: &Server, command: &str) -> u64 {
+    let line = format!("cmdstat_{command}:");
     server
         .cli(&["INFO", "commandstats"])
         .lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter(|l| l.starts_with(&line))
         .filter_map(|l| {
             l.split("calls=")
                 .nth(1)?

@@ -115,8 +115,9 @@ fn dropping_the_last_handle_stops_the_thread() {
     let clone = l.clone();
     drop(l);
     // A clone keeps it alive: the heartbeat still moves.
-    let score = || server.cli(&["ZSCORE", "{otel-rate:drop}:members", "dropper"]);
+    let score = || load::heartbeat(&server, "dropper");
     let a = score();
+    assert!(!a.trim().is_empty(), "no heartbeat while leasing");
     thread::sleep(load::INTERVAL * 3);
     assert_ne!(a, score(), "the worker stopped while a clone was alive");
     drop(clone);
@@ -140,8 +141,9 @@ fn shutdown_stops_the_thread_and_is_idempotent() {
         .unwrap();
     load::warm_up(std::slice::from_ref(&l), 1);
     l.shutdown(); // joins the thread
-    let score = || server.cli(&["ZSCORE", "{otel-rate:shut}:members", "shutter"]);
+    let score = || load::heartbeat(&server, "shutter");
     let a = score();
+    assert!(!a.trim().is_empty(), "no heartbeat before the shutdown");
     thread::sleep(load::INTERVAL * 4);
     assert_eq!(a, score());
     l.shutdown();

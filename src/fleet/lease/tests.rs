@@ -145,6 +145,8 @@ impl Harness {
             young: false,
             server_unix_nanos: server,
             expired,
+            // As Redis writes it when the call vouches for itself alone.
+            vouched_ms: if expired { 0 } else { request.sent_ms },
         }
     }
 
@@ -466,4 +468,51 @@ fn a_replica_clock_jumping_ahead_costs_at_most_one_window() {
     let (calls, under_used) = after_a_step(Event::Jump { ms: 2_000 });
     assert!(under_used <= 1, "{under_used} windows under-used");
     assert!(calls < 3 * (WINDOW / TICK), "{calls} calls");
+}
+
+/// Idle rules used to heartbeat an interval after each reply, so their calls drifted
+/// by a round trip and a tick every interval and the rules of one pool fell due in
+/// different rounds. An idle machine now calls on the fleet's grid of intervals: within
+/// a quarter interval before a grid point, one call per interval, never more than an
+/// interval and a quarter apart, whatever its round trip.
+#[test]
+fn idle_calls_fall_on_the_grid_of_intervals() {
+    let mut h = Harness::new(2, 0);
+    let mut sent = Vec::new();
+    let rtt = 3 * MS;
+    while h.now < 1_000 * MS + 60 * INTERVAL {
+        let t0 = h.now;
+        let (machine, shared) = h.parts();
+        let Some(call) = machine.plan(shared, t0) else {
+            h.now += TICK;
+            continue;
+        };
+        let reply = match call {
+            Call::SampleTime => Reply::Time(h.fleet_clock(t0 + rtt / 2)),
+            Call::Lease(request) => {
+                sent.push(request.sent_ms * MS);
+                Reply::Lease(h.answer(&request, N, t0, t0 + rtt))
+            }
+        };
+        h.now = t0 + rtt;
+        let (machine, shared) = h.parts();
+        machine.on_reply(shared, call, reply, t0, t0 + rtt);
+    }
+    // Past the first calls (the first sample, joining the grid).
+    let settled = &sent[4..];
+    for &t in settled {
+        let before_grid = (INTERVAL - t % INTERVAL) % INTERVAL;
+        assert!(
+            before_grid <= INTERVAL / 4,
+            "a call {before_grid} ns before the grid"
+        );
+    }
+    for pair in sent.windows(2) {
+        assert!(pair[1] - pair[0] <= INTERVAL + INTERVAL / 4, "{sent:?}");
+    }
+    assert!(
+        settled.len() as u64 <= 60,
+        "{} calls in 60 intervals",
+        settled.len()
+    );
 }
