@@ -48,9 +48,10 @@
 //!
 //! **What a round writes.** An idle rule's heartbeat writes only its fleet clock (its
 //! meta's `shift` and `high`); a replica group one `ZADD` to each of its two sets and
-//! its clock. At 1 rule or 1000 idle rules on one server: 2 `ZADD`s and one `HSET` of
-//! the group per round (per slot holding rules on a cluster), plus one `HSET` of each
-//! rule's meta. A rule writes its window's hash only when it leases or reports, and its
+//! two `HSET`s of its clock (fleet and live). At 1 rule or 1000 idle rules on one
+//! server: 2 `ZADD`s and 2 `HSET`s of the group per round (per slot holding rules on a
+//! cluster), plus one `HSET` of each rule's meta (measured: 8 `ZADD`s per second at
+//! 1000 idle rules, 4 rounds; 2 per rule call before, 8154 per second). A rule writes its window's hash only when it leases or reports, and its
 //! members only when one joins or is forgotten; expiries are refreshed when half gone.
 //!
 //! **The fleet clock.** Both scripts read time as Redis `TIME` plus `shift`
