@@ -280,3 +280,107 @@ impl PoolShared {
         live
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use redis::Value;
+
+    use super::*;
+    use crate::fleet::script::LeaseRequest;
+    use crate::fleet::transport::CallError;
+    use crate::fleet::wire::{Naming, RuleWire};
+
+    /// A rule as the pool sees it: its wire and its last answered lease call.
+    struct Fake {
+        wire: RuleWire,
+        answered: Option<u64>,
+    }
+
+    impl Member for Fake {
+        fn wire(&self) -> &RuleWire {
+            &self.wire
+        }
+        fn tick(&self) -> Duration {
+            Duration::from_millis(1)
+        }
+        fn plan(&self, _pull: bool) -> Option<Planned> {
+            None
+        }
+        fn answered_ms(&self) -> Option<u64> {
+            self.answered
+        }
+        fn apply(&self, _: Planned, _: Result<Value, CallError>, _: Duration) {}
+        fn abandon(&self) {}
+        fn stopped(&self) -> bool {
+            false
+        }
+    }
+
+    /// A rule `key` of replica `replica` (interval 100 ms), last answered at `answered`.
+    fn rule(key: &str, replica: &str, answered: Option<u64>) -> Arc<dyn Member> {
+        let naming = Naming {
+            prefix: "p".to_owned(),
+            key: key.to_owned(),
+            instance_id: format!("{replica}-{key}"),
+            replica_id: replica.to_owned(),
+            cluster: false,
+        };
+        let interval = Duration::from_millis(100);
+        let wire = RuleWire::new(naming, 10, 1_000_000_000, [interval; 3]);
+        Arc::new(Fake { wire, answered })
+    }
+
+    fn lease(sent_ms: u64) -> Planned {
+        Planned::at_zero(Call::Lease(LeaseRequest {
+            window: 1,
+            want: 0,
+            held: 0,
+            known_instances: 0,
+            known_rank: 0,
+            sent_ms,
+            vouch_ms: 0,
+        }))
+    }
+
+    fn vouched(due: &[(Arc<dyn Member>, Planned)]) -> Vec<u64> {
+        due.iter()
+            .map(|(_, p)| match p.call {
+                Call::Lease(r) => r.vouch_ms,
+                Call::SampleTime => u64::MAX,
+            })
+            .collect()
+    }
+
+    /// A replica's heartbeat vouches for the oldest of its rules' last answered calls
+    /// (a rule in the round counting this call), per replica group: a rule that is
+    /// failing or has a call in flight holds it back, one never answered stops it.
+    #[test]
+    fn a_heartbeat_vouches_for_the_oldest_answer_of_its_group() {
+        let a1 = rule("a1", "r", Some(500));
+        let a2 = rule("a2", "r", Some(900));
+        let a3 = rule("a3", "r", Some(700));
+        let other = rule("b", "s", Some(100));
+        let members = vec![a1.clone(), a2.clone(), a3.clone(), other.clone()];
+        let mut due = vec![
+            (a1.clone(), lease(1000)),
+            (a2.clone(), lease(1000)),
+            (a3.clone(), Planned::at_zero(Call::SampleTime)),
+            (other.clone(), lease(1000)),
+        ];
+        vouch(&members, &mut due);
+        // a3, not leasing in the round, holds r back to its last answer; s is alone.
+        assert_eq!(vouched(&due), vec![700, 700, u64::MAX, 1000]);
+
+        let fresh = rule("a4", "r", None);
+        let members = vec![a1.clone(), fresh];
+        let mut due = vec![(a1, lease(1000))];
+        vouch(&members, &mut due);
+        assert_eq!(
+            vouched(&due),
+            vec![0],
+            "a rule never answered: no heartbeat"
+        );
+    }
+}

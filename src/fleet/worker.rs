@@ -51,6 +51,14 @@ pub(crate) struct Planned {
     t0: u64,
 }
 
+#[cfg(test)]
+impl Planned {
+    /// `call`, planned at local time 0.
+    pub(crate) fn at_zero(call: Call) -> Self {
+        Self { call, t0: 0 }
+    }
+}
+
 /// One limiter's rule in the shared worker.
 pub(crate) struct RuleWorker<C> {
     inner: Weak<Inner<C>>,
