@@ -197,6 +197,8 @@ local function membership(key, g, me)
     else
       local r = string.match(m, '^(%S+) ')
       local o = r and open(g.c.tag, iv)
+      -- Another interval's group: its live clock moves while this one calls too.
+      if o then advance(o) end
       local seen = o and redis.call('ZSCORE', o.seen, r)
       if not seen or o.live - tonumber(seen) > prune_n * iv then
         redis.call('ZREM', key, m)
