@@ -31,6 +31,7 @@ use tokio::task::JoinSet;
 use super::lease::Call;
 use super::stop::Stop;
 use super::transport::{Target, Transport};
+use super::wire::Leave;
 use super::worker::{Member, Planned};
 
 /// What makes two limiters share a worker: what their Redis URL(s) connect to
@@ -60,7 +61,10 @@ pub(crate) struct Pool {
 #[derive(Default)]
 struct PoolShared {
     stop: Stop,
-    members: Mutex<Vec<Weak<dyn Member>>>,
+    /// The rules, and how to remove each one's member once it is dropped.
+    members: Mutex<Vec<(Weak<dyn Member>, Leave)>>,
+    /// Members of rules dropped since the last round, to remove.
+    leaving: Mutex<Vec<Leave>>,
     /// Rules registered and not yet dropped.
     rules: AtomicU64,
     /// Rounds sent to Redis (one round trip each; one per slot on a cluster).
@@ -99,6 +103,10 @@ impl Drop for Registration {
 
 type Registry = Mutex<HashMap<PoolKey, Weak<Pool>>>;
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn registry() -> &'static Registry {
     static POOLS: OnceLock<Registry> = OnceLock::new();
     POOLS.get_or_init(Registry::default)
@@ -132,11 +140,9 @@ pub(crate) fn join(
     };
     drop(pools);
     let shared = &pool.shared;
-    shared
-        .members
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .push(member);
+    if let Some(leave) = member.upgrade().map(|m| m.wire().leave()) {
+        lock(&shared.members).push((member, leave));
+    }
     // Relaxed: a display counter.
     shared.rules.fetch_add(1, Ordering::Relaxed);
     Ok(Registration { pool })
@@ -175,6 +181,13 @@ async fn run(shared: Arc<PoolShared>, transport: Transport) {
     while !shared.stop.is_stopped() {
         while rounds.try_join_next().is_some() {}
         let members = shared.live_members();
+        let leaving = std::mem::take(&mut *lock(&shared.leaving));
+        if !leaving.is_empty() {
+            // On the connection after the dropped rules' last calls: they cannot
+            // join again behind it.
+            let transport = Arc::clone(&transport);
+            rounds.spawn(async move { transport.leave(&leaving).await });
+        }
         let tick = members.iter().map(|m| m.tick()).min().unwrap_or(IDLE_TICK);
         let mut due: Vec<(Arc<dyn Member>, Planned)> = members
             .iter()
@@ -263,20 +276,23 @@ async fn round(
 }
 
 impl PoolShared {
-    /// The rules still there (the others are forgotten).
+    /// The rules still there (the others are forgotten, their members to remove).
     fn live_members(&self) -> Vec<Arc<dyn Member>> {
-        let mut members = self
-            .members
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut members = lock(&self.members);
         let mut live = Vec::with_capacity(members.len());
-        members.retain(|m| match m.upgrade() {
+        let mut gone = Vec::new();
+        members.retain(|(m, leave)| match m.upgrade() {
             Some(m) if !m.stopped() => {
                 live.push(m);
                 true
             }
-            _ => false,
+            _ => {
+                gone.push(leave.clone());
+                false
+            }
         });
+        drop(members);
+        lock(&self.leaving).extend(gone);
         live
     }
 }

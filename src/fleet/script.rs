@@ -9,7 +9,8 @@
 //!   3 windows after its last write.
 //! * `{p}:joined`: a sorted set, the rule's members (`<replica> <instance id>`) scored
 //!   by their sync interval (ms). Gives `k` and the instance's rank. Written only when a
-//!   member joins, or is forgotten; whether a member is live is read from its replica's
+//!   member joins, leaves (its limiter dropped while its replica lives on: `pool.rs`
+//!   removes it) or is forgotten; whether a member is live is read from its replica's
 //!   heartbeat (below).
 //! * `{p}:meta`: a hash. `since`: the first window id this Redis's memory covers, set
 //!   when absent. A Redis that restarted empty (or was flushed) sets it anew, and then

@@ -51,6 +51,19 @@ pub(crate) struct RuleWire {
     pub(crate) young_windows: u64,
 }
 
+/// A rule's member, to remove from the rule's members when its limiter is dropped
+/// while its replica lives on (`pool.rs`): its heartbeat goes on, so Redis would never
+/// forget it.
+#[derive(Clone, Debug)]
+pub(crate) struct Leave {
+    /// `{p}:joined`.
+    pub(crate) key: String,
+    /// `<replica> <instance id>`.
+    pub(crate) member: String,
+    /// How long the removal may take: the rule's call bound.
+    pub(crate) bound: Duration,
+}
+
 /// The lease and clock scripts, compiled once per worker.
 pub(crate) struct Scripts {
     pub(crate) lease: Script,
@@ -94,6 +107,15 @@ impl RuleWire {
             response_timeout,
             connect_timeout,
             young_windows: 0,
+        }
+    }
+
+    /// How to remove this rule's member once its limiter is dropped.
+    pub(crate) fn leave(&self) -> Leave {
+        Leave {
+            key: self.keys[0].clone(),
+            member: format!("{} {}", self.replica_id, self.instance_id),
+            bound: self.bound(),
         }
     }
 

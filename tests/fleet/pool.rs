@@ -143,3 +143,24 @@ fn urls_spelt_differently_for_one_redis_share_a_worker() {
     assert_eq!(b.stats().worker_rules, 2);
     assert_eq!(other_db.stats().worker_rules, 1);
 }
+
+/// Two limiters of one rule in one process (default instance ids, one replica): the
+/// replica's heartbeat keeps both members live, so one dropped leaves the rule's
+/// members at once rather than counting in `k` for as long as the process lives.
+#[test]
+fn a_limiter_dropped_while_its_process_lives_leaves_its_rule() {
+    let server = Server::start();
+    let limiter = || {
+        FleetLimiter::builder(server.url(), "leave", load::limit())
+            .sync_interval(INTERVAL)
+            .build()
+            .expect("build")
+    };
+    let (kept, dropped) = (limiter(), limiter());
+    load::warm_up(&[kept.clone(), dropped.clone()], 1);
+    eventually("both members counted", || {
+        kept.stats().instances == 2 && dropped.stats().instances == 2
+    });
+    drop(dropped);
+    eventually("the dropped member left", || kept.stats().instances == 1);
+}
