@@ -197,25 +197,14 @@ impl<C: Clock> FleetLimiterBuilder<C> {
         let target = Target::parse(&self.urls, cluster, response_timeout, connect_timeout)
             .map_err(bad_url)?;
         let identity = target_identity(&self.urls).map_err(bad_url)?;
-        // The replica heartbeating for the rule: the instance id when one was given,
-        // else this process (whose limiters' default ids differ).
-        let (instance_id, replica_id) = match self.instance_id {
-            Some(id) => (id.clone(), id),
-            None => default_ids(),
-        };
-        if bad_part(&instance_id) {
+        let naming = naming(self.prefix, self.key.clone(), self.instance_id, cluster);
+        if bad_part(&naming.instance_id) {
             return Err(FleetError::InvalidOption {
                 option: "instance_id",
                 reason: "must be non-empty, without '{', '}' or whitespace",
             });
         }
-        let naming = Naming {
-            prefix: self.prefix,
-            key: self.key.clone(),
-            instance_id: instance_id.clone(),
-            replica_id,
-            cluster,
-        };
+        let instance_id = naming.instance_id.clone();
         let wire = RuleWire::new(
             naming,
             u64::from(self.limit.permits()),
@@ -262,6 +251,22 @@ impl<C: fmt::Debug> fmt::Debug for FleetLimiterBuilder<C> {
             .field("instance_id", &self.instance_id)
             .field("clock", &self.clock)
             .finish()
+    }
+}
+
+/// A rule's names: the replica heartbeating for it is the instance id when one was
+/// given, else this process (whose limiters' default ids differ).
+fn naming(prefix: String, key: String, given: Option<String>, cluster: bool) -> Naming {
+    let (instance_id, replica_id) = match given {
+        Some(id) => (id.clone(), id),
+        None => default_ids(),
+    };
+    Naming {
+        prefix,
+        key,
+        instance_id,
+        replica_id,
+        cluster,
     }
 }
 
