@@ -20,7 +20,7 @@
 //!
 //! * **Redis time steps back:** the fleet clock goes on from the highest time it
 //!   answered, so replicas see no step at all while the rule is called at least once
-//!   per interval (any live replica heartbeats that often): no window is lost. If
+//!   per interval (a live replica's calls are at most 1.25 apart): no window is lost. If
 //!   nobody called for a while, the fleet lives again `min(step, time since the last
 //!   call)`, never a window id twice.
 //! * **Redis time steps forward, or this replica's clock stalls:** its next call is
@@ -242,7 +242,7 @@ impl LeaseMachine {
         self.plan_within(shared, now, 0)
     }
 
-    /// As [`plan`](Self::plan), a heartbeat also when it falls due within `ahead`: the
+    /// As `plan`, a heartbeat also when it falls due within `ahead`: the
     /// pool's rounds take every rule's heartbeat due soon (`pool.rs`).
     pub(crate) fn plan_within(&mut self, shared: Shared<'_>, now: u64, ahead: u64) -> Option<Call> {
         if self.resample_first {
