@@ -19,8 +19,8 @@
 //! # Steps of time (see also the fleet clock in `script.rs`)
 //!
 //! * **Redis time steps back:** the fleet clock goes on from the highest time it
-//!   answered, so replicas see no step at all while the rule is called at least once
-//!   per interval (a live replica's calls are at most 1.25 apart): no window is lost. If
+//!   answered, so replicas see no step at all while the rule is called often (a live
+//!   replica calls at least every 1.25 intervals): no window is lost. If
 //!   nobody called for a while, the fleet lives again `min(step, time since the last
 //!   call)`, never a window id twice.
 //! * **Redis time steps forward, or this replica's clock stalls:** its next call is
