@@ -11,7 +11,7 @@ use super::pool::{self, PoolKey};
 use super::stats::StatCells;
 use super::time::TimeMap;
 use super::transport::{target_identity, Target};
-use super::wire::RuleWire;
+use super::wire::{Naming, RuleWire};
 use super::word::LeaseWord;
 use super::worker::{Member, RuleWorker};
 use crate::clock::{Clock, MonotonicClock};
@@ -197,16 +197,16 @@ impl<C: Clock> FleetLimiterBuilder<C> {
         let target = Target::parse(&self.urls, cluster, response_timeout, connect_timeout)
             .map_err(bad_url)?;
         let identity = target_identity(&self.urls).map_err(bad_url)?;
-        let instance_id = self.instance_id.unwrap_or_else(default_instance_id);
-        if bad_part(&instance_id) {
+        let naming = naming(self.prefix, self.key.clone(), self.instance_id, cluster);
+        if bad_part(&naming.instance_id) {
             return Err(FleetError::InvalidOption {
                 option: "instance_id",
                 reason: "must be non-empty, without '{', '}' or whitespace",
             });
         }
+        let instance_id = naming.instance_id.clone();
         let wire = RuleWire::new(
-            format!("{{{}:{}}}", self.prefix, self.key),
-            instance_id.clone(),
+            naming,
             u64::from(self.limit.permits()),
             self.limit.window_nanos(),
             [interval, response_timeout, connect_timeout],
@@ -254,15 +254,37 @@ impl<C: fmt::Debug> fmt::Debug for FleetLimiterBuilder<C> {
     }
 }
 
-fn default_instance_id() -> String {
+/// A rule's names: the replica heartbeating for it is the instance id when one was
+/// given, else this process (whose limiters' default ids differ).
+fn naming(prefix: String, key: String, given: Option<String>, cluster: bool) -> Naming {
+    let (instance_id, replica_id) = match given {
+        Some(id) => (id.clone(), id),
+        None => default_ids(),
+    };
+    Naming {
+        prefix,
+        key,
+        instance_id,
+        replica_id,
+        cluster,
+    }
+}
+
+/// A default instance id, unique in the process, and the process's replica id, its
+/// stem.
+fn default_ids() -> (String, String) {
+    static REPLICA: OnceLock<String> = OnceLock::new();
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let since_epoch = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_micros())
-        .unwrap_or(0);
+    let replica = REPLICA.get_or_init(|| {
+        let since_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_micros())
+            .unwrap_or(0);
+        format!("{}-{since_epoch}", std::process::id())
+    });
     // Relaxed: a counter for uniqueness within the process.
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("{}-{since_epoch}-{n}", std::process::id())
+    (format!("{replica}-{n}"), replica.clone())
 }
 
 impl FleetLimiter {

@@ -13,12 +13,14 @@
 //!   lateness adds one re-sample of the clock and, once per interval, a lease right
 //!   after it: at most 4 calls per interval while every lease is refused as late.
 //! * It never asks for a lease of a window older than the one it accounts for.
+//! * Idle, it heartbeats on the fleet's grid of sync intervals (`lease/clock.rs`), at
+//!   most an interval and a quarter after its last successful call was sent.
 //!
 //! # Steps of time (see also the fleet clock in `script.rs`)
 //!
 //! * **Redis time steps back:** the fleet clock goes on from the highest time it
-//!   answered, so replicas see no step at all while the rule is called at least once
-//!   per interval (any live replica heartbeats that often): no window is lost. If
+//!   answered, so replicas see no step at all while the rule is called often (a live
+//!   replica calls at least every 1.25 intervals): no window is lost. If
 //!   nobody called for a while, the fleet lives again `min(step, time since the last
 //!   call)`, never a window id twice.
 //! * **Redis time steps forward, or this replica's clock stalls:** its next call is
@@ -143,10 +145,16 @@ pub(crate) struct LeaseMachine {
     /// No lease call for `window` before this local time (Redis was short).
     retry_lease_at: u64,
     last_success: Option<u64>,
+    /// When the call of `last_success` was sent.
+    last_success_sent: Option<u64>,
     /// Why the last call failed, if one failed since the last success.
     last_failure: Option<FleetFailure>,
-    /// When the last lease call Redis answered (a heartbeat it wrote) was sent.
+    /// The local time of the heartbeat Redis last wrote for this replica, as its reply
+    /// said (at most when that call was sent).
     last_heartbeat_sent: Option<u64>,
+    /// When (fleet ms) the last lease call Redis answered was sent: what this rule
+    /// vouches for in its replica's heartbeat (`pool.rs`).
+    last_answered_ms: Option<u64>,
     last_attempt: Option<u64>,
     /// Whether the last call failed (calls are then paced to one per interval).
     failing: bool,
@@ -186,8 +194,10 @@ impl LeaseMachine {
             prefetched: None,
             retry_lease_at: 0,
             last_success: None,
+            last_success_sent: None,
             last_failure: None,
             last_heartbeat_sent: None,
+            last_answered_ms: None,
             last_attempt: None,
             failing: false,
             newest_window_reported: 0,
@@ -211,6 +221,11 @@ impl LeaseMachine {
         self.in_fallback
     }
 
+    /// When (fleet ms) the last lease call Redis answered was sent, if one was.
+    pub(crate) fn last_answered_ms(&self) -> Option<u64> {
+        self.last_answered_ms
+    }
+
     /// The notices since the last call.
     pub(crate) fn take_notices(&mut self) -> Vec<Notice> {
         std::mem::take(&mut self.notices)
@@ -222,7 +237,14 @@ impl LeaseMachine {
 
     /// Window bookkeeping and fallback at local time `now`; returns the call to make
     /// now, if any.
+    #[cfg(test)]
     pub(crate) fn plan(&mut self, shared: Shared<'_>, now: u64) -> Option<Call> {
+        self.plan_within(shared, now, 0)
+    }
+
+    /// As `plan`, a heartbeat also when it falls due within `ahead`: the
+    /// pool's rounds take every rule's heartbeat due soon (`pool.rs`).
+    pub(crate) fn plan_within(&mut self, shared: Shared<'_>, now: u64, ahead: u64) -> Option<Call> {
         if self.resample_first {
             return Some(Call::SampleTime);
         }
@@ -261,10 +283,14 @@ impl LeaseMachine {
             .saturating_mul(self.settings.window_nanos)
             .saturating_sub(fleet);
         let lead = (4 * self.last_round_trip).max(2 * self.settings.tick_nanos);
-        if to_edge <= lead && self.prefetched.is_none_or(|(w, _)| w != current + 1) {
+        let prefetch = self.prefetched.is_none_or(|(w, _)| w != current + 1);
+        let due = self.heartbeat_due(now, fleet, ahead);
+        // A heartbeat due before the prefetch's lead is the prefetch (which heartbeats
+        // too), so idle rules make it in their grid's rounds, not each at its own lead.
+        if prefetch && (to_edge <= lead || due && to_edge <= self.settings.interval_nanos + lead) {
             return lease(current + 1, chunk(self.settings.permits, self.spent, 0));
         }
-        if self.paced(self.last_success, now) {
+        if due {
             return lease(current, 0);
         }
         None
@@ -355,6 +381,7 @@ impl LeaseMachine {
             known_instances: m.instances,
             known_rank: m.rank,
             sent_ms,
+            vouch_ms: 0,
         }
     }
 }

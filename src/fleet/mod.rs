@@ -13,7 +13,7 @@
 //! * `worker.rs`: one rule's side of a worker: its machine asked for calls and given
 //!   the answers, and its warnings.
 //! * `pipeline.rs`: one round's calls as pipelines (the lease calls of a server, or of
-//!   a cluster slot, in one call of the several-rule lease script).
+//!   a cluster slot, in one call of the lease script, their replicas heartbeating once).
 //! * `pool.rs`: one worker per Redis target (a thread, its runtime, one connection),
 //!   shared by every limiter of the process on it: one pipeline per round.
 //! * `limiter.rs`: the public handle.

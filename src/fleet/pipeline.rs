@@ -1,6 +1,6 @@
 //! One round's calls as pipelines: each clock call one command, the lease calls of a
-//! server (or of one slot of a cluster) one command of the several-rule lease script
-//! (the lease script when alone); sent in one round trip, each command's answer handed
+//! server (or of one slot of a cluster) one command of the lease script, with their
+//! replica groups' heartbeats; sent in one round trip, each command's answer handed
 //! back to the calls it answers. On a cluster, one pipeline per slot, sent together.
 
 use std::collections::HashMap;
@@ -9,11 +9,12 @@ use std::sync::Arc;
 
 use redis::aio::ConnectionLike;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, ErrorKind, Pipeline, RedisError, ServerErrorKind, Value};
+use redis::{Cmd, ErrorKind, Pipeline, RedisError, ScriptInvocation, ServerErrorKind, Value};
 use tokio::task::JoinSet;
 
 use super::lease::Call;
-use super::wire::{RuleWire, Scripts};
+use super::script::LeaseRequest;
+use super::wire::{add_ages, RuleWire, Scripts};
 
 /// Each call's answer, in the order of the round.
 pub(crate) type Answers = Vec<Result<Value, RedisError>>;
@@ -23,9 +24,9 @@ type Pairs = Vec<(usize, Result<Value, RedisError>)>;
 
 /// Which calls of the round one command answers.
 enum Answering {
-    /// One call (a clock call, or a lone lease).
+    /// One clock call.
     One(usize),
-    /// Several lease calls, in the order of the reply's items.
+    /// The lease calls, in the order of the reply's items.
     Each(Vec<usize>),
 }
 
@@ -46,25 +47,14 @@ impl Batch {
             match call {
                 Call::Lease(request) => leases.push((i, wire, request)),
                 Call::SampleTime => {
-                    wire.push(&mut pipe, scripts, call);
+                    wire.push_clock(&mut pipe, scripts);
                     answering.push(Answering::One(i));
                 }
             }
         }
-        match leases.as_slice() {
-            [] => {}
-            [(i, wire, request)] => {
-                wire.push(&mut pipe, scripts, Call::Lease(*request));
-                answering.push(Answering::One(*i));
-            }
-            several => {
-                let mut invocation = scripts.multi.prepare_invoke();
-                for (_, wire, request) in several {
-                    wire.add_lease(&mut invocation, *request);
-                }
-                pipe.invoke_script(&invocation);
-                answering.push(Answering::Each(several.iter().map(|l| l.0).collect()));
-            }
+        if !leases.is_empty() {
+            pipe.invoke_script(&lease_invocation(&leases, scripts));
+            answering.push(Answering::Each(leases.iter().map(|l| l.0).collect()));
         }
         Self { pipe, answering }
     }
@@ -85,7 +75,7 @@ impl Batch {
                 }
                 (Answering::Each(at), Ok(other)) => {
                     let bad = RedisError::from(io::Error::other(format!(
-                        "unexpected reply of the several-rule lease script: {other:?}"
+                        "unexpected reply of the lease script: {other:?}"
                     )));
                     pairs.extend(at.into_iter().map(|i| (i, Err(bad.clone()))));
                 }
@@ -96,6 +86,40 @@ impl Batch {
         }
         Ok(pairs)
     }
+}
+
+/// One call of the lease script for `leases`: their replica groups first (each once,
+/// with the oldest time its calls vouch for and the latest send time), then the calls.
+fn lease_invocation<'a>(
+    leases: &[(usize, &RuleWire, LeaseRequest)],
+    scripts: &'a Scripts,
+) -> ScriptInvocation<'a> {
+    // (a rule of the group, vouched, latest sent)
+    let mut groups: Vec<(&RuleWire, u64, u64)> = Vec::new();
+    let mut of = Vec::with_capacity(leases.len());
+    for (_, wire, request) in leases {
+        match groups.iter().position(|g| g.0.group == wire.group) {
+            Some(g) => {
+                let group = &mut groups[g];
+                group.1 = group.1.min(request.vouch_ms);
+                group.2 = group.2.max(request.sent_ms);
+                of.push(g + 1);
+            }
+            None => {
+                groups.push((wire, request.vouch_ms, request.sent_ms));
+                of.push(groups.len());
+            }
+        }
+    }
+    let mut invocation = scripts.lease.prepare_invoke();
+    add_ages(&mut invocation, groups.len());
+    for (wire, vouch, sent) in &groups {
+        wire.add_group(&mut invocation, *vouch, *sent);
+    }
+    for ((_, wire, request), group) in leases.iter().zip(of) {
+        wire.add_lease(&mut invocation, *request, group);
+    }
+    invocation
 }
 
 /// The answers of a round of `len` calls in its order; a call without one gets an
@@ -163,7 +187,7 @@ async fn send<C: ConnectionLike>(
         return Ok(answers);
     }
     let mut again = redis::pipe();
-    for script in [&scripts.lease, &scripts.multi, &scripts.clock] {
+    for script in [&scripts.lease, &scripts.clock] {
         again.load_script(script).ignore();
     }
     let commands: Vec<&Cmd> = pipe.cmd_iter().collect();

@@ -28,8 +28,10 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
 
+use super::lease::Call;
 use super::stop::Stop;
 use super::transport::{Target, Transport};
+use super::wire::Leave;
 use super::worker::{Member, Planned};
 
 /// What makes two limiters share a worker: what their Redis URL(s) connect to
@@ -59,7 +61,10 @@ pub(crate) struct Pool {
 #[derive(Default)]
 struct PoolShared {
     stop: Stop,
-    members: Mutex<Vec<Weak<dyn Member>>>,
+    /// The rules, and how to remove each one's member once it is dropped.
+    members: Mutex<Vec<(Weak<dyn Member>, Leave)>>,
+    /// Members of rules dropped since the last round, to remove.
+    leaving: Mutex<Vec<Leave>>,
     /// Rules registered and not yet dropped.
     rules: AtomicU64,
     /// Rounds sent to Redis (one round trip each; one per slot on a cluster).
@@ -98,6 +103,10 @@ impl Drop for Registration {
 
 type Registry = Mutex<HashMap<PoolKey, Weak<Pool>>>;
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn registry() -> &'static Registry {
     static POOLS: OnceLock<Registry> = OnceLock::new();
     POOLS.get_or_init(Registry::default)
@@ -131,11 +140,9 @@ pub(crate) fn join(
     };
     drop(pools);
     let shared = &pool.shared;
-    shared
-        .members
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .push(member);
+    if let Some(leave) = member.upgrade().map(|m| m.wire().leave()) {
+        lock(&shared.members).push((member, leave));
+    }
     // Relaxed: a display counter.
     shared.rules.fetch_add(1, Ordering::Relaxed);
     Ok(Registration { pool })
@@ -174,11 +181,28 @@ async fn run(shared: Arc<PoolShared>, transport: Transport) {
     while !shared.stop.is_stopped() {
         while rounds.try_join_next().is_some() {}
         let members = shared.live_members();
+        let leaving = std::mem::take(&mut *lock(&shared.leaving));
+        if !leaving.is_empty() {
+            // On the connection after the dropped rules' last calls: they cannot
+            // join again behind it.
+            let transport = Arc::clone(&transport);
+            rounds.spawn(async move { transport.leave(&leaving).await });
+        }
         let tick = members.iter().map(|m| m.tick()).min().unwrap_or(IDLE_TICK);
-        let due: Vec<(Arc<dyn Member>, Planned)> = members
-            .into_iter()
-            .filter_map(|m| m.plan().map(|p| (m, p)))
+        let mut due: Vec<(Arc<dyn Member>, Planned)> = members
+            .iter()
+            .filter_map(|m| m.plan(false).map(|p| (Arc::clone(m), p)))
             .collect();
+        if !due.is_empty() {
+            // The heartbeats due within a quarter interval go in this round: rules whose
+            // mappings of fleet time differ a little stay in the same rounds.
+            let pulled: Vec<_> = members
+                .iter()
+                .filter_map(|m| m.plan(true).map(|p| (Arc::clone(m), p)))
+                .collect();
+            due.extend(pulled);
+        }
+        vouch(&members, &mut due);
         if !due.is_empty() {
             rounds.spawn(round(Arc::clone(&shared), Arc::clone(&transport), due));
         }
@@ -195,6 +219,37 @@ async fn run(shared: Arc<PoolShared>, transport: Transport) {
         });
         if shared.stop.unless_stopped(woken).await.is_none() {
             break;
+        }
+    }
+}
+
+/// Sets what each lease call of the round vouches for in its replica group's heartbeat
+/// (`script.rs`): the oldest of the group's rules' last answered lease calls, a rule
+/// with a lease call in the round counting that one; none (0) if one of them was never
+/// answered. A rule with a call in flight or failing thus holds the heartbeat back,
+/// and Redis never hears a replica later than it heard each of its rules.
+fn vouch(members: &[Arc<dyn Member>], due: &mut [(Arc<dyn Member>, Planned)]) {
+    let mut in_round: HashMap<*const (), u64> = HashMap::new();
+    let mut groups: HashMap<&str, u64> = HashMap::new();
+    for (m, planned) in due.iter() {
+        if let Call::Lease(request) = planned.call {
+            in_round.insert(Arc::as_ptr(m).cast(), request.sent_ms);
+        }
+    }
+    for m in members {
+        if in_round.contains_key(&Arc::as_ptr(m).cast()) {
+            groups.insert(m.wire().group.as_str(), u64::MAX);
+        }
+    }
+    for m in members {
+        if let Some(oldest) = groups.get_mut(m.wire().group.as_str()) {
+            let mine = in_round.get(&Arc::as_ptr(m).cast()).copied();
+            *oldest = (*oldest).min(mine.or_else(|| m.answered_ms()).unwrap_or(0));
+        }
+    }
+    for (m, planned) in due.iter_mut() {
+        if let Call::Lease(request) = &mut planned.call {
+            request.vouch_ms = groups.get(m.wire().group.as_str()).copied().unwrap_or(0);
         }
     }
 }
@@ -221,20 +276,127 @@ async fn round(
 }
 
 impl PoolShared {
-    /// The rules still there (the others are forgotten).
+    /// The rules still there (the others are forgotten, their members to remove).
     fn live_members(&self) -> Vec<Arc<dyn Member>> {
-        let mut members = self
-            .members
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut members = lock(&self.members);
         let mut live = Vec::with_capacity(members.len());
-        members.retain(|m| match m.upgrade() {
+        let mut gone = Vec::new();
+        members.retain(|(m, leave)| match m.upgrade() {
             Some(m) if !m.stopped() => {
                 live.push(m);
                 true
             }
-            _ => false,
+            _ => {
+                gone.push(leave.clone());
+                false
+            }
         });
+        drop(members);
+        lock(&self.leaving).extend(gone);
         live
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use redis::Value;
+
+    use super::*;
+    use crate::fleet::script::LeaseRequest;
+    use crate::fleet::transport::CallError;
+    use crate::fleet::wire::{Naming, RuleWire};
+
+    /// A rule as the pool sees it: its wire and its last answered lease call.
+    struct Fake {
+        wire: RuleWire,
+        answered: Option<u64>,
+    }
+
+    impl Member for Fake {
+        fn wire(&self) -> &RuleWire {
+            &self.wire
+        }
+        fn tick(&self) -> Duration {
+            Duration::from_millis(1)
+        }
+        fn plan(&self, _pull: bool) -> Option<Planned> {
+            None
+        }
+        fn answered_ms(&self) -> Option<u64> {
+            self.answered
+        }
+        fn apply(&self, _: Planned, _: Result<Value, CallError>, _: Duration) {}
+        fn abandon(&self) {}
+        fn stopped(&self) -> bool {
+            false
+        }
+    }
+
+    /// A rule `key` of replica `replica` (interval 100 ms), last answered at `answered`.
+    fn rule(key: &str, replica: &str, answered: Option<u64>) -> Arc<dyn Member> {
+        let naming = Naming {
+            prefix: "p".to_owned(),
+            key: key.to_owned(),
+            instance_id: format!("{replica}-{key}"),
+            replica_id: replica.to_owned(),
+            cluster: false,
+        };
+        let interval = Duration::from_millis(100);
+        let wire = RuleWire::new(naming, 10, 1_000_000_000, [interval; 3]);
+        Arc::new(Fake { wire, answered })
+    }
+
+    fn lease(sent_ms: u64) -> Planned {
+        Planned::at_zero(Call::Lease(LeaseRequest {
+            window: 1,
+            want: 0,
+            held: 0,
+            known_instances: 0,
+            known_rank: 0,
+            sent_ms,
+            vouch_ms: 0,
+        }))
+    }
+
+    fn vouched(due: &[(Arc<dyn Member>, Planned)]) -> Vec<u64> {
+        due.iter()
+            .map(|(_, p)| match p.call {
+                Call::Lease(r) => r.vouch_ms,
+                Call::SampleTime => u64::MAX,
+            })
+            .collect()
+    }
+
+    /// A replica's heartbeat vouches for the oldest of its rules' last answered calls
+    /// (a rule in the round counting this call), per replica group: a rule that is
+    /// failing or has a call in flight holds it back, one never answered stops it.
+    #[test]
+    fn a_heartbeat_vouches_for_the_oldest_answer_of_its_group() {
+        let a1 = rule("a1", "r", Some(500));
+        let a2 = rule("a2", "r", Some(900));
+        let a3 = rule("a3", "r", Some(700));
+        let other = rule("b", "s", Some(100));
+        let members = vec![a1.clone(), a2.clone(), a3.clone(), other.clone()];
+        let mut due = vec![
+            (a1.clone(), lease(1000)),
+            (a2.clone(), lease(1000)),
+            (a3.clone(), Planned::at_zero(Call::SampleTime)),
+            (other.clone(), lease(1000)),
+        ];
+        vouch(&members, &mut due);
+        // a3, not leasing in the round, holds r back to its last answer; s is alone.
+        assert_eq!(vouched(&due), vec![700, 700, u64::MAX, 1000]);
+
+        let fresh = rule("a4", "r", None);
+        let members = vec![a1.clone(), fresh];
+        let mut due = vec![(a1, lease(1000))];
+        vouch(&members, &mut due);
+        assert_eq!(
+            vouched(&due),
+            vec![0],
+            "a rule never answered: no heartbeat"
+        );
     }
 }

@@ -13,10 +13,10 @@ use redis::{ConnectionInfo, IntoConnectionInfo, RedisError, Script, Value};
 
 use super::lease::Call;
 use super::pipeline::{by_slot, in_order, Answers, Batch};
-use super::script::{CLOCK_LUA, LEASE_LUA, MULTI_LEASE_LUA};
+use super::script::{CLOCK_LUA, LEASE_LUA};
 use super::stats::FleetFailure;
 use super::stop::Stop;
-use super::wire::{RuleWire, Scripts};
+use super::wire::{Leave, RuleWire, Scripts};
 
 /// Why a call to Redis gave no usable answer.
 #[derive(Clone, Debug, thiserror::Error)]
@@ -200,7 +200,6 @@ impl Transport {
             target,
             scripts: Arc::new(Scripts {
                 lease: Script::new(LEASE_LUA),
-                multi: Script::new(MULTI_LEASE_LUA),
                 clock: Script::new(CLOCK_LUA),
             }),
             connection: Mutex::new(None),
@@ -251,6 +250,29 @@ impl Transport {
             *self.slot() = None;
         }
         Some(answers)
+    }
+
+    /// Removes the members of dropped limiters from their rules' members, each within
+    /// its bound; a failure leaves the member to be forgotten with its replica.
+    pub(crate) async fn leave(&self, leaves: &[Leave]) {
+        let Ok(connection) = self.connect().await else {
+            return;
+        };
+        for leave in leaves {
+            let mut zrem = redis::cmd("ZREM");
+            zrem.arg(&leave.key).arg(&leave.member);
+            let sent = match connection.clone() {
+                Connection::Single(mut c) => {
+                    tokio::time::timeout(leave.bound, zrem.query_async::<()>(&mut c)).await
+                }
+                Connection::Cluster(mut c) => {
+                    tokio::time::timeout(leave.bound, zrem.query_async::<()>(&mut c)).await
+                }
+            };
+            if !matches!(sent, Ok(Ok(()))) {
+                return;
+            }
+        }
     }
 
     /// The connection, made (without I/O for one server) when there is none.

@@ -1,7 +1,10 @@
-//! One rule's calls on the wire: its keys and fixed arguments, the command a
-//! [`Call`] becomes (an `EVALSHA` of the clock or lease script, to go in a pipeline
-//! with other rules' calls) and its reply read back.
+//! One rule's calls on the wire: its keys and fixed arguments, its replica group's keys
+//! (see `script.rs`), the command a clock call becomes, a lease call's keys and
+//! arguments in the lease script (with other rules' calls, `pipeline.rs`), and the
+//! replies read back.
 
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use redis::{Pipeline, RedisError, Script, ScriptInvocation, Value};
@@ -11,14 +14,34 @@ use super::script::{LeaseReply, LeaseRequest};
 use super::time::time_to_nanos;
 use super::transport::CallError;
 
+/// Who a rule's calls come from and where its keys live.
+#[derive(Debug)]
+pub(crate) struct Naming {
+    pub(crate) prefix: String,
+    pub(crate) key: String,
+    /// The rule's member: its window accounting and share.
+    pub(crate) instance_id: String,
+    /// The replica heartbeating for it (the process, unless the instance id was set).
+    pub(crate) replica_id: String,
+    /// On a cluster the group's keys must hash to the rule's slot.
+    pub(crate) cluster: bool,
+}
+
 /// What a rule's calls need to know, fixed at build time.
 #[derive(Debug)]
 pub(crate) struct RuleWire {
     /// The hash tag `{prefix:key}` every key starts with.
     pub(crate) tag: String,
-    /// `{p}:members`, `{p}:meta`, `{p}:seen`.
-    keys: [String; 3],
+    /// `{p}:joined`, `{p}:meta`.
+    keys: [String; 2],
     pub(crate) instance_id: String,
+    replica_id: String,
+    /// The replica group's `hb`, `seen` and `clock` keys.
+    group_keys: [String; 3],
+    group_tag: String,
+    /// The replica group: its keys' base and the replica id (rules with the same one
+    /// heartbeat together).
+    pub(crate) group: String,
     pub(crate) permits: u64,
     pub(crate) window_nanos: u64,
     pub(crate) interval: Duration,
@@ -28,10 +51,22 @@ pub(crate) struct RuleWire {
     pub(crate) young_windows: u64,
 }
 
-/// The lease, several-rule lease and clock scripts, compiled once per worker.
+/// A rule's member, to remove from the rule's members when its limiter is dropped
+/// while its replica lives on (`pool.rs`): its heartbeat goes on, so Redis would never
+/// forget it.
+#[derive(Clone, Debug)]
+pub(crate) struct Leave {
+    /// `{p}:joined`.
+    pub(crate) key: String,
+    /// `<replica> <instance id>`.
+    pub(crate) member: String,
+    /// How long the removal may take: the rule's call bound.
+    pub(crate) bound: Duration,
+}
+
+/// The lease and clock scripts, compiled once per worker.
 pub(crate) struct Scripts {
     pub(crate) lease: Script,
-    pub(crate) multi: Script,
     pub(crate) clock: Script,
 }
 
@@ -39,22 +74,33 @@ impl RuleWire {
     /// The wire settings of a rule, `timings` its interval, response and connect
     /// timeouts; the young windows are set by its worker (`worker.rs`).
     pub(crate) fn new(
-        tag: String,
-        instance_id: String,
+        naming: Naming,
         permits: u64,
         window_nanos: u64,
         timings: [Duration; 3],
     ) -> Self {
         let [interval, response_timeout, connect_timeout] = timings;
-        let keys = [
-            format!("{tag}:members"),
-            format!("{tag}:meta"),
-            format!("{tag}:seen"),
+        let tag = format!("{{{}:{}}}", naming.prefix, naming.key);
+        let keys = [format!("{tag}:joined"), format!("{tag}:meta")];
+        let group_tag = if naming.cluster {
+            slot_group_tag(&naming.prefix, slot_of(&tag))
+        } else {
+            format!("{{{}:replicas}}", naming.prefix)
+        };
+        let base = format!("{group_tag}:{}", millis(interval));
+        let group_keys = [
+            format!("{base}:hb"),
+            format!("{base}:seen"),
+            format!("{base}:clock"),
         ];
         Self {
+            group: format!("{base} {}", naming.replica_id),
             tag,
             keys,
-            instance_id,
+            instance_id: naming.instance_id,
+            replica_id: naming.replica_id,
+            group_keys,
+            group_tag,
             permits,
             window_nanos,
             interval,
@@ -64,38 +110,58 @@ impl RuleWire {
         }
     }
 
+    /// How to remove this rule's member once its limiter is dropped.
+    pub(crate) fn leave(&self) -> Leave {
+        Leave {
+            key: self.keys[0].clone(),
+            member: format!("{} {}", self.replica_id, self.instance_id),
+            bound: self.bound(),
+        }
+    }
+
     /// The longest one of this rule's calls may take: the response and connect
     /// timeouts.
     pub(crate) fn bound(&self) -> Duration {
         self.response_timeout + self.connect_timeout
     }
 
-    /// Adds `call` to `pipe`, as an `EVALSHA` of the clock or lease script.
-    pub(crate) fn push(&self, pipe: &mut Pipeline, scripts: &Scripts, call: Call) {
-        match call {
-            Call::SampleTime => {
-                pipe.invoke_script(&scripts.clock.key(&self.keys[1]));
-            }
-            Call::Lease(request) => {
-                let mut invocation = scripts.lease.prepare_invoke();
-                self.add_lease(&mut invocation, request);
-                pipe.invoke_script(&invocation);
-            }
-        }
+    /// Adds a clock call to `pipe`.
+    pub(crate) fn push_clock(&self, pipe: &mut Pipeline, scripts: &Scripts) {
+        pipe.invoke_script(&scripts.clock.key(&self.keys[1]));
     }
 
-    /// Adds the keys and arguments of a lease call to `invocation` (of the lease
-    /// script, or after other calls' in the several-rule script).
-    pub(crate) fn add_lease(&self, invocation: &mut ScriptInvocation<'_>, request: LeaseRequest) {
-        let interval_ms = u64::try_from(self.interval.as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1);
+    /// Adds this rule's replica group to `invocation` of the lease script (before any
+    /// call): its keys, tag, replica, vouched time, latest send time and interval.
+    pub(crate) fn add_group(
+        &self,
+        invocation: &mut ScriptInvocation<'_>,
+        vouch_ms: u64,
+        sent_ms: u64,
+    ) {
+        for key in &self.group_keys {
+            invocation.key(key);
+        }
+        invocation
+            .arg(&self.group_tag)
+            .arg(&self.replica_id)
+            .arg(vouch_ms)
+            .arg(sent_ms)
+            .arg(millis(self.interval));
+    }
+
+    /// Adds the keys and arguments of a lease call to `invocation` (after the groups
+    /// and the calls before it), `group` the number of its group there.
+    pub(crate) fn add_lease(
+        &self,
+        invocation: &mut ScriptInvocation<'_>,
+        request: LeaseRequest,
+        group: usize,
+    ) {
         let window_ms = (self.window_nanos / 1_000_000).max(1);
         invocation
             .key(format!("{}:w:{}", self.tag, request.window))
             .key(&self.keys[0])
             .key(&self.keys[1])
-            .key(&self.keys[2])
             .arg(&self.instance_id)
             .arg(request.window)
             .arg(self.permits)
@@ -105,17 +171,62 @@ impl RuleWire {
             .arg(request.known_rank)
             .arg(window_ms)
             .arg(self.young_windows)
-            .arg(STALE_AFTER_INTERVALS * interval_ms)
-            .arg(PRUNE_AFTER_INTERVALS * interval_ms)
             .arg(request.sent_ms)
-            .arg(expiry_ms(self.response_timeout));
+            .arg(expiry_ms(self.response_timeout))
+            .arg(group);
     }
 
     /// The cluster slot of every key of this rule (they share its hash tag).
     pub(crate) fn slot(&self) -> u16 {
-        let inner = self.tag.trim_start_matches('{').trim_end_matches('}');
-        crc16(inner.as_bytes()) % 16384
+        slot_of(&self.tag)
     }
+}
+
+/// The lease script's leading arguments: the number of groups, the stale and prune
+/// ages in intervals.
+pub(crate) fn add_ages(invocation: &mut ScriptInvocation<'_>, groups: usize) {
+    invocation
+        .arg(groups)
+        .arg(STALE_AFTER_INTERVALS)
+        .arg(PRUNE_AFTER_INTERVALS);
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// The cluster slot of a key whose hash tag is all of `tag` (`{...}`).
+fn slot_of(tag: &str) -> u16 {
+    let inner = tag.trim_start_matches('{').trim_end_matches('}');
+    crc16(inner.as_bytes()) % 16384
+}
+
+/// The replica group tag of `prefix` in cluster slot `slot`: `{prefix:replicas:<n>}`,
+/// `n` the least number whose tag hashes to the slot. The numbers of a prefix are
+/// found once per process, every slot at a time.
+fn slot_group_tag(prefix: &str, slot: u16) -> String {
+    static TABLES: OnceLock<Mutex<HashMap<String, Vec<u32>>>> = OnceLock::new();
+    let mut tables = TABLES
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let table = tables.entry(prefix.to_owned()).or_insert_with(|| {
+        let stem = format!("{prefix}:replicas:");
+        let start = crc16_from(0, stem.as_bytes());
+        let mut table = vec![u32::MAX; 16384];
+        let mut left = table.len();
+        let mut n: u32 = 0;
+        while left > 0 {
+            let s = usize::from(crc16_from(start, n.to_string().as_bytes()) % 16384);
+            if table[s] == u32::MAX {
+                table[s] = n;
+                left -= 1;
+            }
+            n += 1;
+        }
+        table
+    });
+    format!("{{{prefix}:replicas:{}}}", table[usize::from(slot)])
 }
 
 /// Reads Redis's answer to `call`.
@@ -148,7 +259,11 @@ fn expiry_ms(response_timeout: Duration) -> u64 {
 
 /// CRC16/XMODEM, the hash of Redis Cluster's key slots.
 fn crc16(bytes: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
+    crc16_from(0, bytes)
+}
+
+/// CRC16/XMODEM of what gave `crc`, followed by `bytes`.
+fn crc16_from(mut crc: u16, bytes: &[u8]) -> u16 {
     for &b in bytes {
         crc ^= u16::from(b) << 8;
         for _ in 0..8 {
@@ -166,14 +281,44 @@ fn crc16(bytes: &[u8]) -> u16 {
 mod tests {
     use super::*;
 
+    fn wire(prefix: &str, key: &str, cluster: bool) -> RuleWire {
+        let naming = Naming {
+            prefix: prefix.to_owned(),
+            key: key.to_owned(),
+            instance_id: "i".to_owned(),
+            replica_id: "r".to_owned(),
+            cluster,
+        };
+        RuleWire::new(naming, 1, 1, [Duration::ZERO; 3])
+    }
+
     /// The slot decides which calls may share a pipeline in a cluster: it must be
     /// Redis's own (the check value of CRC16/XMODEM, and Redis's slot of `foo`).
     #[test]
     fn slots_are_redis_cluster_slots() {
         assert_eq!(crc16(b"123456789"), 0x31C3);
-        let wire =
-            |tag: &str| RuleWire::new(tag.to_owned(), "i".to_owned(), 1, 1, [Duration::ZERO; 3]);
-        assert_eq!(wire("{foo}").slot(), 12182);
-        assert_eq!(wire("{otel-rate:a}").slot(), wire("{otel-rate:a}").slot());
+        assert_eq!(slot_of("{foo}"), 12182);
+        assert_eq!(
+            wire("otel-rate", "a", true).slot(),
+            slot_of("{otel-rate:a}")
+        );
+    }
+
+    /// A script may only touch keys of one slot on a cluster: a rule's replica group
+    /// keys hash to the rule's own slot, and rules of one slot share them; on one
+    /// server every rule of a prefix shares them.
+    #[test]
+    fn replica_groups_are_in_the_rules_slot() {
+        for key in ["a", "b", "checkout:root", "rule999"] {
+            let w = wire("otel-rate", key, true);
+            assert_eq!(slot_of(&w.group_tag), w.slot(), "{key}");
+            assert!(w.group_keys.iter().all(|k| k.starts_with(&w.group_tag)));
+        }
+        let (a, b) = (wire("p", "a", false), wire("p", "b", false));
+        assert_eq!(
+            (a.group.as_str(), &a.group_keys),
+            (b.group.as_str(), &b.group_keys)
+        );
+        assert_ne!(a.group, wire("q", "a", false).group);
     }
 }

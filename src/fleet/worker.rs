@@ -30,8 +30,12 @@ pub(crate) trait Member: Send + Sync {
     /// How often it wants to be asked for a call.
     fn tick(&self) -> Duration;
     /// Its call due now, if any (none while one is in flight, once stopped or
-    /// dropped).
-    fn plan(&self) -> Option<Planned>;
+    /// dropped); `pull`: a heartbeat due within a quarter interval too, to go in a
+    /// round that goes anyway.
+    fn plan(&self, pull: bool) -> Option<Planned>;
+    /// When (fleet ms) its last lease call Redis answered was sent: what it vouches
+    /// for in its replica's heartbeat while it has no lease call in the round.
+    fn answered_ms(&self) -> Option<u64>;
     /// Redis's answer to `planned` (or why there is none), after `round_trip`.
     fn apply(&self, planned: Planned, answer: Result<Value, CallError>, round_trip: Duration);
     /// The round of `planned` was abandoned (the worker stops).
@@ -45,6 +49,14 @@ pub(crate) trait Member: Send + Sync {
 pub(crate) struct Planned {
     pub(crate) call: Call,
     t0: u64,
+}
+
+#[cfg(test)]
+impl Planned {
+    /// `call`, planned at local time 0.
+    pub(crate) fn at_zero(call: Call) -> Self {
+        Self { call, t0: 0 }
+    }
 }
 
 /// One limiter's rule in the shared worker.
@@ -143,16 +155,27 @@ impl<C: Clock> Member for RuleWorker<C> {
         self.tick
     }
 
-    fn plan(&self) -> Option<Planned> {
+    fn plan(&self, pull: bool) -> Option<Planned> {
         // One call in flight at a time.
         if self.stopped() || *lock(&self.in_flight) {
             return None;
         }
         let inner = self.inner.upgrade()?;
         let t0 = inner.clock.now_nanos();
-        let call = lock(&self.state).machine.plan(inner.shared(), t0)?;
+        let ahead = if pull {
+            nanos(self.wire.interval) / 4
+        } else {
+            0
+        };
+        let call = lock(&self.state)
+            .machine
+            .plan_within(inner.shared(), t0, ahead)?;
         *lock(&self.in_flight) = true;
         Some(Planned { call, t0 })
+    }
+
+    fn answered_ms(&self) -> Option<u64> {
+        lock(&self.state).machine.last_answered_ms()
     }
 
     fn apply(&self, planned: Planned, answer: Result<Value, CallError>, round_trip: Duration) {

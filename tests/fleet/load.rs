@@ -11,6 +11,13 @@ pub(crate) const WINDOW: Duration = Duration::from_millis(250);
 pub(crate) const INTERVAL: Duration = Duration::from_millis(50);
 pub(crate) const N: u32 = 200;
 
+/// The heartbeat Redis holds for `replica` (an instance id set by the test) among the
+/// replicas of sync interval [`INTERVAL`] under the default prefix.
+pub(crate) fn heartbeat(server: &crate::server::Server, replica: &str) -> String {
+    let group = format!("{{otel-rate:replicas}}:{}:hb", INTERVAL.as_millis());
+    server.cli(&["ZSCORE", &group, replica])
+}
+
 pub(crate) fn limit() -> Limit {
     Limit::per_window(N, WINDOW).unwrap()
 }

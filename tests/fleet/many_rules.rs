@@ -118,8 +118,18 @@ fn a_thousand_rules_in_one_process_sync_at_once_and_each_stays_under_n() {
     assert!(synced - built <= 6, "{} rounds to sync", synced - built);
     assert!(fleet.iter().all(|l| l.stats().worker_rules == 1000));
 
-    // Past the young windows, where a new Redis grants nothing or at most the shares.
+    // Past the young windows, where a new Redis grants nothing or at most the shares:
+    // idle, the replica heartbeats once per round for all its rules (its group's two
+    // sets), not once per rule (which was 1000 `ZADD`s a round to each rule's sets).
+    let _ = server.cli(&["CONFIG", "RESETSTAT"]);
     thread::sleep(WINDOW * 3);
+    let (zadds, scripts) = (command_calls(&server, "zadd"), script_calls(&server));
+    println!("idle for 3 windows: {scripts} script calls, {zadds} ZADDs");
+    assert!(scripts >= 1, "no heartbeat round in 3 windows");
+    assert!(
+        zadds <= 2 * scripts,
+        "{zadds} ZADDs in {scripts} script calls: heartbeats per rule"
+    );
     let counts = drive(&fleet, 2 * u64::from(N), WINDOW * 5);
     let mut filled = 0u64;
     for (i, per_window) in counts.iter().enumerate() {
@@ -149,29 +159,40 @@ fn a_thousand_rules_in_one_process_sync_at_once_and_each_stays_under_n() {
 
 /// Calls of the lease and clock scripts Redis ran since the last reset.
 pub(crate) fn script_calls(server: &Server) -> u64 {
-    server
-        .cli(&["INFO", "commandstats"])
-        .lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
+    command_calls(server, "evalsha") + command_calls(server, "eval")
+}
+
+/// Calls of `command` (lower case) Redis ran since the last reset, scripts' included.
+pub(crate) fn command_calls(server: &Server, command: &str) -> u64 {
+    command_counts(server)
+        .into_iter()
+        .filter(|(name, _)| name == command)
+        .map(|(_, calls)| calls)
         .sum()
 }
 
-/// Round trips, Redis script calls and the rules' own calls (lease, heartbeat and
-/// clock calls, `FleetStats::redis_calls`) per second over `run`, while `during` runs.
+/// Each command Redis ran since the last reset (scripts' included), with its calls.
+fn command_counts(server: &Server) -> Vec<(String, u64)> {
+    server
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest.split("calls=").nth(1)?.split(',').next()?;
+            Some((name.to_owned(), calls.parse::<u64>().ok()?))
+        })
+        .collect()
+}
+
+/// Round trips, Redis script calls, the rules' own calls (lease, heartbeat and clock
+/// calls, `FleetStats::redis_calls`), the commands Redis ran (inside the scripts
+/// included) and its `ZADD`s, per second over `run`, while `during` runs.
 fn rates(
     server: &Server,
     fleet: &[FleetLimiter],
     run: Duration,
     during: impl FnOnce(),
-) -> [f64; 3] {
+) -> [f64; 5] {
     let rule_calls = || fleet.iter().map(|l| l.stats().redis_calls).sum::<u64>();
     let _ = server.cli(&["CONFIG", "RESETSTAT"]);
     let rounds = fleet[0].stats().worker_round_trips;
@@ -180,10 +201,16 @@ fn rates(
     during();
     thread::sleep(run.saturating_sub(started.elapsed()));
     let secs = started.elapsed().as_secs_f64();
+    let counts = command_counts(server);
+    // Less the `CONFIG RESETSTAT` of this measure (an `INFO` counts after it answers).
+    let commands = counts.iter().map(|(_, n)| n).sum::<u64>().saturating_sub(1);
+    let zadds = command_calls(server, "zadd");
     [
         (fleet[0].stats().worker_round_trips - rounds) as f64 / secs,
         script_calls(server) as f64 / secs,
         (rule_calls() - calls) as f64 / secs,
+        commands as f64 / secs,
+        zadds as f64 / secs,
     ]
 }
 
@@ -196,7 +223,10 @@ fn rates(
 #[ignore = "a measurement (about a minute), not a check; BENCHMARKS.md says how to run it"]
 fn calls_by_rule_count() {
     let run = WINDOW * 5;
-    println!("rules | idle: round trips/s, script calls/s, rule calls/s | saturated: the same");
+    println!(
+        "rules | idle: round trips/s, script calls/s, rule calls/s, commands/s, ZADDs/s \
+         | saturated: the same"
+    );
     for count in [1, 10, 100, 1000] {
         let server = Server::start();
         let fleet = rules(&server, count);
@@ -204,10 +234,15 @@ fn calls_by_rule_count() {
             thread::sleep(Duration::from_millis(5));
         }
         thread::sleep(WINDOW * 3);
-        let [a, b, c] = rates(&server, &fleet, run, || {});
-        let [d, e, f] = rates(&server, &fleet, run, || {
+        let idle = rates(&server, &fleet, run, || {});
+        let saturated = rates(&server, &fleet, run, || {
             drive(&fleet, 2 * u64::from(N), run);
         });
-        println!("{count} | {a:.1} | {b:.1} | {c:.1} | {d:.1} | {e:.1} | {f:.1}");
+        let row: Vec<String> = idle
+            .iter()
+            .chain(&saturated)
+            .map(|r| format!("{r:.1}"))
+            .collect();
+        println!("{count} | {}", row.join(" | "));
     }
 }

@@ -31,9 +31,9 @@ fn eventually(what: &str, pred: impl Fn() -> bool) {
     }
 }
 
-/// The heartbeat time Redis holds for `key`'s member.
-fn heartbeat(server: &Server, key: &str) -> String {
-    server.cli(&["ZSCORE", &format!("{{otel-rate:{key}}}:members"), "pooled"])
+/// The fleet time of `key`'s last call (every call moves its rule's fleet clock).
+fn last_call(server: &Server, key: &str) -> String {
+    server.cli(&["HGET", &format!("{{otel-rate:{key}}}:meta"), "high"])
 }
 
 /// Before, each limiter had its own thread and connection: 20 rules meant 20 of each.
@@ -84,18 +84,18 @@ fn limiters_on_one_redis_share_one_worker_and_one_connection() {
     let last = rules.pop().expect("20 rules");
     drop(rules);
     assert_eq!(last.stats().worker_rules, 1);
-    // The dropped rules' heartbeats stop; the remaining rule's goes on.
+    // The dropped rules' calls stop; the remaining rule's go on.
     thread::sleep(INTERVAL * 2);
-    let (dropped, kept) = (heartbeat(&server, &keys[0]), heartbeat(&server, &keys[19]));
+    let (dropped, kept) = (last_call(&server, &keys[0]), last_call(&server, &keys[19]));
     thread::sleep(INTERVAL * 4);
     assert_eq!(
         dropped,
-        heartbeat(&server, &keys[0]),
+        last_call(&server, &keys[0]),
         "a dropped rule still calls"
     );
     assert_ne!(
         kept,
-        heartbeat(&server, &keys[19]),
+        last_call(&server, &keys[19]),
         "the remaining rule stopped"
     );
 
@@ -121,10 +121,10 @@ fn shutdown_of_one_limiter_leaves_the_others_leasing() {
     let b = rule(server.url(), "shut-b");
     load::warm_up(&[a.clone(), b.clone()], 1);
     a.shutdown();
-    let (stopped, going) = (heartbeat(&server, "shut-a"), heartbeat(&server, "shut-b"));
+    let (stopped, going) = (last_call(&server, "shut-a"), last_call(&server, "shut-b"));
     thread::sleep(INTERVAL * 4);
-    assert_eq!(stopped, heartbeat(&server, "shut-a"));
-    assert_ne!(going, heartbeat(&server, "shut-b"));
+    assert_eq!(stopped, last_call(&server, "shut-a"));
+    assert_ne!(going, last_call(&server, "shut-b"));
     // (No admission is asserted: a new Redis grants nothing in its first windows.)
     let s = b.stats();
     assert!(s.last_failure.is_none() && s.worker_rules == 2, "{s:?}");
@@ -142,4 +142,25 @@ fn urls_spelt_differently_for_one_redis_share_a_worker() {
     assert_eq!(a.stats().worker_rules, 2);
     assert_eq!(b.stats().worker_rules, 2);
     assert_eq!(other_db.stats().worker_rules, 1);
+}
+
+/// Two limiters of one rule in one process (default instance ids, one replica): the
+/// replica's heartbeat keeps both members live, so one dropped leaves the rule's
+/// members at once rather than counting in `k` for as long as the process lives.
+#[test]
+fn a_limiter_dropped_while_its_process_lives_leaves_its_rule() {
+    let server = Server::start();
+    let limiter = || {
+        FleetLimiter::builder(server.url(), "leave", load::limit())
+            .sync_interval(INTERVAL)
+            .build()
+            .expect("build")
+    };
+    let (kept, dropped) = (limiter(), limiter());
+    load::warm_up(&[kept.clone(), dropped.clone()], 1);
+    eventually("both members counted", || {
+        kept.stats().instances == 2 && dropped.stats().instances == 2
+    });
+    drop(dropped);
+    eventually("the dropped member left", || kept.stats().instances == 1);
 }

@@ -115,8 +115,9 @@ fn dropping_the_last_handle_stops_the_thread() {
     let clone = l.clone();
     drop(l);
     // A clone keeps it alive: the heartbeat still moves.
-    let score = || server.cli(&["ZSCORE", "{otel-rate:drop}:members", "dropper"]);
+    let score = || load::heartbeat(&server, "dropper");
     let a = score();
+    assert!(!a.trim().is_empty(), "no heartbeat while leasing");
     thread::sleep(load::INTERVAL * 3);
     assert_ne!(a, score(), "the worker stopped while a clone was alive");
     drop(clone);
@@ -140,8 +141,9 @@ fn shutdown_stops_the_thread_and_is_idempotent() {
         .unwrap();
     load::warm_up(std::slice::from_ref(&l), 1);
     l.shutdown(); // joins the thread
-    let score = || server.cli(&["ZSCORE", "{otel-rate:shut}:members", "shutter"]);
+    let score = || load::heartbeat(&server, "shutter");
     let a = score();
+    assert!(!a.trim().is_empty(), "no heartbeat before the shutdown");
     thread::sleep(load::INTERVAL * 4);
     assert_eq!(a, score());
     l.shutdown();
@@ -262,4 +264,36 @@ fn count_in_window_is_what_this_replica_spent_in_the_window() {
         seen.contains(&5),
         "five admissions never raised it by five: {seen:?}"
     );
+}
+
+/// Replicas of one rule with different sync intervals heartbeat in different replica
+/// groups: each sees the other as a member (its share counted), and one that stops is
+/// forgotten after its own prune age, its group's live clock moved by the other's
+/// calls.
+#[test]
+fn replicas_of_one_rule_with_different_intervals_see_each_other() {
+    let server = Server::start();
+    let replica = |id: &str, interval: Duration| {
+        FleetLimiter::builder(server.url(), "mixed", load::limit())
+            .sync_interval(interval)
+            .instance_id(id)
+            .build()
+            .unwrap()
+    };
+    let fast = replica("fast", load::INTERVAL);
+    let slow = replica("slow", load::INTERVAL * 2);
+    load::warm_up(&[fast.clone(), slow.clone()], 2);
+    assert_eq!(fast.stats().instances, 2, "{:?}", fast.stats());
+    assert_eq!(slow.stats().instances, 2, "{:?}", slow.stats());
+    drop(slow);
+    // The slow one's prune age is 20 of its intervals, of live clock.
+    let deadline = Instant::now() + load::INTERVAL * 2 * 20 * 5;
+    while fast.stats().instances != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "never forgotten: {:?}",
+            fast.stats()
+        );
+        thread::sleep(load::INTERVAL);
+    }
 }

@@ -19,6 +19,26 @@ impl LeaseMachine {
         true
     }
 
+    /// Whether a heartbeat is due at local time `now` (fleet time `fleet`), or within
+    /// `ahead`: at the point of the fleet's grid of sync intervals nearest an interval
+    /// after the last successful call was sent, seen a quarter interval early, and not
+    /// within half an interval of the last success (a busy rule's calls are its
+    /// heartbeats). The idle rules of one interval thus fall due in the same rounds,
+    /// rather than drifting apart by their round trips; a rule calls at most an interval
+    /// and a quarter after its last successful call was sent.
+    pub(super) fn heartbeat_due(&self, now: u64, fleet: u64, ahead: u64) -> bool {
+        let (Some(sent), Some(success)) = (self.last_success_sent, self.last_success) else {
+            return true;
+        };
+        let interval = self.settings.interval_nanos;
+        if now.saturating_sub(success) < interval / 2 {
+            return false;
+        }
+        let sent = fleet.saturating_sub(now.saturating_sub(sent));
+        let grid = sent.saturating_add(interval + interval / 2) / interval * interval;
+        fleet.saturating_add(interval / 4 + ahead) >= grid
+    }
+
     /// Maps the local clock onto the server's `TIME` from this call made from local
     /// time `t0` to `t1`, if `SampleFilter` keeps it (always when `forced`).
     pub(super) fn sample_time(

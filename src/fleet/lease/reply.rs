@@ -60,8 +60,10 @@ impl LeaseMachine {
             }
         };
         self.on_success(shared, t0, t1);
-        self.last_heartbeat_sent = Some(t0);
         self.sample_time(shared, reply.server_unix_nanos, (t0, t1), false);
+        if let Call::Lease(request) = call {
+            self.heard(shared, &request, &reply, t0);
+        }
         if self.in_fallback {
             self.in_fallback = false;
             self.share_expired = false;
@@ -84,12 +86,28 @@ impl LeaseMachine {
         }
     }
 
+    /// Notes what Redis heard of this replica from the answered lease `request`, sent
+    /// at local time `t0`: the rule vouches for it, and the replica's heartbeat is as
+    /// recent as the reply says Redis wrote it (not later than `t0`).
+    fn heard(&mut self, shared: Shared<'_>, request: &LeaseRequest, reply: &LeaseReply, t0: u64) {
+        self.last_answered_ms = Some(request.sent_ms);
+        let written = match reply.vouched_ms {
+            0 => None,
+            ms if ms >= request.sent_ms => Some(t0),
+            ms => shared.time.local_nanos(ms.saturating_mul(1_000_000)),
+        };
+        if let Some(t) = written {
+            self.last_heartbeat_sent = Some(self.last_heartbeat_sent.map_or(t, |h| h.max(t)));
+        }
+    }
+
     fn on_success(&mut self, shared: Shared<'_>, t0: u64, t1: u64) {
         shared.stats.succeeded();
         self.last_failure = None;
         self.last_attempt = Some(t0);
         self.failing = false;
         self.last_success = Some(t1);
+        self.last_success_sent = Some(t0);
         self.last_round_trip = t1.saturating_sub(t0);
     }
 

@@ -54,6 +54,10 @@ struct Harness {
     calls: u64,
     /// How far this replica's clock jumped ahead in all.
     jumped_ms: u64,
+    /// How far Redis `TIME` stepped back in all: after a silence longer than the step
+    /// the fleet clock takes it (nothing is lived twice), and this replica's mapping is
+    /// then ahead by it, as if its own clock had jumped.
+    stepped_back_ms: u64,
     /// Fleet time lived twice: Redis `TIME` stepped back by more than the time since
     /// the rule's last call, and the fleet clock went on from that call.
     relived: u64,
@@ -82,6 +86,7 @@ impl Harness {
             spent: BTreeMap::new(),
             calls: 0,
             jumped_ms: 0,
+            stepped_back_ms: 0,
             relived: 0,
         }
     }
@@ -145,6 +150,8 @@ impl Harness {
             young: false,
             server_unix_nanos: server,
             expired,
+            // As Redis writes it when the call vouches for itself alone.
+            vouched_ms: if expired { 0 } else { request.sent_ms },
         }
     }
 
@@ -156,6 +163,7 @@ impl Harness {
                 None
             }
             Event::Step { ms } => {
+                self.stepped_back_ms += ms.min(0).unsigned_abs();
                 self.server_offset += i128::from(ms) * i128::from(MS);
                 None
             }
@@ -402,25 +410,65 @@ proptest! {
             h.step(e);
         }
         h.assert_bounded();
-        // Never stuck: good replies fill a whole window again within 3 windows, plus
-        // however far this replica's clock jumped ahead and the fleet time lived twice
-        // (a lease or a fallback share installed for a window the fleet has not reached
-        // yet is spent in that window: the lease word does not go back).
-        let start = h.redis_window();
-        let relived = h.relived;
-        let bound = 3 * WINDOW + h.jumped_ms * MS + relived;
-        let deadline = h.now + bound;
-        let filled = |h: &mut Harness| {
-            let current = h.redis_window();
-            current > start + 1 && h.spent.range(start + 1..current).any(|(_, &n)| n == N)
-        };
-        while h.now < deadline && !filled(&mut h) {
-            h.good(1);
-        }
-        prop_assert!(filled(&mut h), "not leasing again: {:?}", h.spent);
+        prop_assert!(leases_again(&mut h), "not leasing again: {:?}", h.spent);
         prop_assert!(!h.machine.in_fallback());
         h.assert_bounded();
     }
+}
+
+/// Never stuck: good replies fill a whole window again within 3 windows, plus however
+/// far this replica's mapping ran ahead (its clock jumped, or Redis time stepped back)
+/// and the fleet time lived twice (a lease or a fallback share installed for a window
+/// the fleet has not reached yet is spent in that window: the lease word does not go
+/// back).
+fn leases_again(h: &mut Harness) -> bool {
+    let start = h.redis_window();
+    let ahead = (h.jumped_ms + h.stepped_back_ms) * MS;
+    let deadline = h.now + 3 * WINDOW + ahead + h.relived;
+    let filled = |h: &mut Harness| {
+        let current = h.redis_window();
+        current > start + 1 && h.spent.range(start + 1..current).any(|(_, &n)| n == N)
+    };
+    while h.now < deadline && !filled(h) {
+        h.good(1);
+    }
+    filled(h)
+}
+
+/// Found by the property test (it failed before the heartbeats per replica too): Redis
+/// time stepped back 353 ms after 600 ms without a call leaves this replica's mapping
+/// ahead by the step with a fallback share installed for a window the fleet has not
+/// reached; it spends it there, and leases again a window later than 3 windows.
+#[test]
+fn a_step_back_after_a_silence_recovers_as_a_jump_does() {
+    use Event::{Answer, Fail, Step, Wait};
+    let mut h = Harness::new(1, 0);
+    h.good(20);
+    let events = [
+        Answer {
+            rtt_ms: 0,
+            grant: 0,
+        },
+        Answer {
+            rtt_ms: 0,
+            grant: 0,
+        },
+        Wait { ms: 443 },
+        Answer {
+            rtt_ms: 11,
+            grant: 0,
+        },
+        Fail { after_ms: 36 },
+        Wait { ms: 609 },
+        Fail { after_ms: 1 },
+        Step { ms: -353 },
+    ];
+    for e in events {
+        h.step(e);
+    }
+    h.assert_bounded();
+    assert!(leases_again(&mut h), "not leasing again: {:?}", h.spent);
+    assert!(!h.machine.in_fallback());
 }
 
 /// Calls and under-used windows after `event`, for the step tests.
@@ -466,4 +514,51 @@ fn a_replica_clock_jumping_ahead_costs_at_most_one_window() {
     let (calls, under_used) = after_a_step(Event::Jump { ms: 2_000 });
     assert!(under_used <= 1, "{under_used} windows under-used");
     assert!(calls < 3 * (WINDOW / TICK), "{calls} calls");
+}
+
+/// Idle rules used to heartbeat an interval after each reply, so their calls drifted
+/// by a round trip and a tick every interval and the rules of one pool fell due in
+/// different rounds. An idle machine now calls on the fleet's grid of intervals: within
+/// a quarter interval before a grid point, one call per interval, never more than an
+/// interval and a quarter apart, whatever its round trip.
+#[test]
+fn idle_calls_fall_on_the_grid_of_intervals() {
+    let mut h = Harness::new(2, 0);
+    let mut sent = Vec::new();
+    let rtt = 3 * MS;
+    while h.now < 1_000 * MS + 60 * INTERVAL {
+        let t0 = h.now;
+        let (machine, shared) = h.parts();
+        let Some(call) = machine.plan(shared, t0) else {
+            h.now += TICK;
+            continue;
+        };
+        let reply = match call {
+            Call::SampleTime => Reply::Time(h.fleet_clock(t0 + rtt / 2)),
+            Call::Lease(request) => {
+                sent.push(request.sent_ms * MS);
+                Reply::Lease(h.answer(&request, N, t0, t0 + rtt))
+            }
+        };
+        h.now = t0 + rtt;
+        let (machine, shared) = h.parts();
+        machine.on_reply(shared, call, reply, t0, t0 + rtt);
+    }
+    // Past the first calls (the first sample, joining the grid).
+    let settled = &sent[4..];
+    for &t in settled {
+        let before_grid = (INTERVAL - t % INTERVAL) % INTERVAL;
+        assert!(
+            before_grid <= INTERVAL / 4,
+            "a call {before_grid} ns before the grid"
+        );
+    }
+    for pair in sent.windows(2) {
+        assert!(pair[1] - pair[0] <= INTERVAL + INTERVAL / 4, "{sent:?}");
+    }
+    assert!(
+        settled.len() as u64 <= 60,
+        "{} calls in 60 intervals",
+        settled.len()
+    );
 }
