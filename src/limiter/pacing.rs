@@ -68,19 +68,17 @@ impl Pacer {
         quotient as u64 * self.step_len
     }
 
-    /// The step holding `offset`: where it starts, `a(i)` (the most admissions the
-    /// window may have counted by its end) and its own share `a(i) − a(i − 1)`.
-    /// Divides (for the limiters that cannot count the window's admissions in one word:
-    /// the sliding log).
+    /// The step holding `offset` and `a(i)`, the most admissions the window may have
+    /// counted by its end. Divides (for the limiters that cannot count the window's
+    /// admissions in one word: the sliding log); where the step starts and its own
+    /// share are [`Step::start`] and [`Step::share`], a division more, left to the
+    /// callers that need them (a refusal by the allowance does not).
     #[inline]
     pub(crate) fn step_at(&self, offset: u64) -> Step {
-        let step = (offset / self.step_len).min(self.steps - 1);
-        let before = (self.permits * step).div_ceil(self.steps);
-        let allowance = (self.permits * (step + 1)).div_ceil(self.steps);
+        let index = (offset / self.step_len).min(self.steps - 1);
         Step {
-            start: step * self.step_len,
-            allowance,
-            share: allowance - before,
+            index,
+            allowance: (self.permits * (index + 1)).div_ceil(self.steps),
         }
     }
 }
@@ -88,12 +86,24 @@ impl Pacer {
 /// One step of a [`Pacer`]'s schedule (see [`Pacer::step_at`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Step {
-    /// Its offset into the window.
-    pub(crate) start: u64,
+    /// `i`, its place in the window.
+    pub(crate) index: u64,
     /// `a(i)`: the most admissions counted in the window by the step's end.
     pub(crate) allowance: u64,
-    /// `a(i) − a(i − 1)`: what the schedule releases in this step alone.
-    pub(crate) share: u64,
+}
+
+impl Step {
+    /// Its offset into the window under `pacer`.
+    #[inline]
+    pub(crate) fn start(self, pacer: &Pacer) -> u64 {
+        self.index * pacer.step_len
+    }
+
+    /// `a(i) − a(i − 1)`: what `pacer`'s schedule releases in this step alone.
+    #[inline]
+    pub(crate) fn share(self, pacer: &Pacer) -> u64 {
+        self.allowance - (pacer.permits * self.index).div_ceil(pacer.steps)
+    }
 }
 
 #[cfg(all(test, not(loom)))]
@@ -167,26 +177,24 @@ mod tests {
         assert_eq!(p.earliest(9), 0);
         assert_eq!(p.earliest(10), 100_000_000);
         assert_eq!(p.earliest(99), 900_000_000);
-        let first = Step {
-            start: 0,
-            allowance: 10,
-            share: 10,
-        };
-        assert_eq!(p.step_at(0), first);
-        let last = Step {
-            start: 900_000_000,
-            allowance: 100,
-            share: 10,
-        };
-        assert_eq!(p.step_at(999_999_999), last);
+        let first = p.step_at(0);
+        assert_eq!(
+            (first.start(&p), first.allowance, first.share(&p)),
+            (0, 10, 10)
+        );
+        let last = p.step_at(999_999_999);
+        assert_eq!(
+            (last.start(&p), last.allowance, last.share(&p)),
+            (900_000_000, 100, 10)
+        );
         // The last step takes the remainder of a window that B does not divide.
         let odd = pacer(10, 1_000_000_009, 10);
         assert_eq!(odd.step_at(1_000_000_008).allowance, 10);
-        assert_eq!(odd.step_at(1_000_000_008).start, 900_000_000);
+        assert_eq!(odd.step_at(1_000_000_008).start(&odd), 900_000_000);
         // Shares of a limit that B does not divide: 2, 1, 2, 1, ...
         let uneven = pacer(15, 1_000_000_000, 10);
         let shares: Vec<u64> = (0..10)
-            .map(|i| uneven.step_at(i * 100_000_000).share)
+            .map(|i| uneven.step_at(i * 100_000_000).share(&uneven))
             .collect();
         assert_eq!(shares, [2, 1, 2, 1, 2, 1, 2, 1, 2, 1]);
     }

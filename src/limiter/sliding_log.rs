@@ -2,7 +2,7 @@ use std::fmt;
 
 use crossbeam_utils::CachePadded;
 
-use super::pacing::Pacer;
+use super::pacing::{Pacer, Step};
 use super::packed::window_index;
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::Limit;
@@ -172,7 +172,10 @@ impl<C: Clock> SlidingLog<C> {
     /// stamp of admission `k − N` (`None`: fewer than `N` admissions ever). Slot reads:
     /// admission `k − a(i)` (`a(i)` already in this window?), then only past the step's
     /// share admission `k − share`, and only if that fails too admission `k − 1`.
-    #[inline]
+    ///
+    /// The refusal by the allowance is inlined on its own, as it was before the share
+    /// was looked at; the rest (a division more) is a call.
+    #[inline(always)]
     fn paced_at(&self, now: u64, k: u64, oldest: Option<u64>) -> Paced {
         if !self.pacer.is_paced() {
             return Paced::Released;
@@ -185,12 +188,19 @@ impl<C: Clock> SlidingLog<C> {
         if counted_all {
             return self.held(k);
         }
-        // Fewer than N stamped since the previous window's start (none of them before
-        // the first window).
+        self.within_share(now, k, oldest, start, step)
+    }
+
+    /// The rest of [`paced_at`](Self::paced_at), once fewer than `a(i)` are stamped in
+    /// the window: released while fewer than `N` are stamped since the previous
+    /// window's start (none of them before the first window), within the step's share,
+    /// or after `W` with nothing stamped.
+    #[inline(never)]
+    fn within_share(&self, now: u64, k: u64, oldest: Option<u64>, start: u64, step: Step) -> Paced {
         let quiet = oldest.is_none_or(|stamp| stamp < start.saturating_sub(self.window));
         let released = quiet
-            || k.checked_sub(step.share)
-                .is_none_or(|e| self.stamped_before(e, start + step.start))
+            || k.checked_sub(step.share(&self.pacer))
+                .is_none_or(|e| self.stamped_before(e, start + step.start(&self.pacer)))
             || self.stamped_before(k - 1, (now + 1).saturating_sub(self.window));
         if released {
             Paced::Released
