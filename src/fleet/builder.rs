@@ -225,7 +225,7 @@ impl<C: Clock> FleetLimiterBuilder<C> {
         });
         let member: Arc<dyn Member> = inner.member.clone();
         let registration = pool::join(
-            PoolKey::new(identity, cluster),
+            PoolKey::new(identity, cluster, connect_timeout, response_timeout),
             target,
             Arc::downgrade(&member),
         )

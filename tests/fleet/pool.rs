@@ -144,6 +144,34 @@ fn urls_spelt_differently_for_one_redis_share_a_worker() {
     assert_eq!(other_db.stats().worker_rules, 1);
 }
 
+/// A worker's connection is built with a connect timeout (and, on a cluster, a response
+/// timeout): a limiter that asks for another one gets a worker of its own rather than
+/// the first limiter's timeout; one that differs only in its response timeout shares
+/// the single node's worker, whose rounds are bounded by each rule's own.
+#[test]
+fn limiters_with_another_connect_timeout_get_a_worker_of_their_own() {
+    let server = Server::start();
+    let url = server.url();
+    let a = rule(url.clone(), "timeout-a");
+    let b = FleetLimiter::builder(url.clone(), "timeout-b", load::limit())
+        .sync_interval(INTERVAL)
+        .response_timeout(INTERVAL * 2)
+        .connect_timeout(INTERVAL)
+        .instance_id("pooled")
+        .build()
+        .expect("build");
+    let c = FleetLimiter::builder(url, "timeout-c", load::limit())
+        .sync_interval(INTERVAL)
+        .response_timeout(INTERVAL)
+        .connect_timeout(Duration::from_millis(700))
+        .instance_id("pooled")
+        .build()
+        .expect("build");
+    assert_eq!(a.stats().worker_rules, 2);
+    assert_eq!(b.stats().worker_rules, 2);
+    assert_eq!(c.stats().worker_rules, 1);
+}
+
 /// Two limiters of one rule in one process (default instance ids, one replica): the
 /// replica's heartbeat keeps both members live, so one dropped leaves the rule's
 /// members at once rather than counting in `k` for as long as the process lives.
