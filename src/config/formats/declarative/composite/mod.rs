@@ -5,13 +5,17 @@
 //! component [`RATE_LIMITING_KEY`] (`{limit, window, paced, sampler}`), built (feature
 //! `composable`) into a `CompositeSampler`.
 
-use serde::Deserialize;
-
 #[cfg(feature = "composable")]
 use crate::clock::Clock;
 use crate::config::error::ConfigError;
 use crate::config::formats::rule_file::Ctx;
 use crate::config::formats::spanned::Spanned;
+
+mod raw;
+
+pub(crate) use raw::RawComposable;
+#[cfg(feature = "composable")]
+use raw::{RawRateLimiting, RawRule, RawRuleBased};
 
 /// The plugin component name of `ComposableRateLimiting`
 /// under `composite/development` (ours; the schema has no rate limiter).
@@ -21,76 +25,6 @@ pub(crate) const RATE_LIMITING_KEY: &str = "rate_limiting/otel_rate_sampler";
 /// The keys a composable sampler may have, for error messages.
 pub(crate) const COMPOSABLE_KEYS: &str =
     "always_on, always_off, probability, parent_threshold, rule_based or rate_limiting/otel_rate_sampler";
-
-/// One composable sampler: a mapping with one key.
-#[derive(Deserialize)]
-#[serde(rename_all = "snake_case")]
-// Without `composable` read only to be refused; the samplers without options are read
-// only to refuse keys they do not take.
-#[allow(dead_code)]
-pub(crate) enum RawComposable {
-    AlwaysOn(Option<super::Empty>),
-    AlwaysOff(Option<super::Empty>),
-    Probability(Option<super::RawRatio>),
-    ParentThreshold(Box<RawParentThreshold>),
-    RuleBased(Option<RawRuleBased>),
-    #[serde(rename = "rate_limiting/otel_rate_sampler")]
-    RateLimiting(Box<RawRateLimiting>),
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(not(feature = "composable"), allow(dead_code))]
-pub(crate) struct RawParentThreshold {
-    pub(super) root: Spanned<RawComposable>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(not(feature = "composable"), allow(dead_code))]
-pub(crate) struct RawRuleBased {
-    pub(super) rules: Option<Vec<Spanned<RawRule>>>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(not(feature = "composable"), allow(dead_code))]
-pub(crate) struct RawRule {
-    attribute_values: Option<RawAttributeValues>,
-    attribute_patterns: Option<RawAttributePatterns>,
-    span_kinds: Option<Vec<Spanned<String>>>,
-    parent: Option<Vec<Spanned<String>>>,
-    pub(super) sampler: Spanned<RawComposable>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(not(feature = "composable"), allow(dead_code))]
-pub(crate) struct RawAttributeValues {
-    key: String,
-    values: Vec<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(not(feature = "composable"), allow(dead_code))]
-pub(crate) struct RawAttributePatterns {
-    key: String,
-    included: Option<Vec<String>>,
-    excluded: Option<Vec<String>>,
-}
-
-/// Ours: `rate_limiting/otel_rate_sampler: {limit, window, paced, sampler}`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(not(feature = "composable"), allow(dead_code))]
-pub(crate) struct RawRateLimiting {
-    limit: Option<Spanned<i64>>,
-    window: Option<Spanned<String>>,
-    /// `false` for every permit available from the window's start (default: paced).
-    paced: Option<Spanned<bool>>,
-    pub(super) sampler: Option<Spanned<RawComposable>>,
-}
 
 /// A built composite sampler and its description (`Display` of the sampler tree).
 #[cfg(feature = "composable")]
