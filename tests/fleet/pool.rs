@@ -83,7 +83,10 @@ fn limiters_on_one_redis_share_one_worker_and_one_connection() {
 
     let last = rules.pop().expect("20 rules");
     drop(rules);
-    assert_eq!(last.stats().worker_rules, 1);
+    // A round running now may hold a dropped rule until it ends.
+    eventually("the dropped rules leave the worker", || {
+        last.stats().worker_rules == 1
+    });
     // The dropped rules' calls stop; the remaining rule's go on.
     thread::sleep(INTERVAL * 2);
     let (dropped, kept) = (last_call(&server, &keys[0]), last_call(&server, &keys[19]));
