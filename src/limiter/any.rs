@@ -178,6 +178,43 @@ impl<C: Clock> AnyLimiter<C> {
         }
     }
 
+    /// Where what it counts at `now` begins (clock nanoseconds, included): the aligned
+    /// window for the fixed window and the sliding counter, just after `now - W` for the
+    /// sliding log, the first of the last `B` sub-windows for the bucketed window. Its
+    /// look-back: a replacement must count what its lineage admitted from here on.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
+    pub(crate) fn counted_from(&self, now: u64) -> u64 {
+        let w = self.limit().window_nanos();
+        match &self.inner {
+            Inner::Log(_) => (now + 1).saturating_sub(w),
+            Inner::Bucketed(l) => {
+                let s = l.sub_window().as_nanos() as u64;
+                let ring = s * u64::from(l.sub_windows());
+                (now / s + 1).saturating_mul(s).saturating_sub(ring)
+            }
+            Inner::Fixed(_) | Inner::Sliding(_) => now / w * w,
+        }
+    }
+
+    /// The most it lets through of its own in `[from, to)` (`from < to`), by its
+    /// guarantee: `N` per aligned window meeting the span for the fixed window and the
+    /// sliding counter, per `W` of the span's length for the sliding log, per `B`
+    /// sub-windows meeting it for the bucketed window.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
+    pub(crate) fn most_in(&self, from: u64, to: u64) -> u64 {
+        let w = self.limit().window_nanos();
+        let meeting = |len: u64| (to - 1) / len - from / len + 1;
+        let windows = match &self.inner {
+            Inner::Log(_) => (to - from).div_ceil(w),
+            Inner::Bucketed(l) => {
+                let s = l.sub_window().as_nanos() as u64;
+                meeting(s).div_ceil(u64::from(l.sub_windows()))
+            }
+            Inner::Fixed(_) | Inner::Sliding(_) => meeting(w),
+        };
+        windows.saturating_mul(u64::from(self.limit().permits()))
+    }
+
     /// The clock the limiter reads.
     pub fn clock(&self) -> &C {
         match &self.inner {
@@ -311,6 +348,29 @@ mod tests {
         assert_eq!(l.count_at(clock.now_nanos()), 1, "still counted");
         clock.set(2_050_000_000);
         assert_eq!(l.count_at(clock.now_nanos()), 0, "gone");
+    }
+
+    /// Where what it counts begins, and the most it lets through of its own in a span
+    /// before that: what a replacement looking back further must count.
+    #[test]
+    fn what_it_counts_begins_where_the_algorithm_says_and_bounds_a_span_before() {
+        let clock = ManualClock::new();
+        let now = 1_596_000_000;
+        let limit = Limit::per_window(3, Duration::from_millis(500)).unwrap();
+        let of = |algorithm| AnyLimiter::with_clock(algorithm, limit, clock.clone());
+        let from = |algorithm| of(algorithm).counted_from(now);
+        assert_eq!(from(Algorithm::FixedWindow), 1_500_000_000);
+        assert_eq!(from(Algorithm::SlidingWindow), 1_500_000_000);
+        assert_eq!(from(Algorithm::SlidingLog), 1_096_000_001);
+        // Sub-windows of 50 ms: the last 10 hold 1.55 s to 1.6 s.
+        assert_eq!(from(Algorithm::BucketedWindow), 1_100_000_000);
+        // [0.2 s, 1.1 s): the aligned windows [0, 0.5 s), [0.5 s, 1 s), [1 s, 1.5 s);
+        // two log windows' length; 18 sub-windows, two runs of 10.
+        let most = |algorithm| of(algorithm).most_in(200_000_000, 1_100_000_000);
+        assert_eq!(most(Algorithm::FixedWindow), 9);
+        assert_eq!(most(Algorithm::SlidingWindow), 9);
+        assert_eq!(most(Algorithm::SlidingLog), 6);
+        assert_eq!(most(Algorithm::BucketedWindow), 6);
     }
 
     #[test]

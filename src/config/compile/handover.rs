@@ -29,7 +29,8 @@
 //!
 //! The guarantee this gives, and what it does not cover, is stated once, on
 //! [`RuleBasedSampler::reload`](crate::RuleBasedSampler::reload); here, [`GRACE`] bounds
-//! the swap and [`LocalRule::used_since`] says what the sliding kinds miss.
+//! the swap, [`LocalRule::used_since`] says what the sliding kinds miss, and
+//! [`unseen`] what a replacement whose window reaches back further counts beyond.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -38,6 +39,8 @@ use std::time::{Duration, Instant};
 use crate::clock::Clock;
 use crate::limit::Limit;
 use crate::limiter::{AnyLimiter, RateLimiter};
+
+use super::unseen::unseen;
 
 /// The longest a reload waits for the decisions holding the old rules to return before
 /// it settles the handovers anyway (a decision descheduled for longer is not waited
@@ -49,6 +52,9 @@ pub(crate) const GRACE: Duration = Duration::from_millis(500);
 /// open (a replacement is closed until its handover is settled).
 pub(crate) struct LocalRule<C> {
     pub(crate) limiter: Arc<AnyLimiter<C>>,
+    /// When its lineage began to be decided by it (clock nanoseconds): 0 for a new
+    /// rule, the reload for a replacement.
+    began: u64,
     excess: Arc<Mutex<Excess>>,
     open: Arc<AtomicBool>,
 }
@@ -106,6 +112,7 @@ impl<C> Clone for LocalRule<C> {
     fn clone(&self) -> Self {
         Self {
             limiter: Arc::clone(&self.limiter),
+            began: self.began,
             excess: Arc::clone(&self.excess),
             open: Arc::clone(&self.open),
         }
@@ -117,21 +124,29 @@ impl<C: Clock> LocalRule<C> {
     pub(crate) fn new(limiter: AnyLimiter<C>) -> Self {
         Self {
             limiter: Arc::new(limiter),
+            began: 0,
             excess: Arc::default(),
             open: Arc::new(AtomicBool::new(true)),
         }
     }
 
     /// `limiter` as the replacement of `old`, closed: it absorbs what `old` has used
-    /// in its window (the excess beyond its permits kept aside), and the [`Handover`]
-    /// that settles the admissions `old` makes from now on, once no decision holds it,
-    /// and opens the replacement.
+    /// in its window, and where its own look-back reaches before that, an upper bound
+    /// of what was admitted there ([`unseen`]; the excess beyond its permits kept
+    /// aside), and the [`Handover`] that settles the admissions `old` makes from now on,
+    /// once no decision holds it, and opens the replacement.
     pub(crate) fn replacing(limiter: AnyLimiter<C>, old: &LocalRule<C>) -> (Self, Handover<C>) {
-        let new = Self::new(limiter);
+        let now = limiter.clock().now_nanos();
+        let unseen = unseen(&old.limiter, old.began, &limiter, now);
+        let new = Self {
+            began: now,
+            ..Self::new(limiter)
+        };
         new.close();
         let snapshot = old.snapshot();
-        let held = new.limiter.absorb(snapshot.used);
-        new.add_excess(snapshot.used - held);
+        let carried = snapshot.used + unseen;
+        let held = new.limiter.absorb(carried);
+        new.add_excess(carried - held);
         let handover = Handover::Limit {
             old: old.clone(),
             new: new.clone(),
@@ -506,9 +521,43 @@ mod tests {
         h.settle();
         clock.set(2_000_000_000);
         assert_eq!(bucketed.used(), 3);
-        let (log, h) = LocalRule::replacing(any(Algorithm::SlidingLog, 7, 500), &bucketed);
+        // (A fixed window, whose look-back begins at 2 s: a sliding log's would reach
+        // back before the bucketed window began, and count all its permits.)
+        let (fixed, h) = LocalRule::replacing(any(Algorithm::FixedWindow, 7, 500), &bucketed);
         h.settle();
-        assert_eq!((0..10).filter(|_| log.try_acquire()).count(), 4);
+        assert_eq!((0..10).filter(|_| fixed.try_acquire()).count(), 4);
+    }
+
+    /// A longer window reaching back before what the old limiter counts counts what the
+    /// old limit could have let through there; reaching back before the old limiter
+    /// began (another limit decided there), all its permits.
+    #[test]
+    fn a_longer_window_counts_what_was_let_through_before_the_old_window() {
+        let clock = ManualClock::new();
+        let fixed = |n, ms| {
+            let limit = Limit::per_window(n, Duration::from_millis(ms))
+                .unwrap()
+                .unpaced();
+            AnyLimiter::with_clock(Algorithm::FixedWindow, limit, clock.clone())
+        };
+        clock.set(1_200_000_000);
+        // 1 per 500 ms from the start: at most 2 in [0, 1 s), the 2 s window's part
+        // the old one no longer counts.
+        let short = LocalRule::new(fixed(1, 500));
+        clock.set(1_300_000_000);
+        let (long, h) = LocalRule::replacing(fixed(4, 2000), &short);
+        h.settle();
+        assert_eq!((0..9).filter(|_| long.try_acquire()).count(), 2);
+        // The same 1 per 500 ms, replacing 9 per 1 s at 1.2 s: before, 9 per 1 s decided.
+        clock.set(1_200_000_000);
+        let first = LocalRule::new(fixed(9, 1000));
+        let (short, h) = LocalRule::replacing(fixed(1, 500), &first);
+        h.settle();
+        clock.set(1_300_000_000);
+        let (long, h) = LocalRule::replacing(fixed(4, 2000), &short);
+        h.settle();
+        assert!(!long.try_acquire());
+        assert_eq!(long.used(), 4);
     }
 
     #[test]

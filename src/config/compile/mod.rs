@@ -5,3 +5,4 @@ pub(crate) mod handover;
 pub(crate) mod matcher;
 pub(crate) mod rule_limiter;
 pub(crate) mod rule_set;
+mod unseen;

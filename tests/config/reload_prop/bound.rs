@@ -6,8 +6,9 @@
 //! a limit of another window counts as `N` per window of its own the interval meets
 //! (so 10 per 500 ms lets 40 through in a 2 s window, and the aligned 500 ms windows
 //! inside it are checked against 10 each). Where a window length or kind changed, the
-//! bound is larger by what the handover of one window into a window of another length or
-//! shape does not carry (`Lineage::window_changes`).
+//! bound is larger by the windows of the new limit that begin before what the old
+//! limiter counted has left its window, `N` each: nothing can close them without
+//! starving the rule (`Lineage::window_changes`).
 
 use super::model::{Kind, Lim};
 
@@ -85,6 +86,15 @@ impl Lineage {
         end.saturating_sub(first) as u64
     }
 
+    /// Whether the limiter of its last limit still counts at `at` something it
+    /// admitted (what was carried into it aside: a lineage whose limiter the sampler
+    /// keeps for that alone is followed as a new one, with less room, not more).
+    pub(crate) fn holds(&self, at: u64) -> bool {
+        self.periods
+            .last()
+            .is_some_and(|p| self.in_interval(counted(p.lim, at).0, at + 1) > 0)
+    }
+
     fn bound(&self, from: u64, to: u64) -> u64 {
         let largest = self
             .periods
@@ -96,36 +106,29 @@ impl Lineage {
         largest + self.window_changes(from, to)
     }
 
-    /// What changes of window length or kind let `[from, to)` hold beyond its largest
-    /// limit. A replacement starts with what the old limiter counts when it is replaced,
-    /// in its own window, so:
-    ///
-    /// * when the new window reaches back before what the old one counts (a longer
-    ///   window, or one cut elsewhere: 1 s after 1.5 s), what the old limiter admitted
-    ///   in it before is not carried;
-    /// * the windows of the limits in force after it that begin before what the old one
-    ///   counted has left its window (a shorter window, a fixed window after a sliding
-    ///   one) start empty: `N` each.
+    /// What a change of window length or kind lets `[from, to)` hold beyond its largest
+    /// limit: the windows of the limits in force after it that begin after the change
+    /// but before what the old limiter counted at it has left its window (a shorter
+    /// window, a fixed window after a sliding one), `N` each. What the new look-back
+    /// reaches before the old one counted is carried (`unseen` in `src/config/compile/`),
+    /// so that needs no term; these windows cannot be: a carry dated at the reload is
+    /// not in them, and one that closed them would starve the rule. 5 per 1 s (sliding
+    /// log, 5 kept at 1.56 s) changed at 1.56 s to 1 per 500 ms, the reloads stopping
+    /// there: the cap allows nothing more in [1.56 s, 2.56 s), the no-starvation check 1
+    /// in [2 s, 2.5 s), the first full window of the new limit
+    /// (`a_shorter_window_after_a_saturated_longer_one_opens_its_next_window`).
     fn window_changes(&self, from: u64, to: u64) -> u64 {
         self.periods
             .windows(2)
             .filter(|pair| pair[0].lim != pair[1].lim && pair[1].start < to)
             .map(|pair| {
-                let (old, new, at) = (pair[0].lim, pair[1].lim, pair[1].start);
-                let (counted_from, counted_to) = counted(old, at);
-                let new_from = counted(new, at).0;
-                let not_carried = if new_from < counted_from && from <= at {
-                    self.in_interval(from.max(new_from), counted_from.min(at))
-                } else {
-                    0
-                };
-                let fresh: u64 = self
-                    .periods
+                let (old, at) = (pair[0].lim, pair[1].start);
+                let counted_to = counted(old, at).1;
+                self.periods
                     .iter()
                     .filter(|q| q.start >= at)
                     .map(|q| q.fresh_windows(at, counted_to.min(to), from))
-                    .sum();
-                not_carried + fresh
+                    .sum::<u64>()
             })
             .sum()
     }

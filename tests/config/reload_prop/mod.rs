@@ -6,11 +6,13 @@
 //! * in any window of a limit in force on a limiter (and for the sliding log and the
 //!   bucketed window in any interval of their window's length, the bucketed one on a
 //!   sub-window edge), the limiter admits at most what the largest limit in force on it
-//!   during that interval lets through, plus what a change of window length or kind
-//!   does not carry (`bound.rs` says both). A limiter is followed through its
-//!   replacements by rule identity (`model.rs`). A removed rule admits nothing: the
-//!   default decides its spans, under its own limit and the cap, and the rule's
-//!   limiter, kept aside, is found again by a restore within its window. The service
+//!   during that interval lets through, plus, after a change of window length or kind,
+//!   `N` for each window of the new limit that begins before what the old limiter
+//!   counted has left its window (`bound.rs` says both, and why that term stays). A
+//!   limiter is followed through its replacements by rule identity (`model.rs`). A
+//!   removed rule admits nothing: the default decides its spans, under its own limit
+//!   and the cap, and the rule's limiter, kept aside, is found again by a restore
+//!   within its window (after that, the rule brought back is a new one). The service
 //!   cap holds the total the same way.
 //! * reloads never starve: once they stop, the rule deciding the spans, saturated
 //!   (offered spans until one is refused at every twentieth of its window), keeps at
@@ -21,6 +23,7 @@
 mod bound;
 mod model;
 mod real_clock;
+mod window_change;
 
 use std::time::Duration;
 
@@ -81,7 +84,10 @@ impl Run {
     /// The limits of `v` in force from now on.
     fn open(&mut self, v: Version) {
         let now = self.clock.now_nanos();
-        let lineages = self.lineages.load(v);
+        let history = &self.history;
+        let lineages = self.lineages.load(v, |lineage| {
+            history.get(lineage).is_some_and(|h| h.holds(now))
+        });
         self.held.clear();
         for ((name, rule, _), lineage) in v.rules().into_iter().zip(lineages) {
             if self.history.len() <= lineage {

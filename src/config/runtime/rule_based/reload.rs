@@ -44,20 +44,31 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     ///   that half second (its admission is not carried), and, for the sliding kinds
     ///   (log, counter, bucketed), what leaves their window during the swap itself
     ///   (the carried count is that much short). The fixed window is exact.
-    /// * A change of window length or of algorithm is handed over the same way, from the
-    ///   old limiter's own window: when the new window reaches back before it (a longer
-    ///   window, or one cut elsewhere), what the old limiter admitted there before is
-    ///   not carried, and the new limiter's windows that begin before what the old one
-    ///   counted has left its window (a shorter window, a fixed window after a sliding
-    ///   one) start empty. Such a window holds at most its largest limit plus that: 1 per
-    ///   1.5 s (1 used) changed to 2 per 1 s at 1.5 s keeps 3 between 1 s and 2 s.
+    /// * A change of window length or of algorithm is a change of limit like any other.
+    ///   Where the new window reaches back before what the old limiter counts (a longer
+    ///   window, one cut elsewhere, a sliding one after an aligned one), the new limiter
+    ///   also counts what the old limit could have let through there (its N per window
+    ///   of its own meeting that part; where another limit decided before the old one,
+    ///   all the new permits), at most its own permits: 1 per 1.5 s (1 used) changed to
+    ///   2 per 1 s at 1.5 s keeps 2 between 1 s and 2 s. The price: that is a bound, not
+    ///   a count, so such a rule may keep less than its limit, at worst nothing (N
+    ///   under-used), until what the reload carried has left its window: the end of the
+    ///   window of the reload (for the sliding log one window after the reload, for the
+    ///   bucketed window once its sub-window has left it); the same change with nothing
+    ///   used keeps 1, not 2, in [1.5 s, 2 s). Not covered: the new limiter's windows
+    ///   that begin before what the old one counted has left its window (a shorter
+    ///   window, a fixed window after a sliding one) start empty, as closing them would
+    ///   starve the rule; each can add its N to an interval of the old length: 5 per 1 s
+    ///   (sliding log, 5 used at 1.56 s) changed then to 1 per 500 ms keeps 1 more in
+    ///   [2 s, 2.5 s), 6 between 1.56 s and 2.56 s.
     /// * An `adaptive` rule's cap is a limit like the others: kept with its estimate when
     ///   the limit did not change, else handed over as above (its estimate starts
     ///   again), so lowering and restoring it, renaming it or removing and restoring
     ///   it re-opens nothing of its window.
     /// * A rule removed (or made a probability) and brought back within a window finds
     ///   its limiter: limits whose identity left the rules are kept aside until their
-    ///   window holds nothing. Meanwhile its spans go to the next rule that matches them,
+    ///   window holds nothing (brought back later, it is a new rule: with a longer
+    ///   window, it does not count what the old limit kept before). Meanwhile its spans go to the next rule that matches them,
     ///   or the default, under that one's limit and the cap.
     /// * The cap is carried as a whole: its floors and shared pool together hold what
     ///   the old ones used, so a floor added, removed, resized or moved re-opens nothing.

@@ -1,0 +1,89 @@
+//! The cases the property found where a limit's window length or kind changes, run
+//! step by step: what the replacement carries from before the old limiter's window
+//! (the cap holds exactly), and the one case where the cap and the no-starvation check
+//! cannot both hold exactly (the bound's `Lineage::window_changes`).
+
+use super::model::{Kind, Lim, RuleV, Version};
+use super::Run;
+
+fn lim(n: u32, window_ms: u64, kind: Kind) -> Lim {
+    Lim {
+        n,
+        window_ms,
+        kind,
+        paced: false,
+    }
+}
+
+/// The rule `r` under `lim`, the cap out of the way.
+fn ours(lim: Lim) -> Version {
+    Version {
+        inserted: None,
+        ours: Some(RuleV {
+            name: Some("r"),
+            lim,
+        }),
+        floor: 0,
+        cap: 15,
+    }
+}
+
+/// Runs the rule `r` under `before`, offering it 9 spans at each of `before_at`, then
+/// under `after` from `change_at` on, offering 9 at each of `after_at` (ms); checks the
+/// bound over the run and returns how many each offer kept.
+fn kept(
+    before: Lim,
+    before_at: &[u64],
+    change_at: u64,
+    after: Lim,
+    after_at: &[u64],
+) -> Vec<usize> {
+    let mut run = Run::new(ours(before));
+    let offer = |run: &mut Run, ms: u64| {
+        run.clock.set(ms * 1_000_000);
+        run.offer("r", 9, false, "r")
+    };
+    let mut kept: Vec<usize> = before_at.iter().map(|&ms| offer(&mut run, ms)).collect();
+    run.clock.set(change_at * 1_000_000);
+    run.reload(ours(after));
+    kept.extend(after_at.iter().map(|&ms| offer(&mut run, ms)));
+    run.check().unwrap();
+    kept
+}
+
+/// Issue 17's example: 1 per 1.5 s (1 kept at 1.2 s) changed at 1.5 s to 2 per 1 s,
+/// whose window began at 1 s. The new limiter counts the 1 the old window [0, 1.5 s)
+/// may have let through before 1.5 s: 2 between 1 s and 2 s, not 3; from the next
+/// window on, the new limit alone. The price: the carry is a bound, not what was
+/// admitted; with nothing kept under the old limit the new one still counts that 1
+/// until its window ends at 2 s.
+#[test]
+fn a_window_cut_elsewhere_carries_what_the_old_one_could_let_through_before_its_own() {
+    let (before, after) = (lim(1, 1500, Kind::Fixed), lim(2, 1000, Kind::Fixed));
+    let offered = [1500, 1900, 2000];
+    assert_eq!(kept(before, &[1200], 1500, after, &offered), [1, 1, 0, 2]);
+    assert_eq!(kept(before, &[], 1500, after, &offered), [1, 0, 2]);
+}
+
+/// A sliding log after a fixed window of the same length looks back across the fixed
+/// window's edge: 3 per 1 s kept at 0.9 s, the change at 1.2 s: the log counts the 3
+/// until 1.2 s + 1 s, where the fixed window had forgotten them at 1 s.
+#[test]
+fn a_sliding_window_after_an_aligned_one_counts_the_aligned_window_before() {
+    let (before, after) = (lim(3, 1000, Kind::Fixed), lim(4, 1000, Kind::Log));
+    assert_eq!(
+        kept(before, &[900], 1200, after, &[1200, 1899, 2200]),
+        [3, 1, 0, 4]
+    );
+}
+
+/// Where the cap and no starvation cannot both hold exactly: 5 per 1 s (sliding log, 5
+/// kept at 1.56 s) changed at 1.56 s to 1 per 500 ms, and no reload after. The interval
+/// [1.56 s, 2.56 s) of the log's length allows the 5 alone; the first full window of the
+/// new limit, [2 s, 2.5 s), must keep ⌈0.9⌉ = 1. The rule keeps that 1: the bound's
+/// window-change term allows it.
+#[test]
+fn a_shorter_window_after_a_saturated_longer_one_opens_its_next_window() {
+    let (before, after) = (lim(5, 1000, Kind::Log), lim(1, 500, Kind::Fixed));
+    assert_eq!(kept(before, &[1560], 1560, after, &[1560, 2000]), [5, 0, 1]);
+}
