@@ -148,6 +148,18 @@ impl Pattern {
         }
     }
 
+    /// The literal text every match starts with, if the pattern has one, and whether
+    /// starting with it is the whole test (`prefix*`) rather than a first filter (a
+    /// general glob). `None` for the other shapes.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))] // the rule layer's index
+    pub(crate) fn prefix(&self) -> Option<(&str, bool)> {
+        match &self.shape {
+            Shape::Prefix(p) => Some((p, true)),
+            Shape::Glob(p, _) if !p.is_empty() => Some((p, false)),
+            _ => None,
+        }
+    }
+
     #[inline(always)]
     pub(crate) fn is_match(&self, s: &str) -> bool {
         match &self.shape {
