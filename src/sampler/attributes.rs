@@ -7,8 +7,14 @@
 //! | [`SAMPLER_TYPE`] | [`RATELIMITING`], [`PROBABILISTIC`], [`ADAPTIVE`] or [`LOWERBOUND`] |
 //! | [`SAMPLER_PARAM`] | the limit (or an adaptive sampler's cap, or a lower bound) in traces per second, or the probability (`f64`) |
 //! | [`SAMPLER_RULE`] | the rule that decided (`default` when none matched); rule-based sampler only |
+//!
+//! The rule-based sampler's rule names are kept for the process's life once a rule set
+//! naming them is built, so a kept span's [`SAMPLER_RULE`] copies a pointer: at most
+//! 64 KiB of names (4096 names) over the whole process, however many rule sets a reload
+//! loop builds; past that, a name is shared by reference count.
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 
 use opentelemetry::{KeyValue, StringValue, Value};
 
@@ -50,8 +56,44 @@ pub(crate) fn kept(sampler_type: &'static str, param: f64) -> Vec<KeyValue> {
 pub(crate) struct RuleAttributes {
     sampler_type: &'static str,
     param: f64,
-    /// The rule's name, shared, so a keep clones a reference count, not the name.
+    /// The rule's name: a `&'static str` from [`intern`] (a keep copies a pointer), or,
+    /// past the interner's cap, shared (a keep clones a reference count).
     rule: StringValue,
+}
+
+/// The most name bytes [`intern`] leaks for the process's life: a reload loop with
+/// ever-new rule names cannot grow memory past it (nor past [`INTERN_MAX_NAMES`]).
+pub(crate) const INTERN_MAX_BYTES: usize = 64 * 1024;
+/// The most names [`intern`] holds.
+pub(crate) const INTERN_MAX_NAMES: usize = 4096;
+
+/// The interned rule names and their total bytes.
+static INTERNED: Mutex<(BTreeSet<&'static str>, usize)> = Mutex::new((BTreeSet::new(), 0));
+
+/// `name` as a `&'static str` shared by every rule set of the process that names a rule
+/// so, leaked once; `None` once the names interned would pass [`INTERN_MAX_BYTES`] or
+/// [`INTERN_MAX_NAMES`] (the caller then shares the name by reference count).
+fn intern(name: &str) -> Option<&'static str> {
+    // A poisoned lock still holds a consistent set: every change is one insert.
+    let mut guard = INTERNED.lock().unwrap_or_else(|e| e.into_inner());
+    let (names, bytes) = &mut *guard;
+    if let Some(&interned) = names.get(name) {
+        return Some(interned);
+    }
+    if names.len() >= INTERN_MAX_NAMES || *bytes + name.len() > INTERN_MAX_BYTES {
+        return None;
+    }
+    let leaked: &'static str = Box::leak(name.into());
+    names.insert(leaked);
+    *bytes += name.len();
+    Some(leaked)
+}
+
+/// The names interned and their total bytes.
+#[cfg(all(test, not(loom)))]
+pub(crate) fn interned() -> (usize, usize) {
+    let guard = INTERNED.lock().unwrap_or_else(|e| e.into_inner());
+    (guard.0.len(), guard.1)
 }
 
 #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by the rule-based sampler
@@ -60,7 +102,7 @@ impl RuleAttributes {
         Self {
             sampler_type,
             param,
-            rule: Arc::<str>::from(rule).into(),
+            rule: intern(rule).map_or_else(|| Arc::<str>::from(rule).into(), StringValue::from),
         }
     }
 

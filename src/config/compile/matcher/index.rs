@@ -14,6 +14,7 @@
 
 use opentelemetry::trace::SpanKind;
 
+use super::prefix::{self, Prefixes};
 use super::table::{StrTable, Values, MAX_KEYS};
 use super::Span;
 use crate::config::model::pattern::Pattern;
@@ -41,7 +42,11 @@ struct Chunk {
     by_kind: [u64; 10],
     /// The rules with an exact span name.
     exact_named: u64,
-    /// Each other distinct span name pattern, with the rules using it.
+    /// The literal texts the other span name patterns start with, with the rules
+    /// using them: a `prefix*` pattern's whole test, a general glob's first filter.
+    prefixes: Prefixes,
+    /// Each other distinct span name pattern (not a `prefix*` one in `prefixes`), with
+    /// the rules using it.
     names: Box<[(Pattern, u64)]>,
     /// The rules with attribute conditions.
     with_attributes: u64,
@@ -179,7 +184,7 @@ impl Index {
         let chunk = &self.chunks[c];
         let exact = exact.map_or(0, |n| self.exact_rules[n * self.chunks.len() + c]);
         let left = chunk.by_kind[slot(span.kind, span.origin)] & (!chunk.exact_named | exact);
-        chunk.by_pattern(left, span.name)
+        chunk.by_pattern(chunk.prefixes.filter(left, span.name), span.name)
     }
 }
 
@@ -188,6 +193,7 @@ impl Chunk {
         let mut by_kind = [0u64; 10];
         let mut exact_named = 0;
         let mut names = Vec::new();
+        let mut prefixes = Vec::new();
         let mut with_attributes = 0;
         let mut conditions: Vec<((usize, Pattern), u64)> = Vec::new();
         for (i, rule) in rules.iter().enumerate() {
@@ -203,7 +209,15 @@ impl Chunk {
             }
             match &rule.span_name {
                 Some(p) if p.as_exact().is_some() => exact_named |= bit,
-                Some(p) => add(&mut names, p.clone(), bit),
+                Some(p) => match p.prefix() {
+                    Some((text, whole)) if text.len() <= prefix::INLINE => {
+                        add(&mut prefixes, text.to_owned(), bit);
+                        if !whole {
+                            add(&mut names, p.clone(), bit);
+                        }
+                    }
+                    _ => add(&mut names, p.clone(), bit),
+                },
                 None => {}
             }
             for (key, pattern) in &rule.attributes {
@@ -217,6 +231,7 @@ impl Chunk {
             base,
             by_kind,
             exact_named,
+            prefixes: Prefixes::new(prefixes),
             names: names.into_boxed_slice(),
             with_attributes,
             conditions: conditions

@@ -6,6 +6,7 @@
 
 mod index;
 mod linear;
+mod prefix;
 mod table;
 
 use opentelemetry::trace::SpanKind;

@@ -222,6 +222,46 @@ mod tests {
         )
     }
 
+    /// Rule names are interned for the process's life (a kept span's `sampler.rule`
+    /// then copies a pointer) up to a cap: rule sets naming more distinct rules than
+    /// the cap holds, as a reload loop with ever-new names would, leave the interner
+    /// within it and still name every kept span's rule.
+    #[test]
+    fn rule_names_past_the_interners_cap_still_name_kept_spans() {
+        let clock = ManualClock::new();
+        // 12 rule sets of 40 names of 160 bytes: 75 KiB of names, over the cap.
+        let long = "n".repeat(150);
+        for set in 0..12 {
+            let mut toml = String::from("[default]\nprobability = 1.0\n");
+            for j in 0..40 {
+                toml.push_str(&format!(
+                    "[[default.rule]]\nname = \"{long}-{set:03}-{j:03}\"\nspan_name = \"op{j}\"\nprobability = 1.0\n"
+                ));
+            }
+            let rules = compiled(&toml, &clock);
+            for j in 0..40 {
+                let name = format!("op{j}");
+                let kept = rules.decide(
+                    Origin::Root,
+                    TraceId::from(7),
+                    &name,
+                    &SpanKind::Server,
+                    &[],
+                    &TraceState::NONE,
+                );
+                let rule = kept
+                    .attributes
+                    .iter()
+                    .find(|kv| kv.key.as_str() == attributes::SAMPLER_RULE)
+                    .map(|kv| kv.value.as_str().into_owned());
+                assert_eq!(rule, Some(format!("{long}-{set:03}-{j:03}")));
+            }
+            let (names, bytes) = attributes::interned();
+            assert!(bytes <= attributes::INTERN_MAX_BYTES, "{bytes} bytes");
+            assert!(names <= attributes::INTERN_MAX_NAMES, "{names} names");
+        }
+    }
+
     #[test]
     fn probability_zero_at_least_two_keeps_exactly_two_per_second() {
         let clock = ManualClock::new();
