@@ -148,3 +148,26 @@ fn a_rule_restored_after_its_limiter_was_dropped_counts_what_its_lineage_admitte
         assert_eq!(kept, [1, 1, 0, 2], "{before_name:?} -> {after_name:?}");
     }
 }
+
+/// What goes on from a dropped limiter is a bound of what its lineage admitted within
+/// the new look-back, not a closed window: the same 1 per 1 s (fixed, 1 kept at
+/// 0.704 s) brought back at 1.3 s looks back to 1 s, where the dropped window was
+/// empty, and keeps its 1 there; as a sliding log (1 per 1 s), it looks back to 0.3 s,
+/// before that, and counts the 1 the old limit could have let through.
+#[test]
+fn a_rule_restored_after_its_limiter_was_dropped_keeps_what_its_new_look_back_allows() {
+    let before = lim(1, 1000, Kind::Fixed);
+    for (after, kept) in [
+        (before, [1, 1, 0, 1]),
+        (lim(1, 1000, Kind::Log), [1, 0, 0, 1]),
+    ] {
+        let got = kept_across_a_removal(
+            (Some("r"), before),
+            &[704],
+            (1250, 1300),
+            (Some("r"), after),
+            &[1300, 1400, 2301],
+        );
+        assert_eq!(got, kept, "{after:?}");
+    }
+}
