@@ -85,6 +85,77 @@ impl FromStr for Algorithm {
 #[error("unknown algorithm {0:?}; expected one of \"fixed\", \"sliding\", \"sliding-log\", \"bucketed\"")]
 pub struct ParseAlgorithmError(String);
 
+/// A limiter's algorithm and limit: where what a limiter of them counts begins and ends,
+/// and the most it lets through in a span, computed without the limiter (a reload
+/// computes them for a limiter dropped since; see `config::compile::unseen`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
+pub(crate) struct Shape {
+    pub(crate) algorithm: Algorithm,
+    pub(crate) limit: Limit,
+}
+
+#[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
+impl Shape {
+    /// The bucketed window's sub-window length and count, as its limiter cuts them.
+    fn ring(self) -> (u64, u64) {
+        super::bucketed_window::ring(self.limit)
+    }
+
+    /// When what it counts at `now` has left its window (clock nanoseconds): the end of
+    /// the aligned window for the fixed window and the sliding counter, `now + W` for
+    /// the sliding log (what it stamps now leaves it then), and for the bucketed window
+    /// the end of the last `B` sub-windows that hold `now`'s. Until then a reload's
+    /// excess (admissions a replacement counts beyond what its limiter holds) lasts.
+    pub(crate) fn counted_until(self, now: u64) -> u64 {
+        let w = self.limit.window_nanos();
+        match self.algorithm {
+            Algorithm::SlidingLog => now.saturating_add(w),
+            Algorithm::BucketedWindow => {
+                let (s, b) = self.ring();
+                (now / s).saturating_add(b).saturating_mul(s)
+            }
+            Algorithm::FixedWindow | Algorithm::SlidingWindow => {
+                (now / w).saturating_add(1).saturating_mul(w)
+            }
+        }
+    }
+
+    /// Where what it counts at `now` begins (clock nanoseconds, included): the aligned
+    /// window for the fixed window and the sliding counter, just after `now - W` for the
+    /// sliding log, the first of the last `B` sub-windows for the bucketed window. Its
+    /// look-back: a replacement must count what its lineage admitted from here on.
+    pub(crate) fn counted_from(self, now: u64) -> u64 {
+        let w = self.limit.window_nanos();
+        match self.algorithm {
+            Algorithm::SlidingLog => (now + 1).saturating_sub(w),
+            Algorithm::BucketedWindow => {
+                let (s, b) = self.ring();
+                (now / s + 1).saturating_mul(s).saturating_sub(s * b)
+            }
+            Algorithm::FixedWindow | Algorithm::SlidingWindow => now / w * w,
+        }
+    }
+
+    /// The most it lets through of its own in `[from, to)` (`from < to`), by its
+    /// guarantee: `N` per aligned window meeting the span for the fixed window and the
+    /// sliding counter, per `W` of the span's length for the sliding log, per `B`
+    /// sub-windows meeting it for the bucketed window.
+    pub(crate) fn most_in(self, from: u64, to: u64) -> u64 {
+        let w = self.limit.window_nanos();
+        let meeting = |len: u64| (to - 1) / len - from / len + 1;
+        let windows = match self.algorithm {
+            Algorithm::SlidingLog => (to - from).div_ceil(w),
+            Algorithm::BucketedWindow => {
+                let (s, b) = self.ring();
+                meeting(s).div_ceil(b)
+            }
+            Algorithm::FixedWindow | Algorithm::SlidingWindow => meeting(w),
+        };
+        windows.saturating_mul(u64::from(self.limit.permits()))
+    }
+}
+
 /// Any of the crate's limiters, chosen at run time by [`Algorithm`], dispatched without
 /// a virtual call.
 pub struct AnyLimiter<C = MonotonicClock> {
@@ -158,61 +229,26 @@ impl<C: Clock> AnyLimiter<C> {
         }
     }
 
-    /// When what it counts at `now` has left its window (clock nanoseconds): the end of
-    /// the aligned window for the fixed window and the sliding counter, `now + W` for
-    /// the sliding log (what it stamps now leaves it then), and for the bucketed window
-    /// the end of the last `B` sub-windows that hold `now`'s. Until then a reload's
-    /// excess (admissions a replacement counts beyond what its limiter holds) lasts.
+    /// Its algorithm and limit: what bounds where it counts and what it lets through
+    /// ([`Shape`]), without the limiter.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
+    pub(crate) fn shape(&self) -> Shape {
+        Shape {
+            algorithm: self.algorithm(),
+            limit: self.limit(),
+        }
+    }
+
+    /// [`Shape::counted_until`] of its shape.
     #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
     pub(crate) fn counted_until(&self, now: u64) -> u64 {
-        let w = self.limit().window_nanos();
-        match &self.inner {
-            Inner::Log(_) => now.saturating_add(w),
-            Inner::Bucketed(l) => {
-                let s = l.sub_window().as_nanos() as u64;
-                (now / s)
-                    .saturating_add(u64::from(l.sub_windows()))
-                    .saturating_mul(s)
-            }
-            Inner::Fixed(_) | Inner::Sliding(_) => (now / w).saturating_add(1).saturating_mul(w),
-        }
+        self.shape().counted_until(now)
     }
 
-    /// Where what it counts at `now` begins (clock nanoseconds, included): the aligned
-    /// window for the fixed window and the sliding counter, just after `now - W` for the
-    /// sliding log, the first of the last `B` sub-windows for the bucketed window. Its
-    /// look-back: a replacement must count what its lineage admitted from here on.
+    /// [`Shape::counted_from`] of its shape.
     #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
     pub(crate) fn counted_from(&self, now: u64) -> u64 {
-        let w = self.limit().window_nanos();
-        match &self.inner {
-            Inner::Log(_) => (now + 1).saturating_sub(w),
-            Inner::Bucketed(l) => {
-                let s = l.sub_window().as_nanos() as u64;
-                let ring = s * u64::from(l.sub_windows());
-                (now / s + 1).saturating_mul(s).saturating_sub(ring)
-            }
-            Inner::Fixed(_) | Inner::Sliding(_) => now / w * w,
-        }
-    }
-
-    /// The most it lets through of its own in `[from, to)` (`from < to`), by its
-    /// guarantee: `N` per aligned window meeting the span for the fixed window and the
-    /// sliding counter, per `W` of the span's length for the sliding log, per `B`
-    /// sub-windows meeting it for the bucketed window.
-    #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
-    pub(crate) fn most_in(&self, from: u64, to: u64) -> u64 {
-        let w = self.limit().window_nanos();
-        let meeting = |len: u64| (to - 1) / len - from / len + 1;
-        let windows = match &self.inner {
-            Inner::Log(_) => (to - from).div_ceil(w),
-            Inner::Bucketed(l) => {
-                let s = l.sub_window().as_nanos() as u64;
-                meeting(s).div_ceil(u64::from(l.sub_windows()))
-            }
-            Inner::Fixed(_) | Inner::Sliding(_) => meeting(w),
-        };
-        windows.saturating_mul(u64::from(self.limit().permits()))
+        self.shape().counted_from(now)
     }
 
     /// The clock the limiter reads.
@@ -366,7 +402,7 @@ mod tests {
         assert_eq!(from(Algorithm::BucketedWindow), 1_100_000_000);
         // [0.2 s, 1.1 s): the aligned windows [0, 0.5 s), [0.5 s, 1 s), [1 s, 1.5 s);
         // two log windows' length; 18 sub-windows, two runs of 10.
-        let most = |algorithm| of(algorithm).most_in(200_000_000, 1_100_000_000);
+        let most = |algorithm| of(algorithm).shape().most_in(200_000_000, 1_100_000_000);
         assert_eq!(most(Algorithm::FixedWindow), 9);
         assert_eq!(most(Algorithm::SlidingWindow), 9);
         assert_eq!(most(Algorithm::SlidingLog), 6);

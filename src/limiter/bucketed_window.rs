@@ -112,8 +112,7 @@ impl BucketedWindow {
 impl<C: Clock> BucketedWindow<C> {
     /// A bucketed sliding window reading `clock`.
     pub fn with_clock(limit: Limit, clock: C) -> Self {
-        let window = limit.window_nanos();
-        let buckets = buckets(limit);
+        let (sub_window, buckets) = ring(limit);
         let permits = u64::from(limit.permits());
         let allowance = (0..buckets)
             .map(|i| {
@@ -129,7 +128,7 @@ impl<C: Clock> BucketedWindow<C> {
             ring: (0..buckets).map(|_| AtomicU64::new(pack(0, 0))).collect(),
             previous: AtomicU64::new(pack(0, 0)),
             buckets,
-            sub_window: window.div_ceil(buckets),
+            sub_window,
             permits,
             allowance,
             limit,
@@ -341,6 +340,14 @@ impl<C: Clock> BucketedWindow<C> {
 fn buckets(limit: Limit) -> u64 {
     let most = limit.window_nanos() / Limit::MIN_WINDOW.as_nanos() as u64;
     u64::from(limit.sub_windows()).min(most).max(1)
+}
+
+/// The sub-window length (`⌈W/B⌉`, nanoseconds) and `B` a bucketed window for `limit`
+/// cuts its window into: what a reload computes where it counts from, for a limiter
+/// dropped since too.
+pub(crate) fn ring(limit: Limit) -> (u64, u64) {
+    let buckets = buckets(limit);
+    (limit.window_nanos().div_ceil(buckets), buckets)
 }
 
 /// The heap a bucketed window for `limit` takes besides the struct: its ring and its

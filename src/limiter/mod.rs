@@ -11,6 +11,8 @@ mod sliding_window;
 #[cfg(all(test, loom))]
 pub(crate) mod loom_support;
 
+#[cfg(feature = "config")]
+pub(crate) use any::Shape;
 pub use any::{Algorithm, AnyLimiter, ParseAlgorithmError};
 #[cfg(feature = "config")]
 pub(crate) use bucketed_window::heap_bytes as bucketed_heap_bytes;

@@ -42,6 +42,10 @@ use crate::limiter::{AnyLimiter, RateLimiter};
 
 use super::unseen::unseen;
 
+mod forgotten;
+
+pub(crate) use forgotten::Forgotten;
+
 /// The longest a reload waits for the decisions holding the old rules to return before
 /// it settles the handovers anyway (a decision descheduled for longer is not waited
 /// for; its admission, if any, is the one not carried). Changed rules refuse while the
@@ -138,21 +142,26 @@ impl<C: Clock> LocalRule<C> {
     pub(crate) fn replacing(limiter: AnyLimiter<C>, old: &LocalRule<C>) -> (Self, Handover<C>) {
         let now = limiter.clock().now_nanos();
         let unseen = unseen(&old.limiter, old.began, &limiter, now);
+        let snapshot = old.snapshot();
         let new = Self {
             began: now,
             ..Self::new(limiter)
-        };
+        }
+        .with_carried(snapshot.used + unseen);
         new.close();
-        let snapshot = old.snapshot();
-        let carried = snapshot.used + unseen;
-        let held = new.limiter.absorb(carried);
-        new.add_excess(carried - held);
         let handover = Handover::Limit {
             old: old.clone(),
             new: new.clone(),
             snapshot,
         };
         (new, handover)
+    }
+
+    /// This limit holding `carried` admissions made before it (a permit each while its
+    /// limiter has some, the rest as excess).
+    fn with_carried(self, carried: u64) -> Self {
+        self.absorb(carried);
+        self
     }
 
     /// Closes a limit not yet published: it refuses until [`open`](Self::open)ed.

@@ -14,8 +14,13 @@
 //! old limiter itself began (a limit before it, of which nothing is known, decided
 //! there). It is computed once, at the reload, never on the decision path.
 
+//!
+//! A rule whose limiter was dropped (its window empty) and that comes back later is the
+//! same lineage: its new limiter counts, the same way, what a limiter of the dropped
+//! one's shape could have let through before it emptied ([`unseen_before`]).
+
 use crate::clock::Clock;
-use crate::limiter::{AnyLimiter, RateLimiter};
+use crate::limiter::{AnyLimiter, RateLimiter, Shape};
 
 /// What `new`, replacing at `now` the limiter `old` that began at `began` (clock
 /// nanoseconds; 0 when nothing of its lineage came before it), counts beyond what
@@ -27,8 +32,21 @@ pub(crate) fn unseen<C: Clock>(
     new: &AnyLimiter<C>,
     now: u64,
 ) -> u64 {
+    unseen_before(old.shape(), began, old.counted_from(now), new, now)
+}
+
+/// What `new`, starting at `now` in the lineage of a limiter of shape `old` that began
+/// at `began`, counts of what that lineage admitted before `counted` (from `counted`
+/// on, it is counted elsewhere or was nothing): an upper bound of it, at most `new`'s
+/// permits, 0 when `new` looks back no further than `counted`.
+pub(crate) fn unseen_before<C: Clock>(
+    old: Shape,
+    began: u64,
+    counted: u64,
+    new: &AnyLimiter<C>,
+    now: u64,
+) -> u64 {
     let from = new.counted_from(now);
-    let counted = old.counted_from(now);
     if from >= counted {
         return 0;
     }

@@ -86,15 +86,6 @@ impl Lineage {
         end.saturating_sub(first) as u64
     }
 
-    /// Whether the limiter of its last limit still counts at `at` something it
-    /// admitted (what was carried into it aside: a lineage whose limiter the sampler
-    /// keeps for that alone is followed as a new one, with less room, not more).
-    pub(crate) fn holds(&self, at: u64) -> bool {
-        self.periods
-            .last()
-            .is_some_and(|p| self.in_interval(counted(p.lim, at).0, at + 1) > 0)
-    }
-
     fn bound(&self, from: u64, to: u64) -> u64 {
         let largest = self
             .periods

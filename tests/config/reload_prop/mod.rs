@@ -11,9 +11,9 @@
 //!   counted has left its window (`bound.rs` says both, and why that term stays). A
 //!   limiter is followed through its replacements by rule identity (`model.rs`). A
 //!   removed rule admits nothing: the default decides its spans, under its own limit
-//!   and the cap, and the rule's limiter, kept aside, is found again by a restore
-//!   within its window (after that, the rule brought back is a new one). The service
-//!   cap holds the total the same way.
+//!   and the cap, and the rule brought back goes on its lineage (its limiter, kept
+//!   aside while its window holds admissions, or what it needs of it after). The
+//!   service cap holds the total the same way.
 //! * reloads never starve: once they stop, the rule deciding the spans, saturated
 //!   (offered spans until one is refused at every twentieth of its window), keeps at
 //!   least ⌈0.9 N⌉ in its first full window (`Lim::first_full_window`). That last
@@ -84,10 +84,7 @@ impl Run {
     /// The limits of `v` in force from now on.
     fn open(&mut self, v: Version) {
         let now = self.clock.now_nanos();
-        let history = &self.history;
-        let lineages = self.lineages.load(v, |lineage| {
-            history.get(lineage).is_some_and(|h| h.holds(now))
-        });
+        let lineages = self.lineages.load(v);
         self.held.clear();
         for ((name, rule, _), lineage) in v.rules().into_iter().zip(lineages) {
             if self.history.len() <= lineage {

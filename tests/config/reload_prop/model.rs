@@ -227,18 +227,18 @@ struct Held {
 #[derive(Debug, Default)]
 pub(crate) struct Lineages {
     current: Vec<Held>,
-    /// Limits whose rule went away, in the order the sampler keeps them aside (it
-    /// drops those whose window holds nothing: their rule, back, is a new one).
+    /// Limits whose rule went away, the first of each name, in the order the sampler
+    /// keeps them aside (it keeps a limiter while its window holds something, then
+    /// what the lineage needs to go on: either way the rule brought back is the same
+    /// lineage, for the last 256 rules forgotten, far more than a run has).
     retired: Vec<Held>,
     count: usize,
 }
 
 impl Lineages {
-    /// The lineages `v`'s rules hold after it is loaded, in file order. `holds` says
-    /// whether a lineage's limiter still counts something it admitted: one that does
-    /// not, the sampler drops when its rule leaves (its rule, brought back, is a new
-    /// one, as the reload's docs say). The model errs towards a new lineage.
-    pub(crate) fn load(&mut self, v: Version, holds: impl Fn(usize) -> bool) -> Vec<usize> {
+    /// The lineages `v`'s rules hold after it is loaded, in file order: a rule removed
+    /// and brought back is the same lineage, as the reload's docs say.
+    pub(crate) fn load(&mut self, v: Version) -> Vec<usize> {
         let rules = v.rules();
         let candidates: Vec<Held> = self.current.iter().chain(&self.retired).cloned().collect();
         let mut taken = vec![false; candidates.len()];
@@ -276,19 +276,10 @@ impl Lineages {
                 })
             })
             .collect();
-        // The sampler keeps the first of a name that holds something; which of them
-        // holds something (a floor can hold what the cap carried) the model does not
-        // always know, so it keeps only the first of a name, and only when that one
-        // holds an admission of its own: else the rule brought back is followed as a new
-        // one (its limiter, if the sampler kept it, has less room, not more).
-        let mut names: Vec<String> = Vec::new();
+        // The sampler keeps aside the first of a name of those no rule took.
         let mut retired: Vec<Held> = Vec::new();
         for (c, taken) in candidates.into_iter().zip(taken) {
-            if taken || names.contains(&c.name) {
-                continue;
-            }
-            names.push(c.name.clone());
-            if holds(c.lineage) {
+            if !taken && !retired.iter().any(|r| r.name == c.name) {
                 retired.push(c);
             }
         }

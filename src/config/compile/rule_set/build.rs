@@ -1,14 +1,20 @@
 //! [`RuleSet::compile`] in named steps: refuse windows below the clock's resolution;
 //! compile each rule (its predecessor, its action, its floor); the cap's shared pool;
-//! the cap handed over as a whole; the limits kept aside for rules that went away.
+//! the cap handed over as a whole; the limits kept aside for rules that went away
+//! (`build/aside.rs`).
+
+mod aside;
 
 use std::sync::Arc;
 
-use super::compiled::{Action, Compiled, Conditions, Identity};
+use self::aside::{aside, going_on, pick};
+use super::compiled::{Action, Compiled, Conditions, Identity, Was};
 use super::{floors, RuleSet, DEFAULT_RULE};
 use crate::clock::Clock;
 use crate::config::check::resolution::below_resolution;
-use crate::config::compile::handover::{cap_handover, spread, Handover, LocalRule, Snapshot};
+use crate::config::compile::handover::{
+    cap_handover, spread, Forgotten, Handover, LocalRule, Snapshot,
+};
 use crate::config::compile::matcher::Matchers;
 use crate::config::compile::rule_limiter::{BuildError, RuleLimiter};
 use crate::config::model::{
@@ -63,8 +69,8 @@ impl<C: Clock + Clone> RuleSet<C> {
             .transpose()?;
         let shared = build.shared_pool()?;
         build.hand_over_cap(&rules, shared.as_ref());
-        // The limits a rule with a limit took over.
-        let kept_on: Vec<&Compiled<C>> = old_rules
+        // The limits (and forgotten ones) a rule with a limit went on from.
+        let kept_on: Vec<Was<C>> = old_rules
             .iter()
             .zip(&rules)
             .chain(
@@ -75,7 +81,7 @@ impl<C: Clock + Clone> RuleSet<C> {
             .filter(|(_, new)| new.limits())
             .filter_map(|(old, _)| *old)
             .collect();
-        let retired = previous.map_or_else(Vec::new, |p| retired(p, &kept_on));
+        let retired = previous.map_or_else(Vec::new, |p| aside(p, &kept_on));
         let set = Self {
             remote_parents: service.remote_parents,
             matchers: Matchers::new(&service.rules),
@@ -91,7 +97,7 @@ impl<C: Clock + Clone> RuleSet<C> {
 }
 
 /// Each new rule's predecessor, in rule order, and the default's.
-type Predecessors<'a, C> = (Vec<Option<&'a Compiled<C>>>, Option<&'a Compiled<C>>);
+type Predecessors<'a, C> = (Vec<Option<Was<'a, C>>>, Option<Was<'a, C>>);
 
 /// The state of one compilation.
 struct Build<'a, C> {
@@ -114,11 +120,11 @@ impl<'a, C: Clock + Clone> Build<'a, C> {
     /// previous rule is the predecessor of one new rule at most.
     fn predecessors(&self) -> Predecessors<'a, C> {
         let rules = &self.service.rules;
-        let mut found: Vec<Option<&'a Compiled<C>>> = vec![None; rules.len()];
+        let mut found: Vec<Option<Was<'a, C>>> = vec![None; rules.len()];
         let Some(p) = self.previous else {
             return (found, None);
         };
-        let mut taken: Vec<&'a Compiled<C>> = Vec::new();
+        let mut taken: Vec<Was<'a, C>> = Vec::new();
         let default = pick(p, &mut taken, None, Identity::Name);
         for identity in [Identity::Name, Identity::Conditions] {
             for (rule, old) in rules.iter().zip(found.iter_mut()) {
@@ -138,17 +144,19 @@ impl<'a, C: Clock + Clone> Build<'a, C> {
         p.rules
             .iter()
             .chain(p.default.as_ref())
-            .chain(&p.retired)
+            .chain(p.retired.iter().filter_map(|a| Was::of(a).rule()))
             .find(|c| c.is_default == is_default && c.name == name)
     }
 
-    /// A limiter of `spec` replacing `old`; its handover goes to the cap's (dropped)
+    /// A limiter of `spec` replacing `old`, or without one going on from `forgotten`
+    /// (its lineage's limiter dropped since); its handover goes to the cap's (dropped)
     /// when `in_cap`.
     fn limiter(
         &mut self,
         spec: LimitSpec,
         key: impl FnOnce() -> String,
         old: Option<&RuleLimiter<C>>,
+        forgotten: Option<&Forgotten>,
         in_cap: bool,
     ) -> Result<RuleLimiter<C>, BuildError> {
         let handovers = if in_cap {
@@ -156,22 +164,34 @@ impl<'a, C: Clock + Clone> Build<'a, C> {
         } else {
             &mut self.handovers
         };
-        RuleLimiter::build(spec, key, self.fleet, self.clock, old, handovers)
+        let built = RuleLimiter::build(spec, key, self.fleet, self.clock, old, handovers)?;
+        Ok(match (built, old) {
+            (RuleLimiter::Local(local), None) => RuleLimiter::Local(going_on(local, forgotten)),
+            (built, _) => built,
+        })
     }
 
     /// The rule of `policy` named `name` (`rule` is `None` for the default), taking
-    /// over `old`'s limiters.
+    /// over `was`'s limiters, or going on from what they were when it was forgotten.
     fn rule(
         &mut self,
         rule: Option<&Rule>,
         name: &str,
         policy: Policy,
-        old: Option<&'a Compiled<C>>,
+        was: Option<Was<'a, C>>,
     ) -> Result<Compiled<C>, BuildError> {
+        let old = was.and_then(Was::rule);
+        let forgotten = was.and_then(Was::forgotten);
         let of = || LimitOf::Rule(name.to_owned());
-        let action = self.action(name, policy, old).map_err(|e| e.of(of))?;
+        let action = self
+            .action(name, policy, old, forgotten.and_then(|t| t.action.as_ref()))
+            .map_err(|e| e.of(of))?;
         let floor = match rule {
-            Some(r) if r.floor > 0 => self.floor(r, r.floor, old).map_err(|e| e.of(of))?,
+            Some(r) if r.floor > 0 => {
+                let forgotten = forgotten.and_then(|t| t.floor.as_ref());
+                self.floor(r, r.floor, old, forgotten)
+                    .map_err(|e| e.of(of))?
+            }
             _ => None,
         };
         let (kind, param) = match policy {
@@ -195,12 +215,14 @@ impl<'a, C: Clock + Clone> Build<'a, C> {
         })
     }
 
-    /// What the rule named `name` does with a span it matches; `old` is its predecessor.
+    /// What the rule named `name` does with a span it matches; `old` is its predecessor,
+    /// `forgotten` its lineage's limiter dropped since.
     fn action(
         &mut self,
         name: &str,
         policy: Policy,
         old: Option<&Compiled<C>>,
+        forgotten: Option<&Forgotten>,
     ) -> Result<Action<C>, BuildError> {
         let service = self.service;
         let key = || fleet_key(&service.name, name);
@@ -223,6 +245,7 @@ impl<'a, C: Clock + Clone> Build<'a, C> {
                         old_limiter,
                         &mut self.handovers,
                     );
+                    let local = going_on(local, forgotten);
                     let cap = RuleLimiter::Local(local.clone());
                     Action::Adaptive {
                         adaptive: Arc::new(Adaptive::new(
@@ -238,13 +261,15 @@ impl<'a, C: Clock + Clone> Build<'a, C> {
             },
             // A limit and a lower bound take over the predecessor's limiter (either
             // kind): what it used in this window stays spent.
-            Policy::Limit(spec) => Action::Limit(self.limiter(spec, key, old_limiter, false)?),
+            Policy::Limit(spec) => {
+                Action::Limit(self.limiter(spec, key, old_limiter, forgotten, false)?)
+            }
             Policy::AtLeast {
                 probability,
                 lower_bound,
             } => Action::AtLeast {
                 threshold: Threshold::from_probability(probability),
-                lower_bound: self.limiter(lower_bound, key, old_limiter, false)?,
+                lower_bound: self.limiter(lower_bound, key, old_limiter, forgotten, false)?,
                 bound_attributes: RuleAttributes::new(
                     LOWERBOUND,
                     lower_bound.limit.per_second_rate(),
@@ -255,12 +280,13 @@ impl<'a, C: Clock + Clone> Build<'a, C> {
     }
 
     /// The floor of `permits` of `rule`: a fixed window in the cap's window, with the
-    /// cap's scope (none without a cap).
+    /// cap's scope (none without a cap); `forgotten`: its lineage's, dropped since.
     fn floor(
         &mut self,
         rule: &Rule,
         permits: u32,
         old: Option<&Compiled<C>>,
+        forgotten: Option<&Forgotten>,
     ) -> Result<Option<RuleLimiter<C>>, BuildError> {
         let name = rule.name.as_str();
         let Some(cap) = self.service.cap else {
@@ -294,6 +320,7 @@ impl<'a, C: Clock + Clone> Build<'a, C> {
             spec,
             || fleet_floor_key(&service.name, name),
             old_floor,
+            forgotten,
             true,
         )
         .map(Some)
@@ -323,7 +350,7 @@ impl<'a, C: Clock + Clone> Build<'a, C> {
         };
         let old = self.previous.and_then(|p| p.shared.as_ref());
         let service = self.service;
-        self.limiter(spec, || fleet_cap_key(&service.name), old, true)
+        self.limiter(spec, || fleet_cap_key(&service.name), old, None, true)
             .map(Some)
             .map_err(|e| e.of(|| LimitOf::Cap))
     }
@@ -350,47 +377,4 @@ impl<'a, C: Clock + Clone> Build<'a, C> {
         spread(was, &limits);
         self.handovers.extend(cap_handover(&old, &limits));
     }
-}
-
-/// Of `previous`'s rules (current first, then retired, one with a limit first among
-/// the current ones), the first not yet `taken` that is the same as `rule` (`None`:
-/// the default) by `identity`; it is taken.
-fn pick<'a, C: Clock>(
-    previous: &'a RuleSet<C>,
-    taken: &mut Vec<&'a Compiled<C>>,
-    rule: Option<&Rule>,
-    identity: Identity,
-) -> Option<&'a Compiled<C>> {
-    let free = |c: &&'a Compiled<C>| {
-        c.identity(rule) == Some(identity) && !taken.iter().any(|t| std::ptr::eq(*t, *c))
-    };
-    let current = previous.rules.iter().chain(previous.default.as_ref());
-    let found = current
-        .clone()
-        .filter(free)
-        .find(|c| c.limits())
-        .or_else(|| previous.retired.iter().find(free))
-        .or_else(|| current.clone().find(free))?;
-    taken.push(found);
-    Some(found)
-}
-
-/// The limits of `previous` (and those it kept aside) that no new rule with a limit
-/// took over (`kept_on`) and whose window still holds admissions: a rule removed (or
-/// made a probability) and brought back within a window finds its limiter.
-fn retired<C: Clock>(previous: &RuleSet<C>, kept_on: &[&Compiled<C>]) -> Vec<Compiled<C>> {
-    let mut retired: Vec<Compiled<C>> = Vec::new();
-    let candidates = previous
-        .rules
-        .iter()
-        .chain(previous.default.as_ref())
-        .chain(&previous.retired);
-    for c in candidates {
-        let kept = kept_on.iter().any(|k| std::ptr::eq(*k, c))
-            || retired.iter().any(|r| r.same_identity(c));
-        if c.limits() && !kept && c.holds_window() {
-            retired.push(c.clone());
-        }
-    }
-    retired
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use opentelemetry::trace::SpanKind;
 
 use crate::clock::Clock;
-use crate::config::compile::handover::LocalRule;
+use crate::config::compile::handover::{Forgotten, LocalRule};
 use crate::config::compile::rule_limiter::RuleLimiter;
 use crate::config::model::pattern::Pattern;
 use crate::config::model::{Policy, Rule};
@@ -141,24 +141,36 @@ impl<C: Clock> Compiled<C> {
         self.action.limiter().is_some()
     }
 
-    /// Whether `other` is the same rule (by name, or both the default).
-    pub(super) fn same_identity(&self, other: &Compiled<C>) -> bool {
-        self.is_default == other.is_default && self.name == other.name
+    /// Who it is, for a reload to find it again.
+    pub(super) fn who(&self) -> Who<'_> {
+        Who {
+            name: &self.name,
+            is_default: self.is_default,
+            named: self.named,
+            conditions: self.conditions.as_ref(),
+        }
     }
 
     /// How this rule (of the previous set) is the same as `rule` of the new set
     /// (`None`: the default), if it is.
     pub(super) fn identity(&self, rule: Option<&Rule>) -> Option<Identity> {
-        match rule {
-            None => self.is_default.then_some(Identity::Name),
-            Some(_) if self.is_default => None,
-            Some(r) if self.named && r.named && self.name == r.name => Some(Identity::Name),
-            Some(r) => self
-                .conditions
-                .as_ref()
-                .is_some_and(|c| *c == Conditions::of(r))
-                .then_some(Identity::Conditions),
-        }
+        self.who().identity(rule)
+    }
+
+    /// What its lineage needs once its limiters are dropped (their windows empty): who
+    /// it is and what each local limiter of it was; `None` without a local one.
+    pub(super) fn forget(&self) -> Option<Tombstone> {
+        let forget =
+            |l: Option<&RuleLimiter<C>>| l.and_then(RuleLimiter::local).map(LocalRule::forget);
+        let (action, floor) = (forget(self.action.limiter()), forget(self.floor.as_ref()));
+        (action.is_some() || floor.is_some()).then(|| Tombstone {
+            name: self.name.clone(),
+            is_default: self.is_default,
+            named: self.named,
+            conditions: self.conditions.clone(),
+            action,
+            floor,
+        })
     }
 
     /// Whether one of its local limiters holds admissions in its current window.
@@ -169,5 +181,143 @@ impl<C: Clock> Compiled<C> {
             .into_iter()
             .chain(self.floor.as_ref())
             .any(used)
+    }
+}
+
+/// Who a rule is, for a reload to find it again: its name, whether the file named it or
+/// it is the default, and what it matches.
+#[derive(Clone, Copy)]
+pub(super) struct Who<'a> {
+    name: &'a str,
+    is_default: bool,
+    named: bool,
+    conditions: Option<&'a Conditions>,
+}
+
+impl Who<'_> {
+    /// Whether `other` is the same rule (by name, or both the default).
+    pub(super) fn same(self, other: Who<'_>) -> bool {
+        self.is_default == other.is_default && self.name == other.name
+    }
+
+    /// How this rule (of a previous set) is the same as `rule` of the new set (`None`:
+    /// the default), if it is.
+    pub(super) fn identity(self, rule: Option<&Rule>) -> Option<Identity> {
+        match rule {
+            None => self.is_default.then_some(Identity::Name),
+            Some(_) if self.is_default => None,
+            Some(r) if self.named && r.named && self.name == r.name => Some(Identity::Name),
+            Some(r) => self
+                .conditions
+                .is_some_and(|c| *c == Conditions::of(r))
+                .then_some(Identity::Conditions),
+        }
+    }
+}
+
+/// A rule whose limiters a reload dropped (their windows empty): who it was and what
+/// each of its local limiters was, so that the rule brought back goes on its lineage.
+/// A name, conditions and a few words; no limiter.
+#[derive(Clone)]
+pub(super) struct Tombstone {
+    name: String,
+    is_default: bool,
+    named: bool,
+    conditions: Option<Conditions>,
+    /// Its action's limiter (a limit's, a lower bound's, an adaptive cap), if local.
+    pub(super) action: Option<Forgotten>,
+    /// Its floor's, if local.
+    pub(super) floor: Option<Forgotten>,
+}
+
+impl Tombstone {
+    #[cfg(test)]
+    pub(super) fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn who(&self) -> Who<'_> {
+        Who {
+            name: &self.name,
+            is_default: self.is_default,
+            named: self.named,
+            conditions: self.conditions.as_ref(),
+        }
+    }
+}
+
+/// A rule of an earlier set whose identity has no limit in the current one: kept with
+/// its limiters while their windows hold admissions, forgotten (a [`Tombstone`]) after.
+pub(super) enum Aside<C> {
+    Kept(Box<Compiled<C>>),
+    Forgotten(Box<Tombstone>),
+}
+
+impl<C> Clone for Aside<C> {
+    fn clone(&self) -> Self {
+        match self {
+            Aside::Kept(c) => Aside::Kept(Box::new(Compiled::clone(c))),
+            Aside::Forgotten(t) => Aside::Forgotten(t.clone()),
+        }
+    }
+}
+
+/// A previous rule a new one can go on from: one in force or kept aside, or forgotten.
+pub(super) enum Was<'a, C> {
+    Rule(&'a Compiled<C>),
+    Forgotten(&'a Tombstone),
+}
+
+impl<C> Clone for Was<'_, C> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<C> Copy for Was<'_, C> {}
+
+impl<'a, C: Clock> Was<'a, C> {
+    pub(super) fn of(aside: &'a Aside<C>) -> Self {
+        match aside {
+            Aside::Kept(c) => Was::Rule(c),
+            Aside::Forgotten(t) => Was::Forgotten(t),
+        }
+    }
+
+    pub(super) fn who(self) -> Who<'a> {
+        match self {
+            Was::Rule(c) => c.who(),
+            Was::Forgotten(t) => t.who(),
+        }
+    }
+
+    /// The rule, if its limiters are there.
+    pub(super) fn rule(self) -> Option<&'a Compiled<C>> {
+        match self {
+            Was::Rule(c) => Some(c),
+            Was::Forgotten(_) => None,
+        }
+    }
+
+    /// What it left, if forgotten.
+    pub(super) fn forgotten(self) -> Option<&'a Tombstone> {
+        match self {
+            Was::Rule(_) => None,
+            Was::Forgotten(t) => Some(t),
+        }
+    }
+
+    /// Whether it has (or had) a limiter of its own.
+    pub(super) fn limits(self) -> bool {
+        self.rule().is_none_or(Compiled::limits)
+    }
+
+    /// Whether the two are the same one.
+    pub(super) fn is(self, other: Was<'_, C>) -> bool {
+        match (self, other) {
+            (Was::Rule(a), Was::Rule(b)) => std::ptr::eq(a, b),
+            (Was::Forgotten(a), Was::Forgotten(b)) => std::ptr::eq(a, b),
+            _ => false,
+        }
     }
 }

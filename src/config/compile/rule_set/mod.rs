@@ -12,7 +12,7 @@ mod decide;
 
 use std::sync::Arc;
 
-use compiled::Compiled;
+use compiled::{Aside, Compiled};
 
 use crate::clock::Clock;
 use crate::config::compile::matcher::Matchers;
@@ -38,8 +38,10 @@ pub(crate) struct RuleSet<C> {
     shared: Option<RuleLimiter<C>>,
     /// Limits of earlier rule sets whose identity (a rule's name, or the default) has
     /// no limit in this one, kept while their window holds admissions: a rule removed
-    /// (or made a probability) and brought back within a window finds its limiter.
-    retired: Vec<Compiled<C>>,
+    /// (or made a probability) and brought back within a window finds its limiter;
+    /// after, forgotten (what a rule brought back needs to go on from them, a bounded
+    /// number of them: `build::FORGOTTEN`).
+    retired: Vec<Aside<C>>,
     cap: Option<LimitSpec>,
     /// Decisions no rule made (followed parents, no match without a default); kept
     /// across reloads.

@@ -65,11 +65,16 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     ///   the limit did not change, else handed over as above (its estimate starts
     ///   again), so lowering and restoring it, renaming it or removing and restoring
     ///   it re-opens nothing of its window.
-    /// * A rule removed (or made a probability) and brought back within a window finds
-    ///   its limiter: limits whose identity left the rules are kept aside until their
-    ///   window holds nothing (brought back later, it is a new rule: with a longer
-    ///   window, it does not count what the old limit kept before). Meanwhile its spans go to the next rule that matches them,
-    ///   or the default, under that one's limit and the cap.
+    /// * A rule removed (or made a probability) and brought back is the same rule: within
+    ///   a window it finds its limiter (limits whose identity left the rules are kept
+    ///   aside while their window holds admissions); later, its new limiter goes on from
+    ///   what the dropped one was, as a changed limit does (a longer window counts what
+    ///   the old limit could have let through before; 1 per 1 s, 1 kept at 0.7 s,
+    ///   removed at 1.25 s and brought back at 1.3 s as 2 per 1.5 s keeps 1 more in
+    ///   [0, 1.5 s), not 2). That costs a name, conditions and a few words per rule
+    ///   forgotten, for the last 256 of them: a rule brought back after 256 other rules
+    ///   were forgotten since is a new rule. Meanwhile its spans go to the next rule that
+    ///   matches them, or the default, under that one's limit and the cap.
     /// * The cap is carried as a whole: its floors and shared pool together hold what
     ///   the old ones used, so a floor added, removed, resized or moved re-opens nothing.
     /// * Reloads never starve: once they stop, a rule offered more than its limit keeps
