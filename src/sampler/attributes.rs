@@ -89,8 +89,8 @@ fn intern(name: &str) -> Option<&'static str> {
     Some(leaked)
 }
 
-/// The names interned and their total bytes.
-#[cfg(all(test, not(loom)))]
+/// The names interned and their total bytes (for the rule set's test of the cap).
+#[cfg(all(test, not(loom), feature = "config"))]
 pub(crate) fn interned() -> (usize, usize) {
     let guard = INTERNED.lock().unwrap_or_else(|e| e.into_inner());
     (guard.0.len(), guard.1)
