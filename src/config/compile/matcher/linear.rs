@@ -118,7 +118,7 @@ mod tests {
     use super::*;
     use crate::config::compile::matcher::index::Index;
     use crate::config::compile::matcher::tests::reference;
-    use crate::config::SamplingConfig;
+    use crate::config::model::SamplingConfig;
 
     #[test]
     fn first_match_agrees_with_the_plain_semantics() {

@@ -425,8 +425,11 @@ mod tests {
     #[test]
     fn settings_are_checked_before_any_request() {
         let sampler = crate::config::runtime::rule_based::RuleBasedSampler::new(
-            &crate::config::SamplingConfig::from_toml_str("[default]\nprobability = 1.0\n", "t")
-                .unwrap(),
+            &crate::config::model::SamplingConfig::from_toml_str(
+                "[default]\nprobability = 1.0\n",
+                "t",
+            )
+            .unwrap(),
             "svc",
         )
         .unwrap();
