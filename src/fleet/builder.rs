@@ -217,7 +217,7 @@ impl<C: Clock> FleetLimiterBuilder<C> {
             clock: self.clock,
             limit: self.limit,
             stats: StatCells::default(),
-            member: Arc::new(RuleWorker::new(Weak::clone(weak), wire)),
+            member: Arc::new(RuleWorker::new(Weak::<Inner<C>>::clone(weak), wire)),
             registration: OnceLock::new(),
             key: self.key,
             instance_id,

@@ -10,7 +10,7 @@ use super::pool::Registration;
 use super::stats::{FleetStats, StatCells};
 use super::time::TimeMap;
 use super::word::LeaseWord;
-use super::worker::RuleWorker;
+use super::worker::{RuleWorker, Served};
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::Limit;
 use crate::limiter::RateLimiter;
@@ -98,7 +98,7 @@ pub(crate) struct Inner<C> {
     pub(crate) limit: Limit,
     pub(crate) stats: StatCells,
     /// This rule in its worker, and its place there.
-    pub(super) member: Arc<RuleWorker<C>>,
+    pub(super) member: Arc<RuleWorker>,
     pub(super) registration: OnceLock<Registration>,
     pub(super) key: String,
     pub(super) instance_id: String,
@@ -113,6 +113,16 @@ impl<C> Inner<C> {
             time: &self.time,
             stats: &self.stats,
         }
+    }
+}
+
+impl<C: Clock> Served for Inner<C> {
+    fn now_nanos(&self) -> u64 {
+        self.clock.now_nanos()
+    }
+
+    fn shared(&self) -> Shared<'_> {
+        Inner::shared(self)
     }
 }
 

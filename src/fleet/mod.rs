@@ -30,6 +30,8 @@ mod word;
 #[cfg(feature = "redis")]
 mod builder;
 #[cfg(feature = "redis")]
+mod call_error;
+#[cfg(feature = "redis")]
 mod error;
 #[cfg(feature = "redis")]
 mod lease;

@@ -321,8 +321,8 @@ mod tests {
     use redis::Value;
 
     use super::*;
+    use crate::fleet::call_error::CallError;
     use crate::fleet::script::LeaseRequest;
-    use crate::fleet::transport::CallError;
     use crate::fleet::wire::{Naming, RuleWire};
 
     /// A rule as the pool sees it: its wire and its last answered lease call.

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use redis::{Pipeline, RedisError, Script, ScriptInvocation, Value};
 
+use super::call_error::CallError;
 use super::lease::{Call, Reply, PRUNE_AFTER_INTERVALS, STALE_AFTER_INTERVALS};
 use super::script::{LeaseReply, LeaseRequest};
 use super::time::time_to_nanos;
-use super::transport::CallError;
 
 /// Who a rule's calls come from and where its keys live.
 #[derive(Debug)]

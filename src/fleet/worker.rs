@@ -13,15 +13,23 @@ use std::time::Duration;
 
 use redis::Value;
 
+use super::call_error::CallError;
 use super::lease::{
-    Call, LeaseMachine, Notice, Settings, FALLBACK_AFTER_INTERVALS, FALLBACK_MARGIN_INTERVALS,
-    PRUNE_AFTER_INTERVALS,
+    Call, LeaseMachine, Notice, Settings, Shared, FALLBACK_AFTER_INTERVALS,
+    FALLBACK_MARGIN_INTERVALS, PRUNE_AFTER_INTERVALS,
 };
-use super::limiter::Inner;
 use super::stats::FleetFailure;
-use super::transport::CallError;
 use super::wire::{read_reply, RuleWire};
-use crate::clock::Clock;
+
+/// What a rule's worker needs of the limiter it serves: its clock's reading and the
+/// state the lease machine writes. The limiter implements it; the worker holds it
+/// weakly, so a dropped limiter ends its rule's calls.
+pub(crate) trait Served: Send + Sync {
+    /// The limiter's clock now (nanoseconds).
+    fn now_nanos(&self) -> u64;
+    /// What the lease state machine writes.
+    fn shared(&self) -> Shared<'_>;
+}
 
 /// A rule as the pool sees it, whatever its clock.
 pub(crate) trait Member: Send + Sync {
@@ -60,8 +68,8 @@ impl Planned {
 }
 
 /// One limiter's rule in the shared worker.
-pub(crate) struct RuleWorker<C> {
-    inner: Weak<Inner<C>>,
+pub(crate) struct RuleWorker {
+    inner: Weak<dyn Served>,
     wire: RuleWire,
     tick: Duration,
     stopped: AtomicBool,
@@ -90,8 +98,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-impl<C> RuleWorker<C> {
-    pub(crate) fn new(inner: Weak<Inner<C>>, mut wire: RuleWire) -> Self {
+impl RuleWorker {
+    pub(crate) fn new(inner: Weak<dyn Served>, mut wire: RuleWire) -> Self {
         let interval_nanos = nanos(wire.interval).max(1);
         let tick = Duration::from_nanos((wire.window_nanos / 40).min(interval_nanos / 4))
             .max(Duration::from_millis(1));
@@ -146,7 +154,7 @@ impl<C> RuleWorker<C> {
     }
 }
 
-impl<C: Clock> Member for RuleWorker<C> {
+impl Member for RuleWorker {
     fn wire(&self) -> &RuleWire {
         &self.wire
     }
@@ -161,7 +169,7 @@ impl<C: Clock> Member for RuleWorker<C> {
             return None;
         }
         let inner = self.inner.upgrade()?;
-        let t0 = inner.clock.now_nanos();
+        let t0 = inner.now_nanos();
         let ahead = if pull {
             nanos(self.wire.interval) / 4
         } else {
@@ -180,8 +188,8 @@ impl<C: Clock> Member for RuleWorker<C> {
 
     fn apply(&self, planned: Planned, answer: Result<Value, CallError>, round_trip: Duration) {
         if let Some(inner) = self.inner.upgrade() {
-            let t1 = inner.clock.now_nanos();
-            inner.stats.timed(nanos(round_trip));
+            let t1 = inner.now_nanos();
+            inner.shared().stats.timed(nanos(round_trip));
             let bound = self.wire.bound();
             let result = match answer {
                 // Later than this rule waits: the rule's own timeout, as if alone.

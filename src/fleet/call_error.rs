@@ -1,0 +1,125 @@
+//! Why a call to Redis gave no usable answer: one small error type, classified by what
+//! failed (the credentials, the connection, the timeouts, Redis's answer, a reply the
+//! script never gives), for the statistics, the metrics and the messages.
+
+use std::time::Duration;
+
+use redis::RedisError;
+
+use super::stats::FleetFailure;
+
+/// Why a call to Redis gave no usable answer.
+#[derive(Clone, Debug, thiserror::Error)]
+pub(crate) enum CallError {
+    /// No connection could be made.
+    #[error("could not connect to Redis: {0}")]
+    Connect(#[source] RedisError),
+    /// Redis refused the credentials: a wrong password or user, or none given to a
+    /// server that requires one (Redis then answers `NOAUTH`, or, to a long command,
+    /// "unauthenticated multibulk length").
+    #[error("Redis refused authentication (check the password and user in the Redis URL): {0}")]
+    Auth(#[source] RedisError),
+    /// Redis (or the connection) answered with an error.
+    #[error("Redis call failed: {0}")]
+    Redis(#[source] RedisError),
+    /// No answer within the connect and response timeouts.
+    #[error("no answer from Redis within {0:?}")]
+    Timeout(Duration),
+    /// The lease script answered something it never answers.
+    #[error("unexpected lease script reply {0:?}")]
+    BadReply(Vec<i64>),
+}
+
+impl CallError {
+    /// The kind counted in the statistics and the metrics.
+    pub(crate) fn kind(&self) -> FleetFailure {
+        match self {
+            Self::Connect(_) => FleetFailure::Connect,
+            Self::Auth(_) => FleetFailure::Auth,
+            Self::Redis(_) => FleetFailure::Redis,
+            Self::Timeout(_) => FleetFailure::Timeout,
+            Self::BadReply(_) => FleetFailure::BadReply,
+        }
+    }
+
+    /// Whether the connection failed (or Redis refused it): the next round makes a
+    /// fresh one.
+    pub(super) fn is_connection(&self) -> bool {
+        matches!(self, Self::Connect(_) | Self::Auth(_) | Self::Timeout(_))
+    }
+
+    /// A failed connection attempt: `Auth` if Redis refused the credentials.
+    pub(super) fn connect(error: RedisError) -> Self {
+        if is_auth(&error) {
+            Self::Auth(error)
+        } else {
+            Self::Connect(error)
+        }
+    }
+
+    /// A failed call, by what failed: the credentials (`Auth`), the connection
+    /// (`Connect`: refused, reset, closed; the manager connects lazily, inside a call),
+    /// the client's response timeout (`Timeout`), else Redis's answer (`Redis`).
+    pub(crate) fn redis(error: RedisError, response_timeout: Duration) -> Self {
+        if is_auth(&error) {
+            Self::Auth(error)
+        } else if error.is_timeout() {
+            Self::Timeout(response_timeout)
+        } else if error.is_connection_refusal()
+            || error.is_connection_dropped()
+            || error.kind() == redis::ErrorKind::Io
+        {
+            Self::Connect(error)
+        } else {
+            Self::Redis(error)
+        }
+    }
+}
+
+/// Whether Redis refused the credentials. The client reports a refused `AUTH` as
+/// `AuthenticationFailed`; a server that needs a password and got none answers
+/// `NOAUTH` to a command, and closes the connection with "unauthenticated multibulk
+/// length" after a long one (the lease script is long).
+fn is_auth(error: &RedisError) -> bool {
+    error.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(error.code(), Some("NOAUTH" | "WRONGPASS"))
+        || error.to_string().contains("unauthenticated")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use super::*;
+
+    fn kind(error: RedisError) -> FleetFailure {
+        CallError::redis(error, Duration::from_secs(1)).kind()
+    }
+
+    /// A refused password was reported as a generic error (or, by the demo, as no
+    /// answer within its timeout): it is its own kind now, whatever its form.
+    #[test]
+    fn failures_are_classified_by_what_failed() {
+        let auth = RedisError::from((
+            redis::ErrorKind::AuthenticationFailed,
+            "Password authentication failed",
+        ));
+        assert_eq!(kind(auth), FleetFailure::Auth);
+        let refused = RedisError::from(io::Error::from(io::ErrorKind::ConnectionRefused));
+        assert_eq!(kind(refused), FleetFailure::Connect);
+        let reset = RedisError::from(io::Error::from(io::ErrorKind::ConnectionReset));
+        assert_eq!(kind(reset), FleetFailure::Connect);
+        let slow = RedisError::from(io::Error::from(io::ErrorKind::TimedOut));
+        assert_eq!(kind(slow), FleetFailure::Timeout);
+        let answer = RedisError::from((redis::ErrorKind::Client, "bad", "detail".to_owned()));
+        assert_eq!(kind(answer), FleetFailure::Redis);
+        let message = CallError::connect(RedisError::from((
+            redis::ErrorKind::AuthenticationFailed,
+            "Password authentication failed",
+        )));
+        assert!(
+            message.to_string().contains("refused authentication"),
+            "{message}"
+        );
+    }
+}
