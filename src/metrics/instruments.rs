@@ -69,9 +69,9 @@ impl SamplerMetrics {
     /// Attribute: why a span was dropped ([`DropReason::as_str`](crate::stats::DropReason::as_str)).
     pub const REASON: &'static str = "otel_rate_sampler.reason";
     /// Attribute: the configured name of the rule that decided.
-    pub const RULE: &'static str = "otel_rate_sampler.rule";
+    pub const RULE: &'static str = observation::key::RULE;
     /// Attribute: which limiter a window belongs to (`sampler`, `rule`, `floor`, `cap`).
-    pub const LIMITER: &'static str = "otel_rate_sampler.limiter";
+    pub const LIMITER: &'static str = observation::key::LIMITER;
     /// Attribute of the reload counter: `success` or `failure`.
     pub const RESULT: &'static str = "result";
 

@@ -9,7 +9,14 @@ use crate::limiter::RateLimiter;
 use crate::sampler::{AdaptiveSampler, RateLimitingSampler};
 use crate::stats::{DecisionStats, SamplerStats, WindowFill};
 
-use super::instruments::SamplerMetrics as M;
+/// The attribute keys an observation writes; `SamplerMetrics` publishes them as its
+/// `RULE` and `LIMITER`.
+pub(super) mod key {
+    /// The configured name of the rule that decided.
+    pub(crate) const RULE: &str = "otel_rate_sampler.rule";
+    /// Which limiter a window belongs to (`sampler`, `rule`, `floor`, `cap`).
+    pub(crate) const LIMITER: &str = "otel_rate_sampler.limiter";
+}
 
 /// Reload outcomes and the generation in force.
 #[derive(Clone, Copy, Debug)]
@@ -56,7 +63,7 @@ fn of_stats(stats: impl Fn() -> SamplerStats + Send + Sync + 'static) -> Source 
             decisions: vec![(Vec::new(), stats.decisions)],
             windows: stats
                 .window
-                .map(|w| (vec![KeyValue::new(M::LIMITER, "sampler")], w))
+                .map(|w| (vec![KeyValue::new(key::LIMITER, "sampler")], w))
                 .into_iter()
                 .collect(),
             reloads: None,
@@ -71,20 +78,20 @@ pub(super) fn of_rules<C: crate::clock::Clock + Clone>(
     let sampler = sampler.clone();
     Arc::new(move || {
         let stats = sampler.stats();
-        let rule = |name: &str| KeyValue::new(M::RULE, name.to_owned());
+        let rule = |name: &str| KeyValue::new(key::RULE, name.to_owned());
         let mut decisions = vec![(Vec::new(), stats.unmatched)];
         let mut windows = Vec::new();
         for r in &stats.rules {
             decisions.push((vec![rule(&r.name)], r.decisions));
             if let Some(w) = r.window {
-                windows.push((vec![KeyValue::new(M::LIMITER, "rule"), rule(&r.name)], w));
+                windows.push((vec![KeyValue::new(key::LIMITER, "rule"), rule(&r.name)], w));
             }
             if let Some(w) = r.floor {
-                windows.push((vec![KeyValue::new(M::LIMITER, "floor"), rule(&r.name)], w));
+                windows.push((vec![KeyValue::new(key::LIMITER, "floor"), rule(&r.name)], w));
             }
         }
         if let Some(cap) = stats.cap {
-            windows.push((vec![KeyValue::new(M::LIMITER, "cap")], cap.window));
+            windows.push((vec![KeyValue::new(key::LIMITER, "cap")], cap.window));
         }
         Observation {
             service: Some(KeyValue::new("service.name", stats.service)),
@@ -134,7 +141,7 @@ mod tests {
         let [(limiter, fill)] = seen.windows.as_slice() else {
             panic!("one window: {seen:?}");
         };
-        assert_eq!(limiter, &vec![KeyValue::new(M::LIMITER, "sampler")]);
+        assert_eq!(limiter, &vec![KeyValue::new(key::LIMITER, "sampler")]);
         assert_eq!((fill.used, fill.permits), (2, 2));
         assert!(seen.reloads.is_none() && seen.service.is_none());
     }
