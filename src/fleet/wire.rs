@@ -198,7 +198,7 @@ fn millis(d: Duration) -> u64 {
 /// The cluster slot of a key whose hash tag is all of `tag` (`{...}`).
 fn slot_of(tag: &str) -> u16 {
     let inner = tag.trim_start_matches('{').trim_end_matches('}');
-    crc16(inner.as_bytes()) % 16384
+    Crc16::calculate(inner.as_bytes()) % 16384
 }
 
 /// The replica group tag of `prefix` in cluster slot `slot`: `{prefix:replicas:<n>}`,
@@ -212,12 +212,15 @@ fn slot_group_tag(prefix: &str, slot: u16) -> String {
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let table = tables.entry(prefix.to_owned()).or_insert_with(|| {
         let stem = format!("{prefix}:replicas:");
-        let start = crc16_from(0, stem.as_bytes());
+        let mut start = Crc16::new();
+        start.update(stem.as_bytes());
         let mut table = vec![u32::MAX; 16384];
         let mut left = table.len();
         let mut n: u32 = 0;
         while left > 0 {
-            let s = usize::from(crc16_from(start, n.to_string().as_bytes()) % 16384);
+            let mut crc = start;
+            crc.update(n.to_string().as_bytes());
+            let s = usize::from(crc.get() % 16384);
             if table[s] == u32::MAX {
                 table[s] = n;
                 left -= 1;
@@ -258,24 +261,7 @@ fn expiry_ms(response_timeout: Duration) -> u64 {
 }
 
 /// CRC16/XMODEM, the hash of Redis Cluster's key slots.
-fn crc16(bytes: &[u8]) -> u16 {
-    crc16_from(0, bytes)
-}
-
-/// CRC16/XMODEM of what gave `crc`, followed by `bytes`.
-fn crc16_from(mut crc: u16, bytes: &[u8]) -> u16 {
-    for &b in bytes {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 == 0 {
-                crc << 1
-            } else {
-                (crc << 1) ^ 0x1021
-            };
-        }
-    }
-    crc
-}
+type Crc16 = crc16::State<crc16::XMODEM>;
 
 #[cfg(test)]
 mod tests {
@@ -296,7 +282,7 @@ mod tests {
     /// Redis's own (the check value of CRC16/XMODEM, and Redis's slot of `foo`).
     #[test]
     fn slots_are_redis_cluster_slots() {
-        assert_eq!(crc16(b"123456789"), 0x31C3);
+        assert_eq!(Crc16::calculate(b"123456789"), 0x31C3);
         assert_eq!(slot_of("{foo}"), 12182);
         assert_eq!(
             wire("otel-rate", "a", true).slot(),
