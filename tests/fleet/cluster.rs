@@ -5,6 +5,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::load::{self, assert_capped, drive, inner_windows, N, WINDOW};
+use crate::many_rules::{command_calls, script_calls};
 use crate::server::{free_port, Server};
 
 fn start_cluster() -> Vec<Server> {
@@ -113,5 +114,77 @@ fn a_hundred_rules_on_a_cluster_share_one_worker() {
         // The worker's connection to this node (and at most one the cluster client
         // keeps for its topology), whatever the number of rules.
         assert!(clients <= 2, "{clients} clients on node {}", node.port);
+    }
+}
+
+/// `count` rule keys whose hash tags (`{otel-rate:<key>}`) fall in one cluster slot,
+/// and that slot; the first key's slot is checked against the cluster's own answer.
+fn keys_in_one_slot(node: &Server, count: usize) -> (Vec<String>, u16) {
+    let slot = |key: &str| {
+        let tag = format!("{}:{key}", otel_rate_sampler::DEFAULT_FLEET_PREFIX);
+        crc16::State::<crc16::XMODEM>::calculate(tag.as_bytes()) % 16384
+    };
+    let first = "same-slot-0";
+    let target = slot(first);
+    let asked = node.cli(&[
+        "CLUSTER",
+        "KEYSLOT",
+        &format!(
+            "{{{}:{first}}}:w:1",
+            otel_rate_sampler::DEFAULT_FLEET_PREFIX
+        ),
+    ]);
+    assert_eq!(
+        asked.trim(),
+        target.to_string(),
+        "the test's slot is not Redis's"
+    );
+    let keys: Vec<String> = (0..)
+        .map(|i| format!("same-slot-{i}"))
+        .filter(|k| slot(k) == target)
+        .take(count)
+        .collect();
+    (keys, target)
+}
+
+/// Rules in one slot go in one script call per round, and their replica heartbeats
+/// once for them all: idle, a round writes the group's two sets (2 `ZADD`s), not two
+/// per rule (which 20 rules in the slot would make 40 per call).
+#[test]
+fn rules_sharing_a_slot_heartbeat_their_replica_once_per_round() {
+    let nodes = start_cluster();
+    let urls: Vec<String> = nodes.iter().map(Server::url).collect();
+    let (keys, slot) = keys_in_one_slot(&nodes[0], 20);
+    let fleet: Vec<_> = keys
+        .iter()
+        .map(|key| {
+            otel_rate_sampler::FleetLimiter::builder(urls.clone(), key.clone(), load::limit())
+                .sync_interval(load::INTERVAL)
+                .response_timeout(load::INTERVAL * 4)
+                .build()
+                .expect("build")
+        })
+        .collect();
+    load::warm_up(&fleet, 4);
+    // Past the young windows; then idle: heartbeats only.
+    thread::sleep(WINDOW * 3);
+    for node in &nodes {
+        let _ = node.cli(&["CONFIG", "RESETSTAT"]);
+    }
+    thread::sleep(WINDOW * 4);
+    let zadds: u64 = nodes.iter().map(|n| command_calls(n, "zadd")).sum();
+    let scripts: u64 = nodes.iter().map(script_calls).sum();
+    println!("20 rules in slot {slot}, idle for 4 windows: {scripts} script calls, {zadds} ZADDs");
+    assert!(
+        scripts >= 4,
+        "{scripts} script calls in 4 windows of idle heartbeats"
+    );
+    assert!(
+        zadds <= 2 * scripts,
+        "{zadds} ZADDs in {scripts} script calls: heartbeats per rule, not per replica"
+    );
+    for l in &fleet {
+        let s = l.stats();
+        assert!(s.last_failure.is_none() && !s.fallback_active, "{s:?}");
     }
 }
