@@ -83,16 +83,13 @@ fn cluster_of_three_nodes_stays_under_n() {
     }
 }
 
-/// 100 rules of one process on a cluster share one worker: their keys spread over the
-/// nodes (a slot per rule), each round sends one pipeline per slot over one connection
-/// per node, and every rule leases.
-#[test]
-fn a_hundred_rules_on_a_cluster_share_one_worker() {
-    let nodes = start_cluster();
+/// One fleet rule per key on the cluster of `nodes`, of one process, warmed up.
+fn rules_on(nodes: &[Server], keys: &[String]) -> Vec<otel_rate_sampler::FleetLimiter> {
     let urls: Vec<String> = nodes.iter().map(Server::url).collect();
-    let fleet: Vec<_> = (0..100)
-        .map(|i| {
-            otel_rate_sampler::FleetLimiter::builder(urls.clone(), format!("c{i}"), load::limit())
+    let fleet: Vec<_> = keys
+        .iter()
+        .map(|key| {
+            otel_rate_sampler::FleetLimiter::builder(urls.clone(), key.clone(), load::limit())
                 .sync_interval(load::INTERVAL)
                 .response_timeout(load::INTERVAL * 4)
                 .build()
@@ -100,6 +97,17 @@ fn a_hundred_rules_on_a_cluster_share_one_worker() {
         })
         .collect();
     load::warm_up(&fleet, 4);
+    fleet
+}
+
+/// 100 rules of one process on a cluster share one worker: their keys spread over the
+/// nodes (a slot per rule), each round sends one pipeline per slot over one connection
+/// per node, and every rule leases.
+#[test]
+fn a_hundred_rules_on_a_cluster_share_one_worker() {
+    let nodes = start_cluster();
+    let keys: Vec<String> = (0..100).map(|i| format!("c{i}")).collect();
+    let fleet = rules_on(&nodes, &keys);
     for l in &fleet {
         let s = l.stats();
         assert_eq!(s.worker_rules, 100, "{s:?}");
@@ -153,19 +161,8 @@ fn keys_in_one_slot(node: &Server, count: usize) -> (Vec<String>, u16) {
 #[test]
 fn rules_sharing_a_slot_heartbeat_their_replica_once_per_round() {
     let nodes = start_cluster();
-    let urls: Vec<String> = nodes.iter().map(Server::url).collect();
     let (keys, slot) = keys_in_one_slot(&nodes[0], 20);
-    let fleet: Vec<_> = keys
-        .iter()
-        .map(|key| {
-            otel_rate_sampler::FleetLimiter::builder(urls.clone(), key.clone(), load::limit())
-                .sync_interval(load::INTERVAL)
-                .response_timeout(load::INTERVAL * 4)
-                .build()
-                .expect("build")
-        })
-        .collect();
-    load::warm_up(&fleet, 4);
+    let fleet = rules_on(&nodes, &keys);
     // Past the young windows; then idle: heartbeats only.
     thread::sleep(WINDOW * 3);
     for node in &nodes {
