@@ -13,7 +13,6 @@
 //! its own meeting the span), or all its permits when the span reaches back before the
 //! old limiter itself began (a limit before it, of which nothing is known, decided
 //! there). It is computed once, at the reload, never on the decision path.
-
 //!
 //! A rule whose limiter was dropped (its window empty) and that comes back later is the
 //! same lineage: its new limiter counts, the same way, what a limiter of the dropped
