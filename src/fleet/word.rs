@@ -79,28 +79,42 @@ impl LeaseWord {
     }
 
     /// Spends one permit for a call made at fleet time `fleet_nanos` with windows of
-    /// `window_nanos`: [`try_spend`](Self::try_spend) of its window id, computed by a
-    /// multiplication against the word's window (a division only on a new window).
+    /// `window_nanos`. Returns the window id it was counted in: the call's, or the word's
+    /// newer one for a stale caller. The call is placed against the end of the word's
+    /// window by a multiplication (a division only on a new window), and a refusal there
+    /// is decided from that one comparison and the word's count: it only loads.
     #[inline]
     pub(crate) fn try_spend_at(&self, fleet_nanos: u64, window_nanos: u64) -> Option<u64> {
         // Relaxed: see the module's "Memory ordering".
         let current = self.word.load(Ordering::Relaxed);
-        let (window, _) = unpack(current);
-        let start = window.saturating_mul(window_nanos);
-        let now_window = if fleet_nanos >= start && fleet_nanos - start < window_nanos {
-            window
-        } else {
-            (fleet_nanos / window_nanos).min(MAX_WINDOW_ID)
-        };
-        self.spend_from(current, now_window)
+        let (window, remaining) = unpack(current);
+        let end = window.saturating_add(1).saturating_mul(window_nanos);
+        if fleet_nanos < end {
+            // The word's window, or (a stale caller) before it: counted in the word's.
+            if remaining == 0 {
+                return None;
+            }
+            return match self.word.compare_exchange_weak(
+                current,
+                current - 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => Some(window),
+                Err(actual) => self.spend_from(actual, window),
+            };
+        }
+        self.spend_from(current, (fleet_nanos / window_nanos).min(MAX_WINDOW_ID))
     }
 
-    /// Spends one permit for a call made in fleet window `now_window`. Returns the window
-    /// id it was counted in: `now_window`, or the word's newer window for a stale caller.
+    /// Spends one permit for a call made in the middle of fleet window `now_window`,
+    /// through the decision's own path ([`try_spend_at`](Self::try_spend_at), windows of
+    /// 1 µs). Returns the window id it was counted in: `now_window`, or the word's newer
+    /// window for a stale caller.
     #[cfg(test)]
     pub(crate) fn try_spend(&self, now_window: u64) -> Option<u64> {
-        // Relaxed: see the module's "Memory ordering".
-        self.spend_from(self.word.load(Ordering::Relaxed), now_window)
+        const WINDOW_NANOS: u64 = 1000;
+        self.try_spend_at(now_window * WINDOW_NANOS + WINDOW_NANOS / 2, WINDOW_NANOS)
     }
 
     /// The spend loop, from `current`, a value the word held.
