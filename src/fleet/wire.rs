@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use redis::{Pipeline, RedisError, Script, ScriptInvocation, Value};
 
-use super::call_error::CallError;
+use super::call_error::{failed_call, CallError};
 use super::lease::{Call, Reply, PRUNE_AFTER_INTERVALS, STALE_AFTER_INTERVALS};
 use super::script::{LeaseReply, LeaseRequest};
 use super::time::time_to_nanos;
@@ -245,6 +245,10 @@ pub(crate) fn read_reply(
             Ok(Reply::Time(time_to_nanos(seconds, micros)))
         }
         Call::Lease(_) => {
+            if let Value::BulkString(message) = &value {
+                // The script caught an error of this call alone (`script.rs`).
+                return Err(failed_call(String::from_utf8_lossy(message).into_owned()));
+            }
             let values: Vec<i64> = redis::from_redis_value(value).map_err(parse)?;
             LeaseReply::from_values(&values)
                 .map(Reply::Lease)

@@ -11,6 +11,7 @@ mod demo;
 #[cfg(feature = "config")]
 mod config_rules;
 mod faults;
+mod foreign;
 mod load;
 mod many_rules;
 // The fleet instruments, read back from an in-memory exporter (feature `metrics` too).

@@ -1,0 +1,212 @@
+//! A key of one rule that another program wrote (`SET` over its meta or window hash):
+//! Redis refuses that rule's calls with `WRONGTYPE`. Before, the whole lease script call
+//! of the round failed, so every fleet rule of the process on that server failed with
+//! it, and the broken rule held its replica's heartbeat back, so the others reserved
+//! its share on every rule of its interval: under-use of all, for as long as the key
+//! stayed. Now the broken rule alone fails, admits only what Redis granted it, and the
+//! others lease as before.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use otel_rate_sampler::{FleetFailure, FleetLimiter, FleetStats};
+
+use crate::load::{self, assert_capped, drive, heartbeat, PerWindow, INTERVAL, N, WINDOW};
+use crate::server::Server;
+
+const GOOD: [&str; 2] = ["fk-good1", "fk-good2"];
+const BROKEN: &str = "fk-broken";
+const REPLICAS: [&str; 2] = ["fk-r0", "fk-r1"];
+
+/// Rule `key` on both replicas (each replica heartbeats all its rules together).
+fn rule(server: &Server, key: &str) -> Vec<FleetLimiter> {
+    REPLICAS
+        .iter()
+        .map(|replica| {
+            FleetLimiter::builder(server.url(), key, load::limit())
+                .sync_interval(INTERVAL)
+                .response_timeout(INTERVAL)
+                .instance_id(*replica)
+                .build()
+                .expect("build")
+        })
+        .collect()
+}
+
+/// The two good rules and the broken one on both replicas, and all their limiters,
+/// past the first start's windows without grants and its recovery windows.
+fn three_rules(server: &Server) -> ([Vec<FleetLimiter>; 3], Vec<FleetLimiter>) {
+    let rules = [GOOD[0], GOOD[1], BROKEN].map(|key| rule(server, key));
+    let all: Vec<FleetLimiter> = rules.iter().flatten().cloned().collect();
+    load::warm_up(&all, 6);
+    (rules, all)
+}
+
+/// The three rules' admissions per window, each offered twice N per window, while
+/// `during` runs.
+fn drive_three(
+    rules: &[Vec<FleetLimiter>; 3],
+    run: Duration,
+    during: impl FnOnce(),
+) -> [PerWindow; 3] {
+    let demand = 2.0 * f64::from(N);
+    let (mut second, mut third) = (None, None);
+    let (first, ..) = drive(&rules[0], demand, run, || {
+        second = Some(
+            drive(&rules[1], demand, run, || {
+                third = Some(drive(&rules[2], demand, run, during).0);
+            })
+            .0,
+        );
+    });
+    [first, second.expect("driven"), third.expect("driven")]
+}
+
+fn failures(stats: &FleetStats) -> u64 {
+    FleetFailure::ALL.iter().map(|&k| stats.failures(k)).sum()
+}
+
+/// Waits (at most 10 s) until `pred` holds.
+fn eventually(what: &str, pred: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !pred() {
+        assert!(Instant::now() < deadline, "never: {what}");
+        thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn count(per_window: &PerWindow, w: u64) -> u64 {
+    per_window.get(&w).copied().unwrap_or(0)
+}
+
+/// The broken rule's meta overwritten with a string for 8 windows (40 intervals, twice
+/// the age at which Redis forgets a silent replica), then removed.
+#[test]
+fn a_foreign_meta_key_fails_its_rule_alone_and_it_leases_again_once_removed() {
+    let server = Server::start();
+    let (rules, all) = three_rules(&server);
+    let meta = format!("{{otel-rate:{BROKEN}}}:meta");
+    let mut marks = (0, 0);
+    let mut during_break = (Vec::new(), Vec::new());
+    let mut heartbeats = Vec::new();
+    let counted = drive_three(&rules, WINDOW * 17, || {
+        thread::sleep(WINDOW * 3);
+        let before: Vec<FleetStats> = all.iter().map(FleetLimiter::stats).collect();
+        let broke = rules[2][0].current_window().expect("synced");
+        server.cli(&["SET", &meta, "written by another program"]);
+        for _ in 0..8 {
+            thread::sleep(WINDOW);
+            heartbeats.push(REPLICAS.map(|r| heartbeat(&server, r)));
+        }
+        let removed = rules[2][0].current_window().expect("synced");
+        during_break = (before, all.iter().map(FleetLimiter::stats).collect());
+        server.cli(&["DEL", &meta]);
+        marks = (broke, removed);
+    });
+    let (broke, removed) = marks;
+    for (key, per_window) in [GOOD[0], GOOD[1], BROKEN].iter().zip(&counted) {
+        assert_capped(per_window, key);
+    }
+    let (before, after) = during_break;
+    // The good rules: no failure, leasing all along, and filling N (twice N offered):
+    // before, half of N or less (each replica reserved the other's share).
+    for (i, key) in GOOD.iter().enumerate() {
+        let inner: Vec<u64> = (broke + 2..removed)
+            .map(|w| count(&counted[i], w))
+            .collect();
+        println!("{key}: windows {inner:?} with the foreign key");
+        for (b, a) in before[2 * i..2 * i + 2]
+            .iter()
+            .zip(&after[2 * i..2 * i + 2])
+        {
+            assert_eq!(failures(a), failures(b), "{key}: {a:?}");
+            assert!(a.leases > b.leases && !a.fallback_active, "{key}: {a:?}");
+        }
+        let mean = inner.iter().sum::<u64>() / inner.len() as u64;
+        assert!(mean * 10 >= u64::from(N) * 9, "{key} under-used: {inner:?}");
+    }
+    // Each replica's heartbeat went on (before, the broken rule held it back).
+    let moving = |r: usize| heartbeats.windows(2).all(|p| p[0][r] != p[1][r]);
+    assert!(
+        moving(0) && moving(1),
+        "heartbeats held back: {heartbeats:?}"
+    );
+    // The broken rule: its failures counted as foreign, no fallback share, nothing
+    // admitted after the grants it held (its window's and a prefetch of the next),
+    // until the key was removed and Redis granted it again (its meta new to Redis: no
+    // grant for that window and the next).
+    for (b, a) in before[4..].iter().zip(&after[4..]) {
+        assert!(
+            a.failures(FleetFailure::Foreign) > b.failures(FleetFailure::Foreign),
+            "{a:?}"
+        );
+        assert_eq!(a.last_failure, Some(FleetFailure::Foreign), "{a:?}");
+        assert_eq!(a.permits_fallback, b.permits_fallback, "{a:?}");
+        assert!(!a.fallback_active, "{a:?}");
+    }
+    let broken = &counted[2];
+    let quiet: Vec<u64> = (broke + 2..=removed + 1)
+        .map(|w| count(broken, w))
+        .collect();
+    assert!(
+        quiet.iter().all(|&n| n == 0),
+        "admitted without grants: {quiet:?}"
+    );
+    // Leasing again: the first call after the removal comes within an interval (in
+    // window `removed` or the next), Redis grants from two windows later: by
+    // `removed + 3`; one window more for a loaded machine.
+    let again = (removed + 2..=removed + 4).find(|&w| count(broken, w) > 0);
+    let tail: Vec<u64> = (removed..removed + 6).map(|w| count(broken, w)).collect();
+    println!("{BROKEN}: {quiet:?} with the foreign key, {tail:?} after its removal");
+    assert!(
+        again.is_some(),
+        "not leasing again after the removal: {tail:?}"
+    );
+}
+
+/// The broken rule's window hash overwritten with a string in the middle of its window,
+/// then removed within that window: the grants of the window were lost with it, so
+/// Redis must not grant that window again (the script marks the rule as restarted);
+/// the later windows' hashes are new, and the rule leases again by itself.
+#[test]
+fn a_foreign_window_hash_loses_no_grant_of_its_window() {
+    let server = Server::start();
+    let (rules, _) = three_rules(&server);
+    let mut broke = 0;
+    let mut foreign_seen = false;
+    let counted = drive_three(&rules, WINDOW * 12, || {
+        thread::sleep(WINDOW * 3);
+        // Early in a window, so that the key is removed within it.
+        let start = rules[2][0].current_window().expect("synced");
+        eventually("a new window", || {
+            rules[2][0].current_window() != Some(start)
+        });
+        broke = start + 1;
+        let hash = format!("{{otel-rate:{BROKEN}}}:w:{broke}");
+        let seen = || -> u64 {
+            rules[2]
+                .iter()
+                .map(|l| l.stats().failures(FleetFailure::Foreign))
+                .sum()
+        };
+        let before = seen();
+        server.cli(&["SET", &hash, "written by another program"]);
+        eventually("a call refused", || seen() > before);
+        foreign_seen = rules[2][0].current_window() == Some(broke);
+        server.cli(&["DEL", &hash]);
+    });
+    for (key, per_window) in [GOOD[0], GOOD[1], BROKEN].iter().zip(&counted) {
+        assert_capped(per_window, key);
+    }
+    let broken = &counted[2];
+    let around: Vec<u64> = (broke - 1..broke + 6).map(|w| count(broken, w)).collect();
+    println!("{BROKEN}: windows {around:?} from the one before the foreign hash (removed in it: {foreign_seen})");
+    let again = (broke + 2..broke + 6).find(|&w| count(broken, w) > 0);
+    assert!(again.is_some(), "not leasing again: {around:?}");
+    for (i, key) in GOOD.iter().enumerate() {
+        for l in &rules[i] {
+            let s = l.stats();
+            assert!(s.leases > 0 && !s.fallback_active, "{key}: {s:?}");
+        }
+    }
+}
