@@ -62,8 +62,10 @@ fn drive_three(
     [first, second.expect("driven"), third.expect("driven")]
 }
 
-fn failures(stats: &FleetStats) -> u64 {
-    FleetFailure::ALL.iter().map(|&k| stats.failures(k)).sum()
+/// Failures of the kinds a foreign key gave every rule (a timeout on a loaded machine
+/// is not one of them).
+fn answered_with_errors(stats: &FleetStats) -> u64 {
+    stats.failures(FleetFailure::Redis) + stats.failures(FleetFailure::Foreign)
 }
 
 /// Waits (at most 10 s) until `pred` holds.
@@ -119,11 +121,12 @@ fn a_foreign_meta_key_fails_its_rule_alone_and_it_leases_again_once_removed() {
             .iter()
             .zip(&after[2 * i..2 * i + 2])
         {
-            assert_eq!(failures(a), failures(b), "{key}: {a:?}");
+            let errors = answered_with_errors;
+            assert_eq!(errors(a), errors(b), "{key}: {a:?}");
             assert!(a.leases > b.leases && !a.fallback_active, "{key}: {a:?}");
         }
         let mean = inner.iter().sum::<u64>() / inner.len() as u64;
-        assert!(mean * 10 >= u64::from(N) * 9, "{key} under-used: {inner:?}");
+        assert!(mean * 10 >= u64::from(N) * 8, "{key} under-used: {inner:?}");
     }
     // Each replica's heartbeat went on (before, the broken rule held it back).
     let moving = |r: usize| heartbeats.windows(2).all(|p| p[0][r] != p[1][r]);
@@ -174,6 +177,9 @@ fn a_foreign_window_hash_loses_no_grant_of_its_window() {
     let (rules, _) = three_rules(&server);
     let mut broke = 0;
     let mut foreign_seen = false;
+    let good: Vec<&FleetLimiter> = rules[..2].iter().flatten().collect();
+    let errors = || -> u64 { good.iter().map(|l| answered_with_errors(&l.stats())).sum() };
+    let mut good_errors = (0, 0);
     let counted = drive_three(&rules, WINDOW * 12, || {
         thread::sleep(WINDOW * 3);
         // Early in a window, so that the key is removed within it.
@@ -190,11 +196,31 @@ fn a_foreign_window_hash_loses_no_grant_of_its_window() {
                 .sum()
         };
         let before = seen();
+        good_errors.0 = errors();
         server.cli(&["SET", &hash, "written by another program"]);
         eventually("a call refused", || seen() > before);
         foreign_seen = rules[2][0].current_window() == Some(broke);
         server.cli(&["DEL", &hash]);
+        // A round in flight may still have met the foreign hash.
+        thread::sleep(INTERVAL * 2);
+        good_errors.1 = errors();
     });
+    // The good rules' calls were answered all along, in the same script calls.
+    assert_eq!(
+        good_errors.0, good_errors.1,
+        "the good rules failed with it"
+    );
+    // Marked as restarted: no grant for the window whose accounting was lost.
+    let meta = format!("{{otel-rate:{BROKEN}}}:meta");
+    let since: u64 = server
+        .cli(&["HGET", &meta, "since"])
+        .trim()
+        .parse()
+        .expect("since");
+    assert!(
+        since >= broke,
+        "since {since}, the foreign hash's window {broke}"
+    );
     for (key, per_window) in [GOOD[0], GOOD[1], BROKEN].iter().zip(&counted) {
         assert_capped(per_window, key);
     }
@@ -208,5 +234,41 @@ fn a_foreign_window_hash_loses_no_grant_of_its_window() {
             let s = l.stats();
             assert!(s.leases > 0 && !s.fallback_active, "{key}: {s:?}");
         }
+    }
+}
+
+/// A rule started on a meta key another program wrote: its clock calls (the clock
+/// script, a command of their own) fail as foreign too; it admits nothing, and neither
+/// stops its replica's heartbeat (a rule never answered stopped it) nor the other rules.
+#[test]
+fn a_rule_started_on_a_foreign_meta_fails_its_clock_calls_alone() {
+    let server = Server::start();
+    server.cli(&[
+        "SET",
+        "{otel-rate:fk-born}:meta",
+        "written by another program",
+    ]);
+    let good = rule(&server, GOOD[0]);
+    let born = rule(&server, "fk-born");
+    load::warm_up(&good, 2);
+    eventually("clock calls refused as foreign", || {
+        born.iter()
+            .all(|l| l.stats().failures(FleetFailure::Foreign) > 0)
+    });
+    for l in &born {
+        let s = l.stats();
+        assert!(!s.clock_synced && l.acquire_window().is_none(), "{s:?}");
+        assert_eq!(s.last_failure, Some(FleetFailure::Foreign), "{s:?}");
+    }
+    let before = REPLICAS.map(|r| heartbeat(&server, r));
+    thread::sleep(INTERVAL * 4);
+    let after = REPLICAS.map(|r| heartbeat(&server, r));
+    for (b, a) in before.iter().zip(&after) {
+        assert!(!a.trim().is_empty() && a != b, "heartbeat {b:?} then {a:?}");
+    }
+    for l in &good {
+        let s = l.stats();
+        assert_eq!(answered_with_errors(&s), 0, "{s:?}");
+        assert!(s.leases > 0, "{s:?}");
     }
 }
