@@ -40,7 +40,8 @@
 //! for the oldest of its rules' last answered calls in the group (`v`: this call's send
 //! time for the rules in it; a rule with a call in flight or failing vouches with its
 //! last answered one, so a failing rule holds its replica's heartbeat back and the
-//! others reserve its share, never the reverse). The script writes it (`ZADD GT`) only
+//! others reserve its share, never the reverse; a rule failing on a foreign key, below,
+//! spends no share and vouches for nothing). The script writes it (`ZADD GT`) only
 //! if none of the group's calls in it expired, minus how far the replica's mapping of
 //! the fleet clock runs ahead (its send time after the server's time). Each rule's call
 //! answers what was written, and the replica counts its share reserved from that, not
@@ -80,6 +81,21 @@
 //! length (ms), young windows, the fleet time (ms) the call was sent at, the expiry (ms)
 //! and its group's number.
 //!
+//! **A call that raises.** Each rule's call runs under `pcall`: a Redis error inside
+//! it (`WRONGTYPE`: another program wrote the rule's meta, window hash or members key
+//! with another type; out of memory) answers that call alone, with Redis's message and
+//! the rule's keys it finds of another type, and the other calls are answered as usual.
+//! A call that raised leaves its group as it was (its vouched age is taken only from
+//! an answered call) and what it wrote of its own rule before raising can put no window
+//! over N: its fleet clock, `since` if absent, its membership and expiries; the window
+//! hash is written last, in one `HSET`, and only with a grant. On `WRONGTYPE` the
+//! group's heartbeat is written from the answered calls (that rule spends no fallback
+//! share, `lease/vouch.rs`); on any other error it is not written, as when the whole
+//! script call failed. A window hash of another type lost its window's grants: the
+//! rule's `since` moves up to Redis's window (never down), so, as after a restart, it
+//! grants nothing for that window (nor the one before or after) again. The clock script,
+//! one command per rule, fails alone already; its `WRONGTYPE` is classified the same.
+//!
 //! **Expired calls.** A call the server runs more than the expiry after it was sent
 //! (queued behind `DEBUG SLEEP`, `CLIENT PAUSE`, a slow network) changes nothing and
 //! answers "expired", and its group's heartbeat is not written: its sender has given up
@@ -94,7 +110,10 @@
 //!
 //! Reply, per call: `{granted, total, k, rank, since, young, seconds, microseconds,
 //! expired, vouched}`, the time being the rule's fleet clock's, `vouched` the time (ms,
-//! of that clock) its group's heartbeat was written for (0: not written).
+//! of that clock) its group's heartbeat was written for (0: not written); for a call
+//! that raised, Redis's message as a string.
+//!
+//! The Lua source is in `script/lua.rs`.
 
 pub(crate) use lua::{CLOCK_LUA, LEASE_LUA};
 
