@@ -270,6 +270,7 @@ type Crc16 = crc16::State<crc16::XMODEM>;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fleet::stats::FleetFailure;
 
     fn wire(prefix: &str, key: &str, cluster: bool) -> RuleWire {
         let naming = Naming {
@@ -280,6 +281,31 @@ mod tests {
             cluster,
         };
         RuleWire::new(naming, 1, 1, [Duration::ZERO; 3])
+    }
+
+    /// A call the lease script caught an error of answers Redis's message: a typed
+    /// error of that call, `Foreign` for `WRONGTYPE`, naming the key the script found.
+    #[test]
+    fn a_caught_error_is_the_calls_own_typed_error() {
+        let call = Call::Lease(LeaseRequest {
+            window: 1,
+            want: 1,
+            held: 0,
+            known_instances: 0,
+            known_rank: 0,
+            sent_ms: 1,
+            vouch_ms: 0,
+        });
+        let read = |m: &str| read_reply(call, Value::BulkString(m.into()), Duration::ZERO);
+        let wrong = "WRONGTYPE Operation against a key ({p:k}:meta holds a string)";
+        let error = read(wrong).expect_err("an error");
+        assert_eq!(error.kind(), FleetFailure::Foreign);
+        assert!(
+            error.to_string().contains("{p:k}:meta holds a string"),
+            "{error}"
+        );
+        let oom = read("OOM command not allowed").expect_err("an error");
+        assert_eq!(oom.kind(), FleetFailure::Redis);
     }
 
     /// The slot decides which calls may share a pipeline in a cluster: it must be

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 use otel_rate_sampler::{FleetFailure, FleetLimiter, FleetStats};
 
 use crate::load::{self, assert_capped, drive, heartbeat, PerWindow, INTERVAL, N, WINDOW};
+use crate::logs;
+use crate::pool::eventually;
 use crate::server::Server;
 
 const GOOD: [&str; 2] = ["fk-good1", "fk-good2"];
@@ -68,15 +70,6 @@ fn answered_with_errors(stats: &FleetStats) -> u64 {
     stats.failures(FleetFailure::Redis) + stats.failures(FleetFailure::Foreign)
 }
 
-/// Waits (at most 10 s) until `pred` holds.
-fn eventually(what: &str, pred: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !pred() {
-        assert!(Instant::now() < deadline, "never: {what}");
-        thread::sleep(Duration::from_millis(2));
-    }
-}
-
 fn count(per_window: &PerWindow, w: u64) -> u64 {
     per_window.get(&w).copied().unwrap_or(0)
 }
@@ -88,6 +81,8 @@ fn a_foreign_meta_key_fails_its_rule_alone_and_it_leases_again_once_removed() {
     let server = Server::start();
     let (rules, all) = three_rules(&server);
     let meta = format!("{{otel-rate:{BROKEN}}}:meta");
+    logs::capture();
+    let mut broken_for = Duration::ZERO;
     let mut marks = (0, 0);
     let mut during_break = (Vec::new(), Vec::new());
     let mut heartbeats = Vec::new();
@@ -96,6 +91,7 @@ fn a_foreign_meta_key_fails_its_rule_alone_and_it_leases_again_once_removed() {
         let before: Vec<FleetStats> = all.iter().map(FleetLimiter::stats).collect();
         let broke = rules[2][0].current_window().expect("synced");
         server.cli(&["SET", &meta, "written by another program"]);
+        let set_at = Instant::now();
         for _ in 0..8 {
             thread::sleep(WINDOW);
             heartbeats.push(REPLICAS.map(|r| heartbeat(&server, r)));
@@ -103,6 +99,7 @@ fn a_foreign_meta_key_fails_its_rule_alone_and_it_leases_again_once_removed() {
         let removed = rules[2][0].current_window().expect("synced");
         during_break = (before, all.iter().map(FleetLimiter::stats).collect());
         server.cli(&["DEL", &meta]);
+        broken_for = set_at.elapsed();
         marks = (broke, removed);
     });
     let (broke, removed) = marks;
@@ -147,6 +144,22 @@ fn a_foreign_meta_key_fails_its_rule_alone_and_it_leases_again_once_removed() {
         assert_eq!(a.permits_fallback, b.permits_fallback, "{a:?}");
         assert!(!a.fallback_active, "{a:?}");
     }
+    // The message names the cause and the key, at most once per interval per limiter
+    // (two here; a call in flight at the removal may add one).
+    let messages = logs::containing(&format!("{meta} holds a string"));
+    let bound = 2 * (broken_for.as_nanos() / INTERVAL.as_nanos() + 2);
+    assert!(!messages.is_empty(), "no message names the foreign key");
+    println!(
+        "{} messages in {broken_for:?}, the first:{}",
+        messages.len(),
+        messages[0]
+    );
+    assert!(
+        messages.len() as u128 <= bound,
+        "{} messages: {messages:?}",
+        messages.len()
+    );
+    assert!(messages[0].contains("another program"), "{messages:?}");
     let broken = &counted[2];
     let quiet: Vec<u64> = (broke + 2..=removed + 1)
         .map(|w| count(broken, w))
