@@ -74,110 +74,154 @@ fn count(per_window: &PerWindow, w: u64) -> u64 {
     per_window.get(&w).copied().unwrap_or(0)
 }
 
-/// The broken rule's meta overwritten with a string for 8 windows (40 intervals, twice
-/// the age at which Redis forgets a silent replica), then removed.
-#[test]
-fn a_foreign_meta_key_fails_its_rule_alone_and_it_leases_again_once_removed() {
+/// What the fleet did while the broken rule's key `{tag}:<suffix>` held a string for 8
+/// windows (40 intervals, twice the age at which Redis forgets a silent replica), and
+/// after it was removed.
+struct Break {
+    key: String,
+    /// Admissions per window of the two good rules and the broken one.
+    counted: [PerWindow; 3],
+    /// The window it was written in, and the one it was removed in.
+    broke: u64,
+    removed: u64,
+    /// Every limiter's statistics when it was written and when it was removed.
+    before: Vec<FleetStats>,
+    after: Vec<FleetStats>,
+    /// Each replica's heartbeat in Redis, once per window meanwhile.
+    heartbeats: Vec<[String; 2]>,
+    broken_for: Duration,
+}
+
+fn break_for_eight_windows(suffix: &str) -> Break {
     let server = Server::start();
     let (rules, all) = three_rules(&server);
-    let meta = format!("{{otel-rate:{BROKEN}}}:meta");
+    let key = format!("{{otel-rate:{BROKEN}}}:{suffix}");
     logs::capture();
-    let mut broken_for = Duration::ZERO;
-    let mut marks = (0, 0);
-    let mut during_break = (Vec::new(), Vec::new());
+    let stats = || -> Vec<FleetStats> { all.iter().map(FleetLimiter::stats).collect() };
+    let mut seen = None;
     let mut heartbeats = Vec::new();
     let counted = drive_three(&rules, WINDOW * 17, || {
         thread::sleep(WINDOW * 3);
-        let before: Vec<FleetStats> = all.iter().map(FleetLimiter::stats).collect();
+        let before = stats();
         let broke = rules[2][0].current_window().expect("synced");
-        server.cli(&["SET", &meta, "written by another program"]);
+        server.cli(&["SET", &key, "written by another program"]);
         let set_at = Instant::now();
         for _ in 0..8 {
             thread::sleep(WINDOW);
             heartbeats.push(REPLICAS.map(|r| heartbeat(&server, r)));
         }
         let removed = rules[2][0].current_window().expect("synced");
-        during_break = (before, all.iter().map(FleetLimiter::stats).collect());
-        server.cli(&["DEL", &meta]);
-        broken_for = set_at.elapsed();
-        marks = (broke, removed);
+        let after = stats();
+        server.cli(&["DEL", &key]);
+        seen = Some((broke, removed, before, after, set_at.elapsed()));
     });
-    let (broke, removed) = marks;
-    for (key, per_window) in [GOOD[0], GOOD[1], BROKEN].iter().zip(&counted) {
-        assert_capped(per_window, key);
+    let (broke, removed, before, after, broken_for) = seen.expect("driven");
+    Break {
+        key,
+        counted,
+        broke,
+        removed,
+        before,
+        after,
+        heartbeats,
+        broken_for,
     }
-    let (before, after) = during_break;
-    // The good rules: no failure, leasing all along, and filling N (twice N offered):
-    // before, half of N or less (each replica reserved the other's share).
-    for (i, key) in GOOD.iter().enumerate() {
-        let inner: Vec<u64> = (broke + 2..removed)
-            .map(|w| count(&counted[i], w))
-            .collect();
-        println!("{key}: windows {inner:?} with the foreign key");
-        for (b, a) in before[2 * i..2 * i + 2]
-            .iter()
-            .zip(&after[2 * i..2 * i + 2])
-        {
-            let errors = answered_with_errors;
-            assert_eq!(errors(a), errors(b), "{key}: {a:?}");
-            assert!(a.leases > b.leases && !a.fallback_active, "{key}: {a:?}");
+}
+
+impl Break {
+    /// No window over N; the good rules without a failure, leasing all along and
+    /// filling N (twice N offered; before, half of N or less: each replica reserved the
+    /// other's share); each replica's heartbeat moving on (before, held back).
+    fn assert_good_rules_unharmed(&self) {
+        for (key, per_window) in [GOOD[0], GOOD[1], BROKEN].iter().zip(&self.counted) {
+            assert_capped(per_window, key);
         }
-        let mean = inner.iter().sum::<u64>() / inner.len() as u64;
-        assert!(mean * 10 >= u64::from(N) * 8, "{key} under-used: {inner:?}");
-    }
-    // Each replica's heartbeat went on (before, the broken rule held it back).
-    let moving = |r: usize| heartbeats.windows(2).all(|p| p[0][r] != p[1][r]);
-    assert!(
-        moving(0) && moving(1),
-        "heartbeats held back: {heartbeats:?}"
-    );
-    // The broken rule: its failures counted as foreign, no fallback share, nothing
-    // admitted after the grants it held (its window's and a prefetch of the next),
-    // until the key was removed and Redis granted it again (its meta new to Redis: no
-    // grant for that window and the next).
-    for (b, a) in before[4..].iter().zip(&after[4..]) {
+        for (i, key) in GOOD.iter().enumerate() {
+            let inner: Vec<u64> = (self.broke + 2..self.removed)
+                .map(|w| count(&self.counted[i], w))
+                .collect();
+            println!("{key}: windows {inner:?} with the foreign key");
+            let stats = (2 * i..2 * i + 2).map(|l| (&self.before[l], &self.after[l]));
+            for (b, a) in stats {
+                let errors = answered_with_errors;
+                assert_eq!(errors(a), errors(b), "{key}: {a:?}");
+                assert!(a.leases > b.leases && !a.fallback_active, "{key}: {a:?}");
+            }
+            let mean = inner.iter().sum::<u64>() / inner.len() as u64;
+            assert!(mean * 10 >= u64::from(N) * 8, "{key} under-used: {inner:?}");
+        }
+        let heartbeats = &self.heartbeats;
+        let moving = |r: usize| heartbeats.windows(2).all(|p| p[0][r] != p[1][r]);
         assert!(
-            a.failures(FleetFailure::Foreign) > b.failures(FleetFailure::Foreign),
-            "{a:?}"
+            moving(0) && moving(1),
+            "heartbeats held back: {heartbeats:?}"
         );
-        assert_eq!(a.last_failure, Some(FleetFailure::Foreign), "{a:?}");
-        assert_eq!(a.permits_fallback, b.permits_fallback, "{a:?}");
-        assert!(!a.fallback_active, "{a:?}");
     }
-    // The message names the cause and the key, at most once per interval per limiter
-    // (two here; a call in flight at the removal may add one).
-    let messages = logs::containing(&format!("{meta} holds a string"));
-    let bound = 2 * (broken_for.as_nanos() / INTERVAL.as_nanos() + 2);
-    assert!(!messages.is_empty(), "no message names the foreign key");
-    println!(
-        "{} messages in {broken_for:?}, the first:{}",
-        messages.len(),
-        messages[0]
-    );
-    assert!(
-        messages.len() as u128 <= bound,
-        "{} messages: {messages:?}",
-        messages.len()
-    );
-    assert!(messages[0].contains("another program"), "{messages:?}");
-    let broken = &counted[2];
-    let quiet: Vec<u64> = (broke + 2..=removed + 1)
-        .map(|w| count(broken, w))
-        .collect();
-    assert!(
-        quiet.iter().all(|&n| n == 0),
-        "admitted without grants: {quiet:?}"
-    );
-    // Leasing again: the first call after the removal comes within an interval (in
-    // window `removed` or the next), Redis grants from two windows later: by
-    // `removed + 3`; one window more for a loaded machine.
-    let again = (removed + 2..=removed + 4).find(|&w| count(broken, w) > 0);
-    let tail: Vec<u64> = (removed..removed + 6).map(|w| count(broken, w)).collect();
-    println!("{BROKEN}: {quiet:?} with the foreign key, {tail:?} after its removal");
-    assert!(
-        again.is_some(),
-        "not leasing again after the removal: {tail:?}"
-    );
+
+    /// The broken rule: its failures counted as foreign, no fallback share, nothing
+    /// admitted after the grants it held (its window's and a prefetch of the next)
+    /// through window `quiet_until`; the message names the key, at most once per
+    /// interval per limiter (two here; a call in flight at the removal may add one).
+    fn assert_broken_rule_spent_its_grants_only(&self, quiet_until: u64) {
+        for (b, a) in self.before[4..].iter().zip(&self.after[4..]) {
+            let foreign = |s: &FleetStats| s.failures(FleetFailure::Foreign);
+            assert!(foreign(a) > foreign(b), "{a:?}");
+            assert_eq!(a.last_failure, Some(FleetFailure::Foreign), "{a:?}");
+            assert_eq!(a.permits_fallback, b.permits_fallback, "{a:?}");
+            assert!(!a.fallback_active, "{a:?}");
+        }
+        let quiet: Vec<u64> = (self.broke + 2..=quiet_until)
+            .map(|w| count(&self.counted[2], w))
+            .collect();
+        assert!(
+            quiet.iter().all(|&n| n == 0),
+            "admitted without grants: {quiet:?}"
+        );
+        let messages = logs::containing(&format!("{} holds a string", self.key));
+        let bound = 2 * (self.broken_for.as_nanos() / INTERVAL.as_nanos() + 2);
+        assert!(!messages.is_empty(), "no message names the foreign key");
+        let (n, first) = (messages.len(), &messages[0]);
+        println!("{n} messages in {:?}, the first:{first}", self.broken_for);
+        assert!(n as u128 <= bound, "{n} messages: {messages:?}");
+        assert!(first.contains("another program"), "{messages:?}");
+    }
+
+    /// The first window from `from` to `to` in which the broken rule admitted again.
+    fn leasing_again(&self, from: u64, to: u64) -> Option<u64> {
+        let broken = &self.counted[2];
+        let tail: Vec<u64> = (self.removed..self.removed + 6)
+            .map(|w| count(broken, w))
+            .collect();
+        println!("{}: {tail:?} from the window it was removed in", self.key);
+        (from..=to).find(|&w| count(broken, w) > 0)
+    }
+}
+
+/// The broken rule's meta overwritten with a string, then removed: a new meta to Redis,
+/// which grants nothing for the window of its first call and the next.
+#[test]
+fn a_foreign_meta_key_fails_its_rule_alone_and_it_leases_again_once_removed() {
+    let b = break_for_eight_windows("meta");
+    b.assert_good_rules_unharmed();
+    b.assert_broken_rule_spent_its_grants_only(b.removed + 1);
+    // The first call after the removal comes within an interval (in window `removed`
+    // or the next), Redis grants from two windows later: by `removed + 3`; one window
+    // more for a loaded machine.
+    let again = b.leasing_again(b.removed + 2, b.removed + 4);
+    assert!(again.is_some(), "not leasing again after the removal");
+}
+
+/// The broken rule's members overwritten with a string, then removed: its window
+/// hashes kept their accounting, so it leases again at its next call, joining anew.
+#[test]
+fn a_foreign_members_key_fails_its_rule_alone_and_it_leases_again_once_removed() {
+    let b = break_for_eight_windows("joined");
+    b.assert_good_rules_unharmed();
+    b.assert_broken_rule_spent_its_grants_only(b.removed - 1);
+    // The first call after the removal comes within an interval: in window `removed`
+    // or the next; one window more for a loaded machine.
+    let again = b.leasing_again(b.removed, b.removed + 2);
+    assert!(again.is_some(), "not leasing again after the removal");
 }
 
 /// The broken rule's window hash overwritten with a string in the middle of its window,
