@@ -232,9 +232,9 @@ for i = 0, calls - 1 do
   out[i + 1] = reply
 end
 -- Each group's heartbeat, once (none if one of its calls expired or failed other than
--- on a key of another type): the vouched time
--- carried into the group's clock as an age, the mapping's lead added; each call told
--- the time written, in its own rule's clock.
+-- on a key of another type): the vouched time carried into the group's clock as an
+-- age, the mapping's lead added; each call told the time written, in its own rule's
+-- clock.
 for _, g in ipairs(groups) do
   if g.v > 0 and #g.answered > 0 and not g.expired and not g.failed then
     local age = math.max(0, g.age) + g.ahead
