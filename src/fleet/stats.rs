@@ -179,8 +179,8 @@ impl StatCells {
 pub struct FleetStats {
     /// Lease calls that granted at least one permit.
     pub leases: u64,
-    /// Calls to Redis that failed, timed out or were refused as late (the sum of
-    /// [`failures`](Self::failures) over [`FleetFailure::ALL`]).
+    /// Calls to Redis that failed, timed out, were refused as late or on a foreign key
+    /// (the sum of [`failures`](Self::failures) over [`FleetFailure::ALL`]).
     pub lease_errors: u64,
     /// Calls made to Redis (lease, heartbeat and clock calls; failed ones included).
     pub redis_calls: u64,
