@@ -28,6 +28,10 @@ pub(crate) enum CallError {
     /// The lease script answered something it never answers.
     #[error("unexpected lease script reply {0:?}")]
     BadReply(Vec<i64>),
+    /// A key of the rule holds a value of another type (`WRONGTYPE`): another program
+    /// wrote it. The message is Redis's, with the key(s) the lease script found foreign.
+    #[error("a key of this rule holds a value another program wrote (remove it): {0}")]
+    Foreign(String),
 }
 
 impl CallError {
@@ -39,6 +43,7 @@ impl CallError {
             Self::Redis(_) => FleetFailure::Redis,
             Self::Timeout(_) => FleetFailure::Timeout,
             Self::BadReply(_) => FleetFailure::BadReply,
+            Self::Foreign(_) => FleetFailure::Foreign,
         }
     }
 
@@ -59,9 +64,13 @@ impl CallError {
 
     /// A failed call, by what failed: the credentials (`Auth`), the connection
     /// (`Connect`: refused, reset, closed; the manager connects lazily, inside a call),
-    /// the client's response timeout (`Timeout`), else Redis's answer (`Redis`).
+    /// the client's response timeout (`Timeout`), a key of another type (`Foreign`: the
+    /// clock script on a foreign meta key), else Redis's answer (`Redis`).
     pub(crate) fn redis(error: RedisError, response_timeout: Duration) -> Self {
-        if is_auth(&error) {
+        // Redis 7 keeps a script's error code; before, it was `ERR` with the message.
+        if error.code() == Some("WRONGTYPE") || error.to_string().contains("WRONGTYPE") {
+            Self::Foreign(error.to_string())
+        } else if is_auth(&error) {
             Self::Auth(error)
         } else if error.is_timeout() {
             Self::Timeout(response_timeout)
@@ -73,6 +82,17 @@ impl CallError {
         } else {
             Self::Redis(error)
         }
+    }
+}
+
+/// A lease call the lease script answered with Redis's error `message` (it caught the
+/// error, so the other calls of the script call were answered): `Foreign` for a key of
+/// another type, else `Redis`.
+pub(crate) fn failed_call(message: String) -> CallError {
+    if message.contains("WRONGTYPE") {
+        CallError::Foreign(message)
+    } else {
+        CallError::Redis(RedisError::from(std::io::Error::other(message)))
     }
 }
 
@@ -113,6 +133,11 @@ mod tests {
         assert_eq!(kind(slow), FleetFailure::Timeout);
         let answer = RedisError::from((redis::ErrorKind::Client, "bad", "detail".to_owned()));
         assert_eq!(kind(answer), FleetFailure::Redis);
+        // (The clock script's `WRONGTYPE` answer, whose code the client alone can
+        // make, is classified in the fleet tests against a real server.)
+        let caught = "WRONGTYPE Operation against a key holding the wrong kind of value";
+        assert_eq!(failed_call(caught.to_owned()).kind(), FleetFailure::Foreign);
+        assert_eq!(failed_call("OOM".to_owned()).kind(), FleetFailure::Redis);
         let message = CallError::connect(RedisError::from((
             redis::ErrorKind::AuthenticationFailed,
             "Password authentication failed",

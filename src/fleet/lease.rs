@@ -158,6 +158,12 @@ pub(crate) struct LeaseMachine {
     last_attempt: Option<u64>,
     /// Whether the last call failed (calls are then paced to one per interval).
     failing: bool,
+    /// Whether it failed on a key of this rule holding another type (`vouch.rs`).
+    foreign: bool,
+    /// Until when (local) it let its replica's heartbeat go on while failing so.
+    free_until: Option<u64>,
+    /// The last window a fallback share was installed in (0: none).
+    fallback_installed_for: u64,
     /// The newest window this replica talked to Redis about: the fallback share is
     /// spent only in later windows.
     newest_window_reported: u64,
@@ -200,6 +206,9 @@ impl LeaseMachine {
             last_answered_ms: None,
             last_attempt: None,
             failing: false,
+            foreign: false,
+            free_until: None,
+            fallback_installed_for: 0,
             newest_window_reported: 0,
             membership: None,
             membership_settled: false,
@@ -219,11 +228,6 @@ impl LeaseMachine {
     #[cfg(test)]
     pub(crate) fn in_fallback(&self) -> bool {
         self.in_fallback
-    }
-
-    /// When (fleet ms) the last lease call Redis answered was sent, if one was.
-    pub(crate) fn last_answered_ms(&self) -> Option<u64> {
-        self.last_answered_ms
     }
 
     /// The notices since the last call.
@@ -360,34 +364,13 @@ impl LeaseMachine {
         let unused = self.held.saturating_sub(self.spent);
         stats.permits_unused.fetch_add(unused, Ordering::Relaxed);
     }
-
-    fn request(&self, window: u64, want: u64, sent_ms: u64) -> LeaseRequest {
-        let held = if window == self.window {
-            self.held
-        } else {
-            match self.prefetched {
-                Some((w, granted)) if w == window => granted,
-                _ => 0,
-            }
-        };
-        let m = self.membership.unwrap_or(Membership {
-            instances: 0,
-            rank: 0,
-        });
-        LeaseRequest {
-            window,
-            want,
-            held,
-            known_instances: m.instances,
-            known_rank: m.rank,
-            sent_ms,
-            vouch_ms: 0,
-        }
-    }
 }
 
 mod clock;
 mod fallback;
 mod reply;
+mod vouch;
+
+pub(crate) use vouch::Vouch;
 #[cfg(test)]
 mod tests;

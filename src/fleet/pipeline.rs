@@ -187,6 +187,9 @@ async fn send<C: ConnectionLike>(
         return Ok(answers);
     }
     let mut again = redis::pipe();
+    // Each command's answer of its own here too: one call's error (a clock call on a
+    // foreign key) must not fail the others sent again with it.
+    again.ignore_errors();
     for script in [&scripts.lease, &scripts.clock] {
         again.load_script(script).ignore();
     }

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
 
-use super::lease::Call;
+use super::lease::{Call, Vouch};
 use super::stop::Stop;
 use super::transport::{Target, Transport};
 use super::wire::Leave;
@@ -244,7 +244,9 @@ async fn run(shared: Arc<PoolShared>, transport: Transport) {
 /// (`script.rs`): the oldest of the group's rules' last answered lease calls, a rule
 /// with a lease call in the round counting that one; none (0) if one of them was never
 /// answered. A rule with a call in flight or failing thus holds the heartbeat back,
-/// and Redis never hears a replica later than it heard each of its rules.
+/// and Redis never hears a replica later than it heard each of its rules; except a rule
+/// whose keys another program wrote, which spends nothing Redis did not grant
+/// (`lease/vouch.rs`).
 fn vouch(members: &[Arc<dyn Member>], due: &mut [(Arc<dyn Member>, Planned)]) {
     let mut in_round: HashMap<*const (), u64> = HashMap::new();
     let mut groups: HashMap<&str, u64> = HashMap::new();
@@ -261,7 +263,9 @@ fn vouch(members: &[Arc<dyn Member>], due: &mut [(Arc<dyn Member>, Planned)]) {
     for m in members {
         if let Some(oldest) = groups.get_mut(m.wire().group.as_str()) {
             let mine = in_round.get(&Arc::as_ptr(m).cast()).copied();
-            *oldest = (*oldest).min(mine.or_else(|| m.answered_ms()).unwrap_or(0));
+            if let Vouch::Until(ms) = m.vouch(mine) {
+                *oldest = (*oldest).min(ms);
+            }
         }
     }
     for (m, planned) in due.iter_mut() {
@@ -325,10 +329,12 @@ mod tests {
     use crate::fleet::script::LeaseRequest;
     use crate::fleet::wire::{Naming, RuleWire};
 
-    /// A rule as the pool sees it: its wire and its last answered lease call.
+    /// A rule as the pool sees it: its wire, its last answered lease call, and whether
+    /// its keys are foreign.
     struct Fake {
         wire: RuleWire,
         answered: Option<u64>,
+        foreign: bool,
     }
 
     impl Member for Fake {
@@ -341,8 +347,11 @@ mod tests {
         fn plan(&self, _pull: bool) -> Option<Planned> {
             None
         }
-        fn answered_ms(&self) -> Option<u64> {
-            self.answered
+        fn vouch(&self, in_round: Option<u64>) -> Vouch {
+            match (self.foreign, in_round) {
+                (true, None) => Vouch::Free,
+                _ => Vouch::Until(in_round.or(self.answered).unwrap_or(0)),
+            }
         }
         fn apply(&self, _: Planned, _: Result<Value, CallError>, _: Duration) {}
         fn abandon(&self) {}
@@ -351,18 +360,29 @@ mod tests {
         }
     }
 
-    /// A rule `key` of replica `replica` (interval 100 ms), last answered at `answered`.
+    impl Fake {
+        /// A rule `key` of replica `replica` (interval 100 ms), last answered at
+        /// `answered`.
+        fn of(key: &str, replica: &str, answered: Option<u64>) -> Self {
+            let naming = Naming {
+                prefix: "p".to_owned(),
+                key: key.to_owned(),
+                instance_id: format!("{replica}-{key}"),
+                replica_id: replica.to_owned(),
+                cluster: false,
+            };
+            let interval = Duration::from_millis(100);
+            let wire = RuleWire::new(naming, 10, 1_000_000_000, [interval; 3]);
+            Self {
+                wire,
+                answered,
+                foreign: false,
+            }
+        }
+    }
+
     fn rule(key: &str, replica: &str, answered: Option<u64>) -> Arc<dyn Member> {
-        let naming = Naming {
-            prefix: "p".to_owned(),
-            key: key.to_owned(),
-            instance_id: format!("{replica}-{key}"),
-            replica_id: replica.to_owned(),
-            cluster: false,
-        };
-        let interval = Duration::from_millis(100);
-        let wire = RuleWire::new(naming, 10, 1_000_000_000, [interval; 3]);
-        Arc::new(Fake { wire, answered })
+        Arc::new(Fake::of(key, replica, answered))
     }
 
     fn lease(sent_ms: u64) -> Planned {
@@ -405,6 +425,21 @@ mod tests {
         vouch(&members, &mut due);
         // a3, not leasing in the round, holds r back to its last answer; s is alone.
         assert_eq!(vouched(&due), vec![700, 700, u64::MAX, 1000]);
+
+        // A rule failing on a foreign key (it spends nothing Redis did not grant) holds
+        // nothing back, never answered or not, unless it is in the round.
+        let foreign = Arc::new(Fake {
+            foreign: true,
+            ..Fake::of("f", "r", Some(100))
+        });
+        let never = Arc::new(Fake {
+            foreign: true,
+            ..Fake::of("g", "r", None)
+        });
+        let members = vec![a1.clone(), a2.clone(), foreign, never];
+        let mut due = vec![(a1.clone(), lease(1000)), (a2.clone(), lease(900))];
+        vouch(&members, &mut due);
+        assert_eq!(vouched(&due), vec![900, 900]);
 
         let fresh = rule("a4", "r", None);
         let members = vec![a1.clone(), fresh];

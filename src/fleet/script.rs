@@ -40,7 +40,8 @@
 //! for the oldest of its rules' last answered calls in the group (`v`: this call's send
 //! time for the rules in it; a rule with a call in flight or failing vouches with its
 //! last answered one, so a failing rule holds its replica's heartbeat back and the
-//! others reserve its share, never the reverse). The script writes it (`ZADD GT`) only
+//! others reserve its share, never the reverse; a rule failing on a foreign key, below,
+//! spends no share and vouches for nothing). The script writes it (`ZADD GT`) only
 //! if none of the group's calls in it expired, minus how far the replica's mapping of
 //! the fleet clock runs ahead (its send time after the server's time). Each rule's call
 //! answers what was written, and the replica counts its share reserved from that, not
@@ -80,6 +81,21 @@
 //! length (ms), young windows, the fleet time (ms) the call was sent at, the expiry (ms)
 //! and its group's number.
 //!
+//! **A call that raises.** Each rule's call runs under `pcall`: a Redis error inside
+//! it (`WRONGTYPE`: another program wrote the rule's meta, window hash or members key
+//! with another type; out of memory) answers that call alone, with Redis's message and
+//! the rule's keys it finds of another type, and the other calls are answered as usual.
+//! A call that raised leaves its group as it was (its vouched age is taken only from
+//! an answered call) and what it wrote of its own rule before raising can put no window
+//! over N: its fleet clock, `since` if absent, its membership and expiries; the window
+//! hash is written last, in one `HSET`, and only with a grant. On `WRONGTYPE` the
+//! group's heartbeat is written from the answered calls (that rule spends no fallback
+//! share, `lease/vouch.rs`); on any other error it is not written, as when the whole
+//! script call failed. A window hash of another type lost its window's grants: the
+//! rule's `since` moves up to Redis's window (never down), so, as after a restart, it
+//! grants nothing for that window (nor the one before or after) again. The clock script,
+//! one command per rule, fails alone already; its `WRONGTYPE` is classified the same.
+//!
 //! **Expired calls.** A call the server runs more than the expiry after it was sent
 //! (queued behind `DEBUG SLEEP`, `CLIENT PAUSE`, a slow network) changes nothing and
 //! answers "expired", and its group's heartbeat is not written: its sender has given up
@@ -94,218 +110,12 @@
 //!
 //! Reply, per call: `{granted, total, k, rank, since, young, seconds, microseconds,
 //! expired, vouched}`, the time being the rule's fleet clock's, `vouched` the time (ms,
-//! of that clock) its group's heartbeat was written for (0: not written).
+//! of that clock) its group's heartbeat was written for (0: not written); for a call
+//! that raised, Redis's message as a string.
+//!
+//! The Lua source is in `script/lua.rs`.
 
-/// The fleet clock, shared by both scripts: Redis `TIME` plus the rule's `shift`, never
-/// below the highest fleet time this rule has answered (`high`). Leaves `now_us`,
-/// `now_ms`, `shift` and `high` defined; expects the meta key in `meta` and Redis `TIME`
-/// in `t`, read once per script call: every rule of a round maps the same instant, so
-/// their mappings of fleet time agree (read per call, they were apart by the script's
-/// run time, tens of ms at 1000 rules, and their heartbeats fell in different rounds).
-macro_rules! fleet_clock_lua {
-    () => {
-        r#"
-local shift = tonumber(redis.call('HGET', meta, 'shift') or '0')
-local high = tonumber(redis.call('HGET', meta, 'high') or '0')
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2]) + shift
-if now_us < high then
-  shift = shift + high - now_us
-  now_us = high
-end
-high = now_us
-redis.call('HSET', meta, 'shift', shift, 'high', high)
-if redis.call('PTTL', meta) == -1 then redis.call('PEXPIRE', meta, 3600000) end
-local now_ms = math.floor(now_us / 1000)
-local now_s = math.floor(now_us / 1000000)
-local now_sub_us = now_us - now_s * 1000000
-"#
-    };
-}
-
-/// The clock script: the fleet time alone. `KEYS[1]`: the meta key.
-pub(crate) const CLOCK_LUA: &str = concat!(
-    "local meta = KEYS[1]\nlocal t = redis.call('TIME')\n",
-    fleet_clock_lua!(),
-    "return {now_s, now_sub_us}\n"
-);
-
-/// The lease script: the replica groups opened (their fleet clocks read, the live
-/// clocks advanced, replicas silent for the prune age forgotten), each rule's call,
-/// then each group's heartbeat written once.
-pub(crate) const LEASE_LUA: &str = concat!(
-    "local t = redis.call('TIME')\nlocal function fleet_clock(meta)\n",
-    fleet_clock_lua!(),
-    "return now_ms, now_s, now_sub_us\nend\n",
-    r#"
-local stale_n = tonumber(ARGV[2])
-local prune_n = tonumber(ARGV[3])
--- Refreshes a key's expiry once half of it is gone: a write every half life.
-local function refresh(key, keep)
-  if redis.call('PTTL', key) < keep / 2 then redis.call('PEXPIRE', key, keep) end
-end
--- A group's keys and clocks (its fleet clock read once per script call).
-local opened = {}
-local function open(tag, interval)
-  local base = tag .. ':' .. interval
-  local c = opened[base]
-  if c then return c end
-  c = {tag = tag, interval = interval, hb = base .. ':hb', seen = base .. ':seen',
-       clock = base .. ':clock'}
-  c.now = fleet_clock(c.clock)
-  c.live = tonumber(redis.call('HGET', c.clock, 'live') or '0')
-  c.stale, c.prune = stale_n * interval, prune_n * interval
-  c.keep = math.max(3600000, c.prune * 2)
-  opened[base] = c
-  return c
-end
--- The live clock: Redis time that passed while the group was calling, i.e. with the
--- gaps between calls capped at the stale age. An outage or a pause that silences
--- everyone barely moves it, so nobody is forgotten for it: the replicas may all be
--- spending their fallback shares, which must stay reserved.
-local function advance(c)
-  if c.advanced then return end
-  c.advanced = true
-  local last = tonumber(redis.call('HGET', c.clock, 'last') or tostring(c.now))
-  c.live = c.live + math.min(math.max(c.now - last, 0), c.stale)
-  redis.call('HSET', c.clock, 'live', c.live, 'last', c.now)
-  local gone = redis.call('ZRANGEBYSCORE', c.seen, '-inf', '(' .. (c.live - c.prune))
-  for _, r in ipairs(gone) do
-    redis.call('ZREM', c.seen, r)
-    redis.call('ZREM', c.hb, r)
-  end
-  refresh(c.clock, c.keep)
-end
-local ng = tonumber(ARGV[1])
-local groups = {}
-for i = 1, ng do
-  local a = 3 + 5 * (i - 1)
-  local c = open(ARGV[a + 1], tonumber(ARGV[a + 5]))
-  advance(c)
-  groups[i] = {c = c, replica = ARGV[a + 2], v = tonumber(ARGV[a + 3]), age = 0,
-               ahead = 0, answered = {}}
-end
-
--- A rule's members: k, the rank of `me`, the members that may be in fallback
--- (their replica's heartbeat older than their stale age); those whose replica was
--- forgotten are dropped, and `me` joins if it is not there.
-local function membership(key, g, me)
-  local members = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
-  local k, rank, stale, joined = 1, 0, 0, false
-  for i = 1, #members, 2 do
-    local m, iv = members[i], tonumber(members[i + 1])
-    if m == me then
-      joined = iv == g.c.interval
-    else
-      local r = string.match(m, '^(%S+) ')
-      local o = r and open(g.c.tag, iv)
-      -- Another interval's group: its live clock moves while this one calls too.
-      if o then advance(o) end
-      local seen = o and redis.call('ZSCORE', o.seen, r)
-      if not seen or o.live - tonumber(seen) > prune_n * iv then
-        redis.call('ZREM', key, m)
-      else
-        k = k + 1
-        if m < me then rank = rank + 1 end
-        local hb = redis.call('ZSCORE', o.hb, r)
-        if not hb or o.now - tonumber(hb) > stale_n * iv then stale = stale + 1 end
-      end
-    end
-  end
-  if not joined then
-    redis.call('ZADD', key, g.c.interval, me)
-    redis.call('ZADD', g.c.seen, 'NX', g.c.live, g.replica)
-  end
-  refresh(key, g.c.keep)
-  return k, rank, stale
-end
-
-local function lease(KEYS, ARGV, g)
-  local meta = KEYS[3]
-  local now_ms, now_s, now_sub_us = fleet_clock(meta)
-  if now_ms - tonumber(ARGV[10]) > tonumber(ARGV[11]) then
-    g.expired = true
-    return {0, 0, 0, 0, 0, 0, now_s, now_sub_us, 1, 0}
-  end
-  -- The vouched time's age, in the oldest reading of any of the group's rule clocks,
-  -- and how far the replica's mapping runs ahead of them.
-  g.age = math.max(g.age, now_ms - g.v)
-  g.ahead = math.max(g.ahead, tonumber(ARGV[10]) - now_ms)
-  local id = ARGV[1]
-  local w, n, want = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-  local held, krep, rrep = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-  local wms, young_windows = tonumber(ARGV[8]), tonumber(ARGV[9])
-  -- Leases only for Redis's own window, the one before or the one after: a replica
-  -- whose clock is off by more gets nothing (and corrects its clock from this reply).
-  local redis_w = math.floor(now_ms / wms)
-  local in_reach = w >= redis_w - 1 and w <= redis_w + 1
-  if not in_reach then want = 0 end
-  local k, rank, stale = membership(KEYS[2], g, g.replica .. ' ' .. id)
-
-  local since = redis.call('HGET', meta, 'since')
-  if since then
-    since = tonumber(since)
-  else
-    if in_reach then since = w else since = redis_w end
-    redis.call('HSET', meta, 'since', since)
-  end
-  refresh(meta, math.max(g.c.keep, wms * 4))
-
-  local mine = tonumber(redis.call('HGET', KEYS[1], id) or '0')
-  local total = tonumber(redis.call('HGET', KEYS[1], '#') or '0')
-  local changed = false
-  if held > mine then
-    total = total + held - mine
-    mine = held
-    changed = true
-  end
-  local young = 0
-  if w <= since + young_windows then young = 1 end
-  local grant = 0
-  if want > 0 and w > since + 1 then
-    local cap = n - total - stale * math.ceil(n / k)
-    if young == 1 then
-      local kk, rr = krep, rrep
-      if kk <= 0 then kk, rr = k, rank end
-      local share = math.floor(n / kk)
-      if ((w % kk) + (rr % kk)) % kk < (n % kk) then share = share + 1 end
-      cap = math.min(cap, share - mine)
-    end
-    grant = math.max(0, math.min(want, cap))
-  end
-  if grant > 0 or changed then
-    redis.call('HSET', KEYS[1], id, mine + grant, '#', total + grant)
-    redis.call('PEXPIRE', KEYS[1], wms * 3)
-  end
-  local reply = {grant, total + grant, k, rank, since, young, now_s, now_sub_us, 0, 0}
-  table.insert(g.answered, {reply, now_ms})
-  return reply
-end
-
-local out = {}
-local first = 3 * ng
-local calls = (#KEYS - first) / 3
-for i = 0, calls - 1 do
-  local keys = {KEYS[first + 3 * i + 1], KEYS[first + 3 * i + 2], KEYS[first + 3 * i + 3]}
-  local args = {}
-  for j = 1, 12 do args[j] = ARGV[3 + 5 * ng + 12 * i + j] end
-  out[i + 1] = lease(keys, args, groups[tonumber(args[12])])
-end
--- Each group's heartbeat, once (none if one of its calls expired): the vouched time
--- carried into the group's clock as an age, the mapping's lead added; each call told
--- the time written, in its own rule's clock.
-for _, g in ipairs(groups) do
-  if g.v > 0 and #g.answered > 0 and not g.expired then
-    local age = math.max(0, g.age) + g.ahead
-    redis.call('ZADD', g.c.hb, 'GT', g.c.now - age, g.replica)
-    redis.call('ZADD', g.c.seen, 'GT', g.c.live - age, g.replica)
-    refresh(g.c.hb, g.c.keep)
-    refresh(g.c.seen, g.c.keep)
-    for _, a in ipairs(g.answered) do a[1][10] = math.max(0, a[2] - age) end
-  end
-end
-return out
-"#
-);
+pub(crate) use lua::{CLOCK_LUA, LEASE_LUA};
 
 /// The arguments of one lease call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -354,6 +164,8 @@ impl LeaseReply {
         })
     }
 }
+
+mod lua;
 
 #[cfg(test)]
 mod tests {

@@ -24,20 +24,26 @@ pub enum FleetFailure {
     /// The lease script refused the call as sent too long ago (a clock step or a slow
     /// network); the reply's time corrects the replica's clock mapping.
     Late,
+    /// A key of the rule holds a value of another type (another program wrote the
+    /// rule's meta, window or members key, e.g. with `SET`): Redis refuses that rule's
+    /// calls (`WRONGTYPE`) until the key is removed; the other rules go on. The rule
+    /// spends no fallback share meanwhile, only what Redis granted it.
+    Foreign,
 }
 
 impl FleetFailure {
     /// Every kind, in the order of [`as_str`](Self::as_str)'s values.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::Connect,
         Self::Auth,
         Self::Redis,
         Self::Timeout,
         Self::BadReply,
         Self::Late,
+        Self::Foreign,
     ];
 
-    /// `connect`, `auth`, `redis`, `timeout`, `bad_reply` or `late`.
+    /// `connect`, `auth`, `redis`, `timeout`, `bad_reply`, `late` or `foreign_key`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::Connect => "connect",
@@ -46,6 +52,7 @@ impl FleetFailure {
             Self::Timeout => "timeout",
             Self::BadReply => "bad_reply",
             Self::Late => "late",
+            Self::Foreign => "foreign_key",
         }
     }
 
@@ -68,6 +75,10 @@ impl fmt::Display for FleetFailure {
             Self::Timeout => "no answer from Redis within the timeouts",
             Self::BadReply => "unexpected reply from the lease script",
             Self::Late => "calls refused as late (a clock step or a slow network)",
+            Self::Foreign => {
+                "a key of the rule holds a value of another type (another program wrote \
+                 it): remove the key"
+            }
         })
     }
 }
@@ -111,7 +122,7 @@ impl StatCells {
         self.redis_calls.fetch_add(1, Ordering::Relaxed);
         self.lease_errors.fetch_add(1, Ordering::Relaxed);
         self.failures[kind.index()].fetch_add(1, Ordering::Relaxed);
-        // `index() < 6`: the cast cannot truncate.
+        // `index() < 7`: the cast cannot truncate.
         #[allow(clippy::cast_possible_truncation)]
         self.last_failure
             .store(kind.index() as u8 + 1, Ordering::Relaxed);
@@ -168,8 +179,8 @@ impl StatCells {
 pub struct FleetStats {
     /// Lease calls that granted at least one permit.
     pub leases: u64,
-    /// Calls to Redis that failed, timed out or were refused as late (the sum of
-    /// [`failures`](Self::failures) over [`FleetFailure::ALL`]).
+    /// Calls to Redis that failed, timed out, were refused as late or on a foreign key
+    /// (the sum of [`failures`](Self::failures) over [`FleetFailure::ALL`]).
     pub lease_errors: u64,
     /// Calls made to Redis (lease, heartbeat and clock calls; failed ones included).
     pub redis_calls: u64,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use redis::{Pipeline, RedisError, Script, ScriptInvocation, Value};
 
-use super::call_error::CallError;
+use super::call_error::{failed_call, CallError};
 use super::lease::{Call, Reply, PRUNE_AFTER_INTERVALS, STALE_AFTER_INTERVALS};
 use super::script::{LeaseReply, LeaseRequest};
 use super::time::time_to_nanos;
@@ -245,6 +245,10 @@ pub(crate) fn read_reply(
             Ok(Reply::Time(time_to_nanos(seconds, micros)))
         }
         Call::Lease(_) => {
+            if let Value::BulkString(message) = &value {
+                // The script caught an error of this call alone (`script.rs`).
+                return Err(failed_call(String::from_utf8_lossy(message).into_owned()));
+            }
             let values: Vec<i64> = redis::from_redis_value(value).map_err(parse)?;
             LeaseReply::from_values(&values)
                 .map(Reply::Lease)
@@ -266,6 +270,7 @@ type Crc16 = crc16::State<crc16::XMODEM>;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fleet::stats::FleetFailure;
 
     fn wire(prefix: &str, key: &str, cluster: bool) -> RuleWire {
         let naming = Naming {
@@ -276,6 +281,31 @@ mod tests {
             cluster,
         };
         RuleWire::new(naming, 1, 1, [Duration::ZERO; 3])
+    }
+
+    /// A call the lease script caught an error of answers Redis's message: a typed
+    /// error of that call, `Foreign` for `WRONGTYPE`, naming the key the script found.
+    #[test]
+    fn a_caught_error_is_the_calls_own_typed_error() {
+        let call = Call::Lease(LeaseRequest {
+            window: 1,
+            want: 1,
+            held: 0,
+            known_instances: 0,
+            known_rank: 0,
+            sent_ms: 1,
+            vouch_ms: 0,
+        });
+        let read = |m: &str| read_reply(call, Value::BulkString(m.into()), Duration::ZERO);
+        let wrong = "WRONGTYPE Operation against a key ({p:k}:meta holds a string)";
+        let error = read(wrong).expect_err("an error");
+        assert_eq!(error.kind(), FleetFailure::Foreign);
+        assert!(
+            error.to_string().contains("{p:k}:meta holds a string"),
+            "{error}"
+        );
+        let oom = read("OOM command not allowed").expect_err("an error");
+        assert_eq!(oom.kind(), FleetFailure::Redis);
     }
 
     /// The slot decides which calls may share a pipeline in a cluster: it must be

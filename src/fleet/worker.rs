@@ -15,7 +15,7 @@ use redis::Value;
 
 use super::call_error::CallError;
 use super::lease::{
-    Call, LeaseMachine, Notice, Settings, Shared, FALLBACK_AFTER_INTERVALS,
+    Call, LeaseMachine, Notice, Settings, Shared, Vouch, FALLBACK_AFTER_INTERVALS,
     FALLBACK_MARGIN_INTERVALS, PRUNE_AFTER_INTERVALS,
 };
 use super::stats::FleetFailure;
@@ -41,9 +41,9 @@ pub(crate) trait Member: Send + Sync {
     /// dropped); `pull`: a heartbeat due within a quarter interval too, to go in a
     /// round that goes anyway.
     fn plan(&self, pull: bool) -> Option<Planned>;
-    /// When (fleet ms) its last lease call Redis answered was sent: what it vouches
-    /// for in its replica's heartbeat while it has no lease call in the round.
-    fn answered_ms(&self) -> Option<u64>;
+    /// What it vouches for in its replica's heartbeat (`lease/vouch.rs`); `in_round`:
+    /// the send time (fleet ms) of its lease call in the round, if it has one.
+    fn vouch(&self, in_round: Option<u64>) -> Vouch;
     /// Redis's answer to `planned` (or why there is none), after `round_trip`.
     fn apply(&self, planned: Planned, answer: Result<Value, CallError>, round_trip: Duration);
     /// The round of `planned` was abandoned (the worker stops).
@@ -182,8 +182,8 @@ impl Member for RuleWorker {
         Some(Planned { call, t0 })
     }
 
-    fn answered_ms(&self) -> Option<u64> {
-        lock(&self.state).machine.last_answered_ms()
+    fn vouch(&self, in_round: Option<u64>) -> Vouch {
+        lock(&self.state).machine.vouch(in_round)
     }
 
     fn apply(&self, planned: Planned, answer: Result<Value, CallError>, round_trip: Duration) {
@@ -202,7 +202,8 @@ impl Member for RuleWorker {
             match result {
                 Ok(reply) => state.machine.on_reply(inner.shared(), call, reply, t0, t1),
                 Err(error) => {
-                    state.machine.on_failure(inner.shared(), t0, error.kind());
+                    let kind = error.kind();
+                    state.machine.on_failure(inner.shared(), (t0, t1), kind);
                     state.warn_failure(&self.wire.tag, call, &error, t1);
                 }
             }
@@ -238,6 +239,11 @@ impl RuleState {
             tracing::error!(target: "otel_rate_sampler::fleet", key = %key, errors, %error,
                 "Redis refused authentication: this replica leases nothing until the \
                  password (or user) in the Redis URL matches the server's");
+        } else if error.kind() == FleetFailure::Foreign {
+            tracing::error!(target: "otel_rate_sampler::fleet", key = %key, errors, %error,
+                "a key of this fleet rule holds a value another program wrote: this rule \
+                 admits only what Redis granted it (no fallback share) until the key is \
+                 removed; the other rules go on");
         } else {
             tracing::warn!(target: "otel_rate_sampler::fleet", key = %key, errors, ?call,
                 %error, "Redis call failed");
@@ -312,5 +318,6 @@ fn fallback_cause(cause: Option<FleetFailure>) -> &'static str {
              network"
         }
         Some(FleetFailure::Redis | FleetFailure::BadReply) => "Redis answers with errors",
+        Some(FleetFailure::Foreign) => "a key of the rule holds a value another program wrote",
     }
 }

@@ -11,7 +11,9 @@ mod demo;
 #[cfg(feature = "config")]
 mod config_rules;
 mod faults;
+mod foreign;
 mod load;
+mod logs;
 mod many_rules;
 // The fleet instruments, read back from an in-memory exporter (feature `metrics` too).
 #[cfg(feature = "metrics")]

@@ -23,7 +23,7 @@ fn rule(url: String, key: &str) -> FleetLimiter {
 }
 
 /// Waits (at most 10 s) until `pred` holds.
-fn eventually(what: &str, pred: impl Fn() -> bool) {
+pub(crate) fn eventually(what: &str, pred: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !pred() {
         assert!(Instant::now() < deadline, "never: {what}");

@@ -11,17 +11,20 @@ use crate::fleet::share::share;
 use crate::fleet::word::Added;
 
 impl LeaseMachine {
-    /// Enters fallback after [`FALLBACK_AFTER_INTERVALS`] without a successful call. The
+    /// Enters fallback after [`FALLBACK_AFTER_INTERVALS`] without a successful call (or
+    /// a round that wrote its replica's heartbeat while its keys were foreign), unless
+    /// the last call failed on a foreign key: no share then (`vouch.rs`). The
     /// share is spent only from the next window on (`current + 1`): Redis starts
     /// reserving this instance's share (its stale age) one interval before this, so
     /// every lease the others got for a window that starts later already left the share
     /// out; in the current window they may not have.
     pub(super) fn update_fallback(&mut self, shared: Shared<'_>, now: u64, current: u64) {
         let fallback_after = FALLBACK_AFTER_INTERVALS * self.settings.interval_nanos;
-        let stale = self
-            .last_success
-            .is_none_or(|t| now.saturating_sub(t) >= fallback_after);
-        if stale && !self.in_fallback && self.membership_settled {
+        // Heard from Redis last: an answer, or the last round its replica's heartbeat
+        // went on while its keys were foreign.
+        let heard = self.last_success.max(self.free_until);
+        let stale = heard.is_none_or(|t| now.saturating_sub(t) >= fallback_after);
+        if stale && !self.in_fallback && self.membership_settled && !self.foreign {
             self.in_fallback = true;
             self.fallback_first_window = current + 1;
             // Relaxed: a display value (see `StatCells`).
@@ -38,6 +41,7 @@ impl LeaseMachine {
     /// still reserves it for the whole window (see [`PRUNE_AFTER_INTERVALS`]).
     pub(super) fn spend_fallback_share(&mut self, shared: Shared<'_>, current: u64) {
         if !(self.in_fallback
+            && !self.foreign
             && current == self.window
             && current > self.newest_window_reported
             && current >= self.fallback_first_window
@@ -57,6 +61,7 @@ impl LeaseMachine {
         let permits = share(self.settings.permits, m.instances, m.rank, current);
         if shared.lease.add(current, permits) == Added::Installed {
             self.held += permits;
+            self.fallback_installed_for = current;
             // Relaxed (stats): a display counter.
             let fallback = &shared.stats.permits_fallback;
             fallback.fetch_add(permits, Ordering::Relaxed);

@@ -7,13 +7,30 @@ use crate::fleet::script::{LeaseReply, LeaseRequest};
 use crate::fleet::word::Added;
 
 impl LeaseMachine {
-    /// A call made at local time `t0` failed, for the reason `kind`.
-    pub(crate) fn on_failure(&mut self, shared: Shared<'_>, t0: u64, kind: FleetFailure) {
+    /// A call made from local time `t0` to `t1` failed, for the reason `kind`.
+    pub(crate) fn on_failure(
+        &mut self,
+        shared: Shared<'_>,
+        (t0, t1): (u64, u64),
+        kind: FleetFailure,
+    ) {
         shared.stats.failed(kind);
         self.last_failure = Some(kind);
         self.last_attempt = Some(t0);
         self.failing = true;
         self.resample_first = false;
+        let foreign = kind == FleetFailure::Foreign;
+        if self.foreign && !foreign {
+            // Rounds planned until now may have written its replica's heartbeat.
+            self.free_until = Some(t1);
+        }
+        self.foreign = foreign;
+        if foreign && self.in_fallback {
+            // It spends no fallback share while its keys are foreign (`vouch.rs`).
+            self.in_fallback = false;
+            // Relaxed: a display value (see `StatCells`).
+            shared.stats.fallback.store(false, Ordering::Relaxed);
+        }
     }
 
     /// Redis answered `call`, made from local time `t0` to `t1`, with `reply`.
@@ -30,7 +47,7 @@ impl LeaseMachine {
                 // Refused as late: Redis wrote nothing (a failure), but its time says
                 // how far off the mapping is. Take it, and sample again before the
                 // next call with a round trip of its own.
-                self.on_failure(shared, t0, FleetFailure::Late);
+                self.on_failure(shared, (t0, t1), FleetFailure::Late);
                 self.sample_time(shared, reply.server_unix_nanos, (t0, t1), true);
                 self.resample_first = true;
                 return;
@@ -106,6 +123,7 @@ impl LeaseMachine {
         self.last_failure = None;
         self.last_attempt = Some(t0);
         self.failing = false;
+        self.foreign = false;
         self.last_success = Some(t1);
         self.last_success_sent = Some(t0);
         self.last_round_trip = t1.saturating_sub(t0);

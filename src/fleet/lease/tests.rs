@@ -21,6 +21,8 @@ enum Event {
     Answer { rtt_ms: u64, grant: u64 },
     /// The call fails after `after_ms` (a refused connection, a timeout).
     Fail { after_ms: u64 },
+    /// The call fails after `after_ms` on a key of the rule another program wrote.
+    Foreign { after_ms: u64 },
     /// Time passes with no call answered (the machine may plan none).
     Wait { ms: u64 },
     /// Redis `TIME` steps by `ms` (forward when positive), or this replica's clock
@@ -197,10 +199,15 @@ impl Harness {
                     let (machine, shared) = self.parts();
                     machine.on_reply(shared, call, reply, t0, t1);
                 }
-                Event::Fail { after_ms } => {
+                Event::Fail { after_ms } | Event::Foreign { after_ms } => {
                     self.now += after_ms * MS;
+                    let kind = match event {
+                        Event::Foreign { .. } => FleetFailure::Foreign,
+                        _ => FleetFailure::Timeout,
+                    };
+                    let t1 = self.now;
                     let (machine, shared) = self.parts();
-                    machine.on_failure(shared, t0, FleetFailure::Timeout);
+                    machine.on_failure(shared, (t0, t1), kind);
                 }
                 _ => unreachable!("plans only for calls"),
             }
@@ -229,12 +236,16 @@ impl Harness {
 
     /// No window id spent more than Redis granted plus one fallback share.
     fn assert_bounded(&self) {
-        let share_bound = N.div_ceil(self.instances);
-        for (w, spent) in &self.spent {
+        self.assert_spent_within(0, N.div_ceil(self.instances));
+    }
+
+    /// From window id `from` on, none spent more than Redis granted plus `extra`.
+    fn assert_spent_within(&self, from: u64, extra: u64) {
+        for (w, spent) in self.spent.range(from..) {
             let granted = self.granted.get(w).copied().unwrap_or(0);
             assert!(
-                *spent <= granted + share_bound,
-                "window {w}: spent {spent} > granted {granted} + share {share_bound}"
+                *spent <= granted + extra,
+                "window {w}: spent {spent} > granted {granted} + {extra}"
             );
         }
     }
@@ -301,20 +312,36 @@ fn permit_statistics_add_up() {
     assert_eq!(s.last_failure, None);
 }
 
-/// Fails for `intervals` sync intervals of local time.
+/// Fails (a timeout) for `intervals` sync intervals of local time.
 fn fail_for(h: &mut Harness, intervals: u64) {
+    repeat_for(h, intervals, Event::Fail { after_ms: 10 });
+}
+
+/// Fails on a foreign key for `intervals` sync intervals of local time.
+fn foreign_for(h: &mut Harness, intervals: u64) {
+    repeat_for(h, intervals, Event::Foreign { after_ms: 1 });
+}
+
+/// `event` on every call for `intervals` sync intervals of local time.
+fn repeat_for(h: &mut Harness, intervals: u64, event: Event) {
     let until = h.now + intervals * INTERVAL;
     while h.now < until {
-        h.step(Event::Fail { after_ms: 10 });
+        h.step(event);
     }
 }
 
-#[test]
-fn falls_back_to_its_share_after_three_intervals_and_resumes() {
+/// One of 4 replicas, leasing, then failing (timeouts) for 10 intervals: in fallback.
+fn fallen_back() -> Harness {
     let mut h = Harness::new(4, 1);
     h.good(200);
     fail_for(&mut h, 10);
     assert!(h.machine.in_fallback());
+    h
+}
+
+#[test]
+fn falls_back_to_its_share_after_three_intervals_and_resumes() {
+    let mut h = fallen_back();
     let fell_back = h.machine.take_notices();
     assert!(
         fell_back.contains(&Notice::FellBack {
@@ -372,6 +399,73 @@ fn the_fallback_share_ends_before_redis_forgets_the_replica() {
     assert!(!h.machine.in_fallback());
 }
 
+/// A rule whose key another program wrote used to fall back like any failing rule and
+/// hold its replica's heartbeat back for as long as the key stayed: every rule of its
+/// interval was under-used. Now it spends only its grants and holds nothing back.
+#[test]
+fn a_foreign_key_spends_no_share_and_holds_no_heartbeat_back() {
+    let mut h = Harness::new(4, 1);
+    h.good(200);
+    let from = h.redis_window();
+    foreign_for(&mut h, 20);
+    assert!(!h.machine.in_fallback());
+    assert_eq!(h.machine.vouch(None), Vouch::Free);
+    // In a round, its send time: the group's oldest answer is the others'.
+    assert_eq!(h.machine.vouch(Some(7)), Vouch::Until(7));
+    h.assert_spent_within(from, 0);
+    let w = h.redis_window();
+    assert_eq!(h.spent.get(&(w - 1)), None, "{:?}", h.spent);
+    let s = h.stats.read();
+    assert!(s.failures(FleetFailure::Foreign) >= 10, "{s:?}");
+    assert!(!s.fallback_active && s.permits_fallback == 0, "{s:?}");
+    let notices = h.machine.take_notices();
+    assert!(
+        !notices.iter().any(|n| matches!(n, Notice::FellBack { .. })),
+        "{notices:?}"
+    );
+    // The key removed: leasing resumes.
+    assert!(leases_again(&mut h), "not leasing again: {:?}", h.spent);
+}
+
+/// Its replica's heartbeat went on while its key was foreign: when its calls then fail
+/// for another reason (Redis down), it falls back no sooner than an answered call lets
+/// it, three intervals after the last round that wrote the heartbeat.
+#[test]
+fn a_timeout_after_a_foreign_key_falls_back_three_intervals_later() {
+    let mut h = Harness::new(4, 1);
+    h.good(200);
+    foreign_for(&mut h, 10);
+    fail_for(&mut h, 2);
+    assert!(!h.machine.in_fallback(), "fell back within 2 intervals");
+    assert!(matches!(h.machine.vouch(None), Vouch::Until(_)));
+    fail_for(&mut h, 4);
+    assert!(h.machine.in_fallback());
+    h.good(50);
+    h.assert_bounded();
+}
+
+/// In fallback (a timeout), then a foreign key: the fallback share installed for the
+/// window is not reported, so it stays reserved (the heartbeat held back) until the
+/// window and the one after it are over; no share is installed after it.
+#[test]
+fn an_unreported_share_holds_the_heartbeat_back_through_a_foreign_key() {
+    let mut h = fallen_back();
+    let Vouch::Until(answered) = h.machine.vouch(None) else {
+        panic!("in fallback, it holds the heartbeat back");
+    };
+    let shared_until = h.redis_window();
+    // Paced while failing: the next call may be a few ticks away.
+    while h.stats.read().failures(FleetFailure::Foreign) == 0 {
+        h.step(Event::Foreign { after_ms: 1 });
+    }
+    assert!(!h.machine.in_fallback());
+    assert_eq!(h.machine.vouch(None), Vouch::Until(answered));
+    assert_eq!(h.machine.vouch(Some(answered + 1)), Vouch::Until(answered));
+    foreign_for(&mut h, 3 * WINDOW / INTERVAL);
+    assert_eq!(h.machine.vouch(None), Vouch::Free);
+    h.assert_spent_within(shared_until + 1, 0);
+}
+
 #[test]
 fn an_unsettled_membership_spends_no_share() {
     let mut h = Harness::new(3, 2);
@@ -388,6 +482,7 @@ fn event() -> impl Strategy<Value = Event> {
     prop_oneof![
         4 => (0u64..30, 0u64..=N).prop_map(|(rtt_ms, grant)| Event::Answer { rtt_ms, grant }),
         2 => (0u64..80).prop_map(|after_ms| Event::Fail { after_ms }),
+        1 => (0u64..80).prop_map(|after_ms| Event::Foreign { after_ms }),
         1 => (0u64..400).prop_map(|ms| Event::Wait { ms }),
         1 => (-3_000i64..3_000).prop_map(|ms| Event::Step { ms }),
         1 => (0u64..300).prop_map(|ms| Event::Jump { ms }),
