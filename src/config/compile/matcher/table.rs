@@ -1,8 +1,8 @@
 //! [`StrTable`]: a fixed set of strings (the attribute keys a rule set reads, its exact
-//! span names) looked up by content in one probe: the slot of the one string of the
-//! looked-up length, else a fingerprint of the length and the first and last words
-//! picks a slot; there those words confirm a string of up to 16 bytes (the bytes, a
-//! longer one).
+//! span names) looked up by content in one probe: a copy of the slot of the one string
+//! of the looked-up length, held by length, else a fingerprint of the length and the
+//! first and last words picks a slot; there those words confirm a string of up to 16
+//! bytes (the bytes, a longer one).
 
 use std::collections::HashSet;
 
@@ -18,17 +18,16 @@ pub(super) struct StrTable {
     slots: Box<[Slot]>,
     /// `64 - log2(slots.len())`: a fingerprint's top bits pick its slot.
     shift: u32,
-    /// Per length `n` (`min(n, 63)`): [`NONE`] if no string has it (most attribute
-    /// keys of a span are not read by any rule, and most are told so by their length
-    /// alone), the slot (plus one) of the one string that has it (confirmed there,
-    /// without a fingerprint), or [`SEVERAL`] (the fingerprint's probe).
-    by_length: [u8; 64],
+    /// Per length `n` (`min(n, 63)`): a free [`Slot`] if no string has it (most
+    /// attribute keys of a span are not read by any rule, and most are told so by
+    /// their length alone), a copy of the slot of the one string that has it
+    /// (confirmed there, with no fingerprint and no slot to look up), or [`SEVERAL`]
+    /// as its number (the fingerprint's probe).
+    by_length: [Slot; 64],
 }
 
 /// See [`StrTable::by_length`].
-const NONE: u8 = 0;
-/// See [`StrTable::by_length`].
-const SEVERAL: u8 = u8::MAX;
+const SEVERAL: usize = usize::MAX;
 
 /// A string's place: its [`words`] and length, which are the whole string up to 16
 /// bytes (so a short key is confirmed without reading the table's copy), and its
@@ -72,7 +71,7 @@ impl StrTable {
             .max(2);
         let mut slots = vec![Slot::default(); 1 << bits].into_boxed_slice();
         let shift = 64 - bits;
-        let mut by_length = [NONE; 64];
+        let mut by_length = [Slot::default(); 64];
         for (i, s) in unique.iter().enumerate() {
             let (head, tail) = words(s.as_bytes());
             let mut at = (fingerprint(head, tail, s.len()) >> shift) as usize;
@@ -86,9 +85,13 @@ impl StrTable {
                 number: i + 1,
             };
             let class = &mut by_length[length_class(s)];
-            *class = match u8::try_from(at + 1) {
-                Ok(slot) if *class == NONE && slot != SEVERAL => slot,
-                _ => SEVERAL,
+            *class = if class.number == 0 {
+                slots[at]
+            } else {
+                Slot {
+                    number: SEVERAL,
+                    ..Slot::default()
+                }
             };
         }
         Self {
@@ -106,30 +109,29 @@ impl StrTable {
     /// The number of `s`, if the table holds it.
     #[inline(always)]
     pub(super) fn find(&self, s: &str) -> Option<usize> {
-        let class = *self.by_length.get(length_class(s))?;
-        if class == NONE {
+        let class = self.by_length.get(length_class(s))?;
+        if class.number == 0 {
             return None;
         }
         let (head, tail) = words(s.as_bytes());
-        if class != SEVERAL {
-            return self.at(usize::from(class - 1), s, head, tail);
+        if class.number != SEVERAL {
+            return self.at(class, s, head, tail);
         }
         let mut at = (fingerprint(head, tail, s.len()) >> self.shift) as usize;
         loop {
             let slot = self.slots.get(at)?;
             slot.number.checked_sub(1)?;
-            if let Some(i) = self.at(at, s, head, tail) {
+            if let Some(i) = self.at(slot, s, head, tail) {
                 return Some(i);
             }
             at = (at + 1) & (self.slots.len() - 1);
         }
     }
 
-    /// The number of `s` (of [`words`] `head` and `tail`) if it is the string of slot
-    /// `at`.
+    /// The number of `s` (of [`words`] `head` and `tail`) if it is the string of
+    /// `slot` (a used one).
     #[inline(always)]
-    fn at(&self, at: usize, s: &str, head: u64, tail: u64) -> Option<usize> {
-        let slot = self.slots.get(at)?;
+    fn at(&self, slot: &Slot, s: &str, head: u64, tail: u64) -> Option<usize> {
         let i = slot.number.checked_sub(1)?;
         (slot.head == head
             && slot.tail == tail
@@ -235,8 +237,9 @@ mod tests {
 
     #[test]
     fn strings_alone_at_their_length_are_found_in_their_slot_and_others_probed() {
-        // Lengths 0 to 99: those from 63 share a class, and with 128 strings most
-        // slots are past the 254 a class can name, so both paths are taken.
+        // Lengths 0 to 99: those from 63 share a class, as do the strings of length 2,
+        // so both paths are taken (the copy of a string alone at its length, the
+        // probe).
         let strings: Vec<String> = (0..100)
             .map(|n| "k".repeat(n))
             .chain((0..28).map(|n| format!("{n:02}")))
