@@ -199,12 +199,26 @@ impl Pattern {
             return self.is_match(s.as_str());
         }
         if let Value::I64(i) = value {
-            return match self.numbers.int(*i) {
-                Some(matches) => matches,
-                None => self.is_match_bytes(format_i64(*i, &mut [0; 20])),
-            };
+            return self.matches_int(*i);
         }
         self.matches_other(value)
+    }
+
+    /// [`matches_int`](Self::matches_int) when the pattern tests integers as numbers
+    /// (an exact or prefix pattern, `*`), `None` when only the integer's text says.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))] // the rule layer's index
+    #[inline(always)]
+    pub(crate) fn matches_int_as_number(&self, value: i64) -> Option<bool> {
+        self.numbers.int(value)
+    }
+
+    /// [`matches_value`](Self::matches_value) on an integer value.
+    #[inline(always)]
+    pub(crate) fn matches_int(&self, value: i64) -> bool {
+        match self.numbers.int(value) {
+            Some(matches) => matches,
+            None => self.is_match_bytes(format_i64(value, &mut [0; 20])),
+        }
     }
 
     /// [`matches_value`](Self::matches_value) on a value neither a string nor an

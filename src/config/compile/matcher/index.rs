@@ -15,6 +15,7 @@
 use opentelemetry::trace::SpanKind;
 
 use super::prefix::{self, Prefixes};
+use super::shapes::Conditions;
 use super::table::{StrTable, Values, MAX_KEYS};
 use super::Span;
 use crate::config::model::pattern::Pattern;
@@ -51,8 +52,8 @@ struct Chunk {
     /// The rules with attribute conditions.
     with_attributes: u64,
     /// Each distinct attribute condition (the key's number in `Index::keys`, the
-    /// value's pattern), with the rules using it.
-    conditions: Box<[(usize, Pattern, u64)]>,
+    /// value's pattern), with the rules using it, grouped by the pattern's shape.
+    conditions: Conditions,
 }
 
 const KINDS: [SpanKind; 5] = [
@@ -234,10 +235,12 @@ impl Chunk {
             prefixes: Prefixes::new(prefixes),
             names: names.into_boxed_slice(),
             with_attributes,
-            conditions: conditions
-                .into_iter()
-                .map(|((k, p), rules)| (k, p, rules))
-                .collect(),
+            conditions: Conditions::new(
+                conditions
+                    .into_iter()
+                    .map(|((k, p), rules)| (k, p, rules))
+                    .collect(),
+            ),
         }
     }
 
@@ -261,18 +264,7 @@ impl Chunk {
     /// `left` without the rules with an attribute condition the span fails (its key
     /// absent, or its value not matching).
     #[inline]
-    fn by_attributes(&self, mut left: u64, values: &Values<'_>) -> u64 {
-        for (key, pattern, rules) in &*self.conditions {
-            if left & rules != 0
-                && !values
-                    .get(*key)
-                    .copied()
-                    .flatten()
-                    .is_some_and(|v| pattern.matches_value(v))
-            {
-                left &= !rules;
-            }
-        }
-        left
+    fn by_attributes(&self, left: u64, values: &Values<'_>) -> u64 {
+        self.conditions.filter(left, values)
     }
 }

@@ -7,6 +7,7 @@
 mod index;
 mod linear;
 mod prefix;
+mod shapes;
 mod table;
 
 use opentelemetry::trace::SpanKind;
@@ -110,15 +111,59 @@ pub(super) mod tests {
         "*",
     ];
     const KEYS: [&str; 5] = ["k", "region", "http.status_code", "kk", "net.peer.name"];
-    // Integers and floats are tested as numbers for exact and prefix patterns.
-    const VALUE_GLOBS: [&str; 14] = [
-        "1", "5*", "true", "us-*", "eu", "*", "-1", "1.5", "?", "-*", "0*", "1*", "50", "1.50",
+    // Integers and floats are tested as numbers for exact and prefix patterns; exact
+    // and prefix texts on both sides of 8 and 16 bytes (held in words up to 16).
+    const VALUE_GLOBS: [&str; 22] = [
+        "1",
+        "5*",
+        "true",
+        "us-*",
+        "eu",
+        "*",
+        "-1",
+        "1.5",
+        "?",
+        "-*",
+        "0*",
+        "1*",
+        "50",
+        "1.50",
+        "abcdefgh",
+        "abcdefghijklmnop",
+        "abcdefghijklmnopq",
+        "abcdefghij*",
+        "abcdefgh*",
+        "abcdefghijklmnop*",
+        "abcdefghijklmnopq*",
+        "abcdefg",
     ];
 
     fn values() -> impl Strategy<Value = Value> {
         prop_oneof![
-            prop::sample::select(vec!["us-east", "eu", "1", "5", "true", "x"])
-                .prop_map(Value::from),
+            prop::sample::select(vec![
+                "us-east",
+                "eu",
+                "1",
+                "5",
+                "true",
+                "x",
+                "50",
+                "-1",
+                "1.50",
+                "abcdefg",
+                "abcdefgh",
+                "abcdefgX",
+                "abcdefghij",
+                "abcdefghiX",
+                "abcdefghijklmnop",
+                "abcdefghijklmnoX",
+                "Xbcdefghijklmnop",
+                "abcdefghijklmnopq",
+                "abcdefghijklmnopX",
+                "abcdefghijXlmnopq",
+                "abcdefghijklmnopqrs",
+            ])
+            .prop_map(Value::from),
             prop::sample::select(vec![1i64, 5, 50, -1, 500, 12, 0, -50]).prop_map(Value::I64),
             any::<bool>().prop_map(Value::Bool),
             prop::sample::select(vec![1.5f64, 0.25]).prop_map(Value::F64),

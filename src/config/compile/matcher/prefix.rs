@@ -9,9 +9,12 @@ pub(super) const INLINE: usize = 16;
 
 /// The prefixes of a chunk, each with the rules whose span name must start with it.
 #[derive(Default)]
-pub(super) struct Prefixes(Box<[Prefix]>);
+pub(super) struct Prefixes(Box<[(Starts, u64)]>);
 
-struct Prefix {
+/// A prefix of up to [`INLINE`] bytes held in words: the test that a text starts
+/// with it is two word comparisons (the span names' filter here, the attribute values'
+/// `prefix*` conditions in [`shapes`](super::shapes)).
+pub(super) struct Starts {
     /// The prefix's first bytes (up to 8), zero-padded.
     head: u64,
     /// The bytes of `head` that count.
@@ -19,7 +22,6 @@ struct Prefix {
     /// Bytes `len - 8..len`, when `len` is over 8.
     tail: u64,
     len: usize,
-    rules: u64,
 }
 
 /// The first 8 bytes of `s` from `at`, if it has them.
@@ -31,7 +33,7 @@ fn word(s: &[u8], at: usize) -> Option<u64> {
 
 /// The first bytes of `s`, up to 8, zero-padded.
 #[inline(always)]
-fn head(s: &[u8]) -> u64 {
+pub(super) fn head(s: &[u8]) -> u64 {
     if let Some(w) = word(s, 0) {
         return w;
     }
@@ -41,29 +43,43 @@ fn head(s: &[u8]) -> u64 {
     u64::from_le_bytes(buf)
 }
 
+impl Starts {
+    /// The test for `text` (at most [`INLINE`] bytes).
+    pub(super) fn new(text: &str) -> Self {
+        let bytes = text.as_bytes();
+        let len = bytes.len();
+        Self {
+            head: head(bytes),
+            mask: if len >= 8 {
+                u64::MAX
+            } else {
+                (1u64 << (8 * len)) - 1
+            },
+            tail: if len > 8 {
+                word(bytes, len - 8).unwrap_or(0)
+            } else {
+                0
+            },
+            len,
+        }
+    }
+
+    /// Whether `s`, whose [`head`] is `first`, starts with the prefix.
+    #[inline(always)]
+    pub(super) fn start(&self, s: &[u8], first: u64) -> bool {
+        s.len() >= self.len
+            && first & self.mask == self.head
+            && (self.len <= 8 || word(s, self.len - 8) == Some(self.tail))
+    }
+}
+
 impl Prefixes {
     /// The prefixes of `groups` (each a text of at most [`INLINE`] bytes, with its
     /// rules).
     pub(super) fn new(groups: Vec<(String, u64)>) -> Self {
-        let entries = groups.into_iter().map(|(text, rules)| {
-            let bytes = text.as_bytes();
-            let len = bytes.len();
-            Prefix {
-                head: head(bytes),
-                mask: if len >= 8 {
-                    u64::MAX
-                } else {
-                    (1u64 << (8 * len)) - 1
-                },
-                tail: if len > 8 {
-                    word(bytes, len - 8).unwrap_or(0)
-                } else {
-                    0
-                },
-                len,
-                rules,
-            }
-        });
+        let entries = groups
+            .into_iter()
+            .map(|(text, rules)| (Starts::new(&text), rules));
         Self(entries.collect())
     }
 
@@ -72,13 +88,9 @@ impl Prefixes {
     pub(super) fn filter(&self, mut left: u64, name: &str) -> u64 {
         let name = name.as_bytes();
         let first = head(name);
-        for p in &*self.0 {
-            if left & p.rules != 0
-                && !(name.len() >= p.len
-                    && first & p.mask == p.head
-                    && (p.len <= 8 || word(name, p.len - 8) == Some(p.tail)))
-            {
-                left &= !p.rules;
+        for (p, rules) in &*self.0 {
+            if left & rules != 0 && !p.start(name, first) {
+                left &= !rules;
             }
         }
         left

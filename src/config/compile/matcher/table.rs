@@ -41,7 +41,7 @@ struct Slot {
 }
 
 /// Strings up to this long are whole in their slot's words.
-const IN_WORDS: usize = 16;
+pub(super) const IN_WORDS: usize = 16;
 
 #[inline(always)]
 fn length_class(s: &str) -> usize {
@@ -179,7 +179,7 @@ fn one_value<'a>(key: &[u8], attributes: &'a [KeyValue]) -> Option<&'a Value> {
 /// The first and last 8 bytes of `s` (4, or single bytes, for shorter strings): with
 /// the length, the whole of a string up to [`IN_WORDS`] bytes.
 #[inline(always)]
-fn words(s: &[u8]) -> (u64, u64) {
+pub(super) fn words(s: &[u8]) -> (u64, u64) {
     let n = s.len();
     let word = |at: usize| u64::from_le_bytes(s[at..at + 8].try_into().unwrap_or([0; 8]));
     let half = |at: usize| {
