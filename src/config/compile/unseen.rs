@@ -8,22 +8,31 @@
 //! the new look-back can reach further back (a longer window; 1 s after 1.5 s at
 //! 1.5 s, whose aligned window began at 1 s; a sliding window after an aligned one):
 //! what the lineage admitted there, the old limiter no longer knows. So the
-//! replacement also counts an upper bound of it, capped at its permits: what the old
-//! limiter lets through of its own in that span by its guarantee (its `N` per window of
-//! its own meeting the span), or all its permits when the span reaches back before the
-//! old limiter itself began (a limit before it, of which nothing is known, decided
-//! there). It is computed once, at the reload, never on the decision path.
+//! replacement also counts an upper bound of it: what the old limiter lets through of
+//! its own in that span by its guarantee (its `N` per window of its own meeting the
+//! span), or, when the span reaches back before the old limiter itself began (a limit
+//! before it, of which nothing is known, decided there), as much as fills any limiter.
+//! The bound is not cut at the replacement's permits (what it cannot hold is its limit's
+//! excess, `handover`): a replacement replaced again while the span is in its window
+//! hands the whole bound on, where a bound cut at 1 permit would let a next limit of 6
+//! give out 5 more of what the lineage had already admitted. It is capped only at
+//! [`Limit::MAX_PERMITS`], which fills a limiter of any limit. It is computed once, at
+//! the reload, never on the decision path.
 //!
 //! A rule whose limiter was dropped (its window empty) and that comes back later is the
 //! same lineage: its new limiter counts, the same way, what a limiter of the dropped
 //! one's shape could have let through before it emptied ([`unseen_before`]).
 
 use crate::clock::Clock;
-use crate::limiter::{AnyLimiter, RateLimiter, Shape};
+use crate::limit::Limit;
+use crate::limiter::{AnyLimiter, Shape};
+
+/// A count that fills a limiter of any limit: every limit's permits are at most this.
+const FILLS_ANY: u64 = Limit::MAX_PERMITS as u64;
 
 /// What `new`, replacing at `now` the limiter `old` that began at `began` (clock
 /// nanoseconds; 0 when nothing of its lineage came before it), counts beyond what
-/// `old` counts at `now`: at most `new`'s permits, 0 when `new` looks back no further
+/// `old` counts at `now`: at most [`FILLS_ANY`], 0 when `new` looks back no further
 /// than `old` counts.
 pub(crate) fn unseen<C: Clock>(
     old: &AnyLimiter<C>,
@@ -36,8 +45,8 @@ pub(crate) fn unseen<C: Clock>(
 
 /// What `new`, starting at `now` in the lineage of a limiter of shape `old` that began
 /// at `began`, counts of what that lineage admitted before `counted` (from `counted`
-/// on, it is counted elsewhere or was nothing): an upper bound of it, at most `new`'s
-/// permits, 0 when `new` looks back no further than `counted`.
+/// on, it is counted elsewhere or was nothing): an upper bound of it, at most
+/// [`FILLS_ANY`], 0 when `new` looks back no further than `counted`.
 pub(crate) fn unseen_before<C: Clock>(
     old: Shape,
     began: u64,
@@ -49,11 +58,10 @@ pub(crate) fn unseen_before<C: Clock>(
     if from >= counted {
         return 0;
     }
-    let permits = u64::from(new.limit().permits());
     if from < began {
-        return permits;
+        return FILLS_ANY;
     }
-    old.most_in(from, counted).min(permits)
+    old.most_in(from, counted).min(FILLS_ANY)
 }
 
 #[cfg(all(test, not(loom)))]
@@ -107,8 +115,9 @@ mod tests {
         }
         // 3 per 500 ms to 10 per 2 s at 1.2 s: [0, 1 s) is two old windows, 6.
         assert_eq!(at((FixedWindow, 3, 500), (FixedWindow, 10, 2000), 1200), 6);
-        // Capped at the new permits.
-        assert_eq!(at((FixedWindow, 3, 500), (FixedWindow, 4, 2000), 1200), 4);
+        // Not cut at the new permits: what 4 per 2 s cannot hold is its excess, and a
+        // replacement of it carries it on.
+        assert_eq!(at((FixedWindow, 3, 500), (FixedWindow, 4, 2000), 1200), 6);
     }
 
     #[test]
@@ -133,11 +142,11 @@ mod tests {
     }
 
     /// Before the old limiter began, another limit decided: nothing is known of what it
-    /// admitted, so the replacement counts all its permits.
+    /// admitted, so the replacement counts as much as fills any limiter.
     #[test]
-    fn a_span_before_the_old_limiter_began_counts_the_new_permits() {
+    fn a_span_before_the_old_limiter_began_fills_any_limiter() {
         let (old, new) = (limiter(FixedWindow, 1, 1500), limiter(FixedWindow, 2, 1000));
-        assert_eq!(unseen(&old, 1200 * MS, &new, 1500 * MS), 2);
+        assert_eq!(unseen(&old, 1200 * MS, &new, 1500 * MS), FILLS_ANY);
         assert_eq!(unseen(&old, 1000 * MS, &new, 1500 * MS), 1);
     }
 }

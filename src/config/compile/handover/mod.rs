@@ -147,7 +147,7 @@ impl<C: Clock> LocalRule<C> {
             began: now,
             ..Self::new(limiter)
         }
-        .with_carried(snapshot.used + unseen);
+        .with_carried(snapshot.used.saturating_add(unseen));
         new.close();
         let handover = Handover::Limit {
             old: old.clone(),
@@ -537,18 +537,21 @@ mod tests {
         assert_eq!((0..10).filter(|_| fixed.try_acquire()).count(), 4);
     }
 
+    /// An unpaced fixed window of `n` per `ms` on `clock`.
+    fn unpaced_fixed(clock: &ManualClock, n: u32, ms: u64) -> AnyLimiter<ManualClock> {
+        let limit = Limit::per_window(n, Duration::from_millis(ms))
+            .unwrap()
+            .unpaced();
+        AnyLimiter::with_clock(Algorithm::FixedWindow, limit, clock.clone())
+    }
+
     /// A longer window reaching back before what the old limiter counts counts what the
     /// old limit could have let through there; reaching back before the old limiter
     /// began (another limit decided there), all its permits.
     #[test]
     fn a_longer_window_counts_what_was_let_through_before_the_old_window() {
         let clock = ManualClock::new();
-        let fixed = |n, ms| {
-            let limit = Limit::per_window(n, Duration::from_millis(ms))
-                .unwrap()
-                .unpaced();
-            AnyLimiter::with_clock(Algorithm::FixedWindow, limit, clock.clone())
-        };
+        let fixed = |n, ms| unpaced_fixed(&clock, n, ms);
         clock.set(1_200_000_000);
         // 1 per 500 ms from the start: at most 2 in [0, 1 s), the 2 s window's part
         // the old one no longer counts.
@@ -566,7 +569,32 @@ mod tests {
         let (long, h) = LocalRule::replacing(fixed(4, 2000), &short);
         h.settle();
         assert!(!long.try_acquire());
-        assert_eq!(long.used(), 4);
+        // As much as fills any limiter, the rest beyond its 4 permits as excess: a
+        // larger limit replacing it at once gives out nothing of that unknown span.
+        assert_eq!(long.used(), u64::from(Limit::MAX_PERMITS));
+        let (larger, h) = LocalRule::replacing(fixed(40, 2000), &long);
+        h.settle();
+        assert!(!larger.try_acquire());
+    }
+
+    /// A replacement replaced again while what it carried is in its window hands the
+    /// whole bound on, not what its own permits hold (a reload property case: 2 per
+    /// 500 ms kept 2 at 0; at 0.5 s 1 per 1 s, then at once 6 per 1 s, which gave out 5
+    /// more in [0, 1 s), 7 in all).
+    #[test]
+    fn a_replacement_replaced_again_hands_on_the_whole_bound() {
+        let clock = ManualClock::new();
+        let fixed = |n, ms| unpaced_fixed(&clock, n, ms);
+        let first = LocalRule::new(fixed(2, 500));
+        assert_eq!((0..3).filter(|_| first.try_acquire()).count(), 2);
+        clock.set(500_000_000);
+        let (one, h) = LocalRule::replacing(fixed(1, 1000), &first);
+        h.settle();
+        assert_eq!(one.used(), 2);
+        let (six, h) = LocalRule::replacing(fixed(6, 1000), &one);
+        h.settle();
+        clock.set(550_000_000);
+        assert_eq!((0..9).filter(|_| six.try_acquire()).count(), 4);
     }
 
     #[test]
