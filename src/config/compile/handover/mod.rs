@@ -583,18 +583,24 @@ mod tests {
     /// more in [0, 1 s), 7 in all).
     #[test]
     fn a_replacement_replaced_again_hands_on_the_whole_bound() {
-        let clock = ManualClock::new();
-        let fixed = |n, ms| unpaced_fixed(&clock, n, ms);
-        let first = LocalRule::new(fixed(2, 500));
-        assert_eq!((0..3).filter(|_| first.try_acquire()).count(), 2);
-        clock.set(500_000_000);
-        let (one, h) = LocalRule::replacing(fixed(1, 1000), &first);
-        h.settle();
-        assert_eq!(one.used(), 2);
-        let (six, h) = LocalRule::replacing(fixed(6, 1000), &one);
-        h.settle();
-        clock.set(550_000_000);
-        assert_eq!((0..9).filter(|_| six.try_acquire()).count(), 4);
+        // The 2 kept on the edge of a 500 ms window and part-way into one, in the 1 s
+        // window [10 s, 11 s).
+        for kept_at in [10_000_000_000, 10_120_000_000] {
+            let clock = ManualClock::new();
+            clock.set(kept_at);
+            let fixed = |n, ms| unpaced_fixed(&clock, n, ms);
+            let first = LocalRule::new(fixed(2, 500));
+            assert_eq!((0..3).filter(|_| first.try_acquire()).count(), 2);
+            clock.set(10_500_000_000);
+            let (one, h) = LocalRule::replacing(fixed(1, 1000), &first);
+            h.settle();
+            assert_eq!(one.used(), 2, "kept at {kept_at}");
+            let (six, h) = LocalRule::replacing(fixed(6, 1000), &one);
+            h.settle();
+            clock.set(10_550_000_000);
+            let more = (0..9).filter(|_| six.try_acquire()).count();
+            assert_eq!(more, 4, "kept at {kept_at}");
+        }
     }
 
     #[test]
