@@ -58,7 +58,17 @@ pub(crate) struct RuleAttributes {
     param: f64,
     /// The rule's name: a `&'static str` from [`intern`] (a keep copies a pointer), or,
     /// past the interner's cap, shared (a keep clones a reference count).
-    rule: StringValue,
+    rule: RuleName,
+}
+
+/// A rule's name as [`RuleAttributes`] holds it: the two kinds of [`StringValue`] it
+/// makes, whose copy into a kept span's attributes cannot allocate or unwind (a
+/// `StringValue`'s clone can, for its owned kind; the unwinding path kept the kept
+/// span's `Vec` on the stack, read back in halves of what was written in words).
+#[derive(Clone, Debug, PartialEq)]
+enum RuleName {
+    Interned(&'static str),
+    Shared(Arc<str>),
 }
 
 /// The most name bytes [`intern`] leaks for the process's life: a reload loop with
@@ -102,7 +112,7 @@ impl RuleAttributes {
         Self {
             sampler_type,
             param,
-            rule: intern(rule).map_or_else(|| Arc::<str>::from(rule).into(), StringValue::from),
+            rule: intern(rule).map_or_else(|| RuleName::Shared(rule.into()), RuleName::Interned),
         }
     }
 
@@ -121,7 +131,10 @@ impl RuleAttributes {
         kept.push(KeyValue::new(SAMPLER_PARAM, self.param));
         kept.push(KeyValue::new(
             SAMPLER_RULE,
-            Value::String(self.rule.clone()),
+            Value::String(match &self.rule {
+                RuleName::Interned(name) => StringValue::from(*name),
+                RuleName::Shared(name) => StringValue::from(Arc::clone(name)),
+            }),
         ));
         kept
     }
