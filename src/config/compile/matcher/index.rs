@@ -18,7 +18,7 @@ use super::prefix::{self, Prefixes};
 use super::shapes::Conditions;
 use super::table::{StrTable, Values, MAX_KEYS};
 use super::Span;
-use crate::config::model::pattern::Pattern;
+use crate::config::model::pattern::{short_contains, Pattern};
 use crate::config::model::Rule;
 use crate::sampler::Origin;
 
@@ -46,6 +46,8 @@ struct Chunk {
     /// The literal texts the other span name patterns start with, with the rules
     /// using them: a `prefix*` pattern's whole test, a general glob's first filter.
     prefixes: Prefixes,
+    /// Each distinct `*text*` span name pattern, tested inline on a short name.
+    substrings: Box<[Substring]>,
     /// Each other distinct span name pattern (not a `prefix*` one in `prefixes`), with
     /// the rules using it.
     names: Box<[(Pattern, u64)]>,
@@ -54,6 +56,15 @@ struct Chunk {
     /// Each distinct attribute condition (the key's number in `Index::keys`, the
     /// value's pattern), with the rules using it, grouped by the pattern's shape.
     conditions: Conditions,
+}
+
+/// A `*text*` span name pattern with the rules using it.
+struct Substring {
+    /// The text, looked for inline in a short name.
+    text: Box<[u8]>,
+    /// For a long name (the pattern's own searcher).
+    pattern: Pattern,
+    rules: u64,
 }
 
 const KINDS: [SpanKind; 5] = [
@@ -194,6 +205,7 @@ impl Chunk {
         let mut by_kind = [0u64; 10];
         let mut exact_named = 0;
         let mut names = Vec::new();
+        let mut substrings = Vec::new();
         let mut prefixes = Vec::new();
         let mut with_attributes = 0;
         let mut conditions: Vec<((usize, Pattern), u64)> = Vec::new();
@@ -210,6 +222,7 @@ impl Chunk {
             }
             match &rule.span_name {
                 Some(p) if p.as_exact().is_some() => exact_named |= bit,
+                Some(p) if p.substring().is_some() => add(&mut substrings, p.clone(), bit),
                 Some(p) => match p.prefix() {
                     Some((text, whole)) if text.len() <= prefix::INLINE => {
                         add(&mut prefixes, text.to_owned(), bit);
@@ -233,6 +246,14 @@ impl Chunk {
             by_kind,
             exact_named,
             prefixes: Prefixes::new(prefixes),
+            substrings: substrings
+                .into_iter()
+                .map(|(pattern, rules)| Substring {
+                    text: pattern.substring().unwrap_or_default().into(),
+                    pattern,
+                    rules,
+                })
+                .collect(),
             names: names.into_boxed_slice(),
             with_attributes,
             conditions: Conditions::new(
@@ -253,6 +274,14 @@ impl Chunk {
     /// `left` without the rules whose (non-exact) span name pattern `name` fails.
     #[inline]
     fn by_pattern(&self, mut left: u64, name: &str) -> u64 {
+        for s in &*self.substrings {
+            if left & s.rules != 0
+                && !short_contains(name.as_bytes(), &s.text)
+                    .unwrap_or_else(|| s.pattern.is_match(name))
+            {
+                left &= !s.rules;
+            }
+        }
         for (pattern, rules) in &*self.names {
             if left & rules != 0 && !pattern.is_match(name) {
                 left &= !rules;

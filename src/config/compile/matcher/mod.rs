@@ -97,7 +97,18 @@ pub(super) mod tests {
     }
 
     // Small alphabets, so that random names, keys and values often meet.
-    const NAMES: [&str; 8] = ["a", "ab", "GET /x", "GET /y/z", "b", "", "abc", "x/admin/y"];
+    // The last, over 64 bytes, takes `*admin*` through the pattern's searcher.
+    const NAMES: [&str; 9] = [
+        "a",
+        "ab",
+        "GET /x",
+        "GET /y/z",
+        "b",
+        "",
+        "abc",
+        "x/admin/y",
+        "GET /a/rather/long/path/well/past/sixty/four/bytes/of/span/name/admin/x",
+    ];
     const NAME_GLOBS: [&str; 10] = [
         "a",
         "ab",
