@@ -266,7 +266,6 @@ fn contains(haystack: &[u8], finder: &memchr::memmem::Finder<'_>) -> bool {
 /// attribute values are; below [`SHORT_HAYSTACK`] bytes, a scan of the windows whose
 /// first and last bytes are the needle's, with an inline comparison, beats setting up
 /// the vectorised searcher. `None` for a longer haystack.
-#[cfg_attr(not(feature = "config"), allow(dead_code))] // the rule layer's index
 #[inline(always)]
 pub(crate) fn short_contains(haystack: &[u8], needle: &[u8]) -> Option<bool> {
     if haystack.len() >= SHORT_HAYSTACK {
