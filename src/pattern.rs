@@ -160,6 +160,15 @@ impl Pattern {
         }
     }
 
+    /// The text a `*text*` pattern looks for, if it is one.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))] // the rule layer's index
+    pub(crate) fn substring(&self) -> Option<&[u8]> {
+        match &self.shape {
+            Shape::Contains(finder) => Some(finder.needle()),
+            _ => None,
+        }
+    }
+
     #[inline(always)]
     pub(crate) fn is_match(&self, s: &str) -> bool {
         match &self.shape {
@@ -245,23 +254,31 @@ impl Pattern {
     }
 }
 
-/// Whether `needle` (the finder's) occurs in `haystack`. Span names and attribute
-/// values are short: below [`SHORT_HAYSTACK`] bytes, a scan of the windows whose first
-/// and last bytes are the needle's, with an inline comparison, beats setting up the
-/// vectorised searcher. Out of line: inlined, it made the whole rule-based decision
+/// Whether `needle` (the finder's) occurs in `haystack`: [`short_contains`], else
+/// the vectorised searcher. Out of line: inlined, it made the whole rule-based decision
 /// slower (its refusal with no rules included), not only the substring test.
 #[inline(never)]
 fn contains(haystack: &[u8], finder: &memchr::memmem::Finder<'_>) -> bool {
-    let needle = finder.needle();
+    short_contains(haystack, finder.needle()).unwrap_or_else(|| finder.find(haystack).is_some())
+}
+
+/// Whether `needle` occurs in `haystack`, if the haystack is short: span names and
+/// attribute values are; below [`SHORT_HAYSTACK`] bytes, a scan of the windows whose
+/// first and last bytes are the needle's, with an inline comparison, beats setting up
+/// the vectorised searcher. `None` for a longer haystack.
+#[inline(always)]
+pub(crate) fn short_contains(haystack: &[u8], needle: &[u8]) -> Option<bool> {
     if haystack.len() >= SHORT_HAYSTACK {
-        return finder.find(haystack).is_some();
+        return None;
     }
     let (Some(&first), Some(&last)) = (needle.first(), needle.last()) else {
-        return true;
+        return Some(true);
     };
-    haystack
-        .windows(needle.len())
-        .any(|w| w[0] == first && w[w.len() - 1] == last && bytes_eq(w, needle))
+    Some(
+        haystack
+            .windows(needle.len())
+            .any(|w| w[0] == first && w[w.len() - 1] == last && bytes_eq(w, needle)),
+    )
 }
 
 /// See [`contains`].

@@ -18,7 +18,7 @@ use super::prefix::{self, Prefixes};
 use super::shapes::Conditions;
 use super::table::{StrTable, Values, MAX_KEYS};
 use super::Span;
-use crate::config::model::pattern::Pattern;
+use crate::config::model::pattern::{short_contains, Pattern};
 use crate::config::model::Rule;
 use crate::sampler::Origin;
 
@@ -43,9 +43,13 @@ struct Chunk {
     by_kind: [u64; 10],
     /// The rules with an exact span name.
     exact_named: u64,
+    /// The rules with another span name pattern (tested only if one of them is left).
+    patterned: u64,
     /// The literal texts the other span name patterns start with, with the rules
     /// using them: a `prefix*` pattern's whole test, a general glob's first filter.
     prefixes: Prefixes,
+    /// Each distinct `*text*` span name pattern, tested inline on a short name.
+    substrings: Box<[Substring]>,
     /// Each other distinct span name pattern (not a `prefix*` one in `prefixes`), with
     /// the rules using it.
     names: Box<[(Pattern, u64)]>,
@@ -54,6 +58,15 @@ struct Chunk {
     /// Each distinct attribute condition (the key's number in `Index::keys`, the
     /// value's pattern), with the rules using it, grouped by the pattern's shape.
     conditions: Conditions,
+}
+
+/// A `*text*` span name pattern with the rules using it.
+struct Substring {
+    /// The text, looked for inline in a short name.
+    text: Box<[u8]>,
+    /// For a long name (the pattern's own searcher).
+    pattern: Pattern,
+    rules: u64,
 }
 
 const KINDS: [SpanKind; 5] = [
@@ -180,12 +193,15 @@ impl Index {
 
     /// The rules of chunk `c` accepting the span's kind, parent and name; `exact` is
     /// the number of the span's name among the exact names, if it is one.
-    #[inline]
+    #[inline(always)]
     fn by_name(&self, c: usize, span: &Span<'_>, exact: Option<usize>) -> u64 {
         let chunk = &self.chunks[c];
         let exact = exact.map_or(0, |n| self.exact_rules[n * self.chunks.len() + c]);
         let left = chunk.by_kind[slot(span.kind, span.origin)] & (!chunk.exact_named | exact);
-        chunk.by_pattern(chunk.prefixes.filter(left, span.name), span.name)
+        if left & chunk.patterned == 0 {
+            return left;
+        }
+        chunk.by_pattern(left, span.name)
     }
 }
 
@@ -193,7 +209,9 @@ impl Chunk {
     fn new(base: usize, rules: &[&Rule], keys: &StrTable) -> Self {
         let mut by_kind = [0u64; 10];
         let mut exact_named = 0;
+        let mut patterned = 0;
         let mut names = Vec::new();
+        let mut substrings = Vec::new();
         let mut prefixes = Vec::new();
         let mut with_attributes = 0;
         let mut conditions: Vec<((usize, Pattern), u64)> = Vec::new();
@@ -210,15 +228,19 @@ impl Chunk {
             }
             match &rule.span_name {
                 Some(p) if p.as_exact().is_some() => exact_named |= bit,
-                Some(p) => match p.prefix() {
-                    Some((text, whole)) if text.len() <= prefix::INLINE => {
-                        add(&mut prefixes, text.to_owned(), bit);
-                        if !whole {
-                            add(&mut names, p.clone(), bit);
+                Some(p) => {
+                    patterned |= bit;
+                    match p.prefix() {
+                        _ if p.substring().is_some() => add(&mut substrings, p.clone(), bit),
+                        Some((text, whole)) if text.len() <= prefix::INLINE => {
+                            add(&mut prefixes, text.to_owned(), bit);
+                            if !whole {
+                                add(&mut names, p.clone(), bit);
+                            }
                         }
+                        _ => add(&mut names, p.clone(), bit),
                     }
-                    _ => add(&mut names, p.clone(), bit),
-                },
+                }
                 None => {}
             }
             for (key, pattern) in &rule.attributes {
@@ -232,7 +254,16 @@ impl Chunk {
             base,
             by_kind,
             exact_named,
+            patterned,
             prefixes: Prefixes::new(prefixes),
+            substrings: substrings
+                .into_iter()
+                .map(|(pattern, rules)| Substring {
+                    text: pattern.substring().unwrap_or_default().into(),
+                    pattern,
+                    rules,
+                })
+                .collect(),
             names: names.into_boxed_slice(),
             with_attributes,
             conditions: Conditions::new(
@@ -250,9 +281,19 @@ impl Chunk {
         self.base + left.trailing_zeros() as usize
     }
 
-    /// `left` without the rules whose (non-exact) span name pattern `name` fails.
+    /// `left` without the rules whose (non-exact) span name pattern `name` fails: the
+    /// prefixes, the substrings, then the other patterns.
     #[inline]
-    fn by_pattern(&self, mut left: u64, name: &str) -> u64 {
+    fn by_pattern(&self, left: u64, name: &str) -> u64 {
+        let mut left = self.prefixes.filter(left, name);
+        for s in &*self.substrings {
+            if left & s.rules != 0
+                && !short_contains(name.as_bytes(), &s.text)
+                    .unwrap_or_else(|| s.pattern.is_match(name))
+            {
+                left &= !s.rules;
+            }
+        }
         for (pattern, rules) in &*self.names {
             if left & rules != 0 && !pattern.is_match(name) {
                 left &= !rules;

@@ -97,7 +97,18 @@ pub(super) mod tests {
     }
 
     // Small alphabets, so that random names, keys and values often meet.
-    const NAMES: [&str; 8] = ["a", "ab", "GET /x", "GET /y/z", "b", "", "abc", "x/admin/y"];
+    // The last, over 64 bytes, takes `*admin*` through the pattern's searcher.
+    const NAMES: [&str; 9] = [
+        "a",
+        "ab",
+        "GET /x",
+        "GET /y/z",
+        "b",
+        "",
+        "abc",
+        "x/admin/y",
+        "GET /a/rather/long/path/well/past/sixty/four/bytes/of/span/name/admin/x",
+    ];
     const NAME_GLOBS: [&str; 10] = [
         "a",
         "ab",
@@ -221,7 +232,8 @@ pub(super) mod tests {
             prop::collection::vec(
                 (prop::sample::select(KEYS.to_vec()), values())
                     .prop_map(|(k, v)| KeyValue::new(k, v)),
-                0..6,
+                // Both sides of the short spans read backwards (`table::BACKWARDS`).
+                0..14,
             ),
         )
     }
@@ -229,7 +241,7 @@ pub(super) mod tests {
     proptest! {
         /// The matcher (indexed, up to 150 rules: three chunks) finds the rule the
         /// plain semantics finds, on random rule sets and spans (repeated keys, keys
-        /// absent, strings, integers, booleans, floats).
+        /// absent, strings, integers, booleans, floats; spans short and long).
         #[test]
         fn the_index_finds_the_first_rule_the_plain_semantics_finds(
             rules in prop::collection::vec(rule(), 0..150),

