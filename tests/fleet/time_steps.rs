@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use otel_rate_sampler::{Clock, FleetLimiter, MonotonicClock};
+use otel_rate_sampler::{Clock, FleetFailure, FleetLimiter, MonotonicClock};
 
 use crate::load::{self, assert_capped, drive, inner_windows, INTERVAL, N, WINDOW};
 use crate::server::Server;
@@ -64,12 +64,14 @@ fn lagging_fleet(
     (fleet, clocks)
 }
 
-/// Waits until `pred` holds for `limiter` (at most 10 s); returns the time since `start`.
+/// Waits until `pred` holds for `limiter` (at most 10 s, a hang guard); returns the
+/// time since `start` and the Redis calls `limiter` made since it had made `calls`.
 fn wait_since<C: Clock>(
     start: Instant,
+    calls: u64,
     limiter: &FleetLimiter<C>,
     pred: impl Fn(&FleetLimiter<C>) -> bool,
-) -> Duration {
+) -> (Duration, u64) {
     while !pred(limiter) {
         assert!(
             start.elapsed() < Duration::from_secs(10),
@@ -78,7 +80,7 @@ fn wait_since<C: Clock>(
         );
         thread::sleep(Duration::from_millis(1));
     }
-    start.elapsed()
+    (start.elapsed(), limiter.stats().redis_calls - calls)
 }
 
 /// Moves the fleet clock of rule `key` by `micros` (a step of Redis `TIME`).
@@ -158,42 +160,45 @@ fn redis_time_three_seconds_forward_costs_at_most_two_windows() {
 }
 
 /// One replica's clock stalls 2 s and then runs 2 s behind: its calls are refused as
-/// late, the refusals correct its mapping, and it leases again within 2 intervals; the
-/// fleet never passes N.
+/// late, the first refusal corrects its mapping (at most two are refused), and it
+/// leases again; the fleet never passes N.
 #[test]
 fn a_replica_two_seconds_behind_stays_under_n_and_leases_again() {
     let server = Server::start();
     let (fleet, clocks) = lagging_fleet(&server, "behind", 4);
     load::warm_up(&fleet, 4);
-    let mut recovery = Duration::ZERO;
-    let mut granted_again = Duration::ZERO;
+    let mut recovery = (Duration::ZERO, 0);
+    let mut granted_again = (Duration::ZERO, 0);
+    let mut late = 0;
     let (per_window, first, last) = drive(&fleet, 3.0 * f64::from(N), WINDOW * 24, || {
         thread::sleep(WINDOW * 3);
+        let late_before = fleet[3].stats().failures(FleetFailure::Late);
         // Relaxed: a test value.
         clocks[3].lag.store(2_000_000_000, Ordering::Relaxed);
         // The stall: the clock stands still until it is 2 s behind.
         thread::sleep(Duration::from_secs(2));
         let resumed = Instant::now();
+        let calls = fleet[3].stats().redis_calls;
         // Back in time: its mapping agrees with the others' and it is not in fallback.
         let in_time = |l: &FleetLimiter<Arc<LaggingClock>>| {
             !l.stats().fallback_active && l.current_window() == fleet[0].current_window()
         };
-        recovery = wait_since(resumed, &fleet[3], in_time);
+        recovery = wait_since(resumed, calls, &fleet[3], in_time);
         // And granted again (the window it came back in may be spent already).
         let leases = fleet[3].stats().leases;
-        granted_again = wait_since(resumed, &fleet[3], |l| l.stats().leases > leases);
+        granted_again = wait_since(resumed, calls, &fleet[3], |l| l.stats().leases > leases);
+        late = fleet[3].stats().failures(FleetFailure::Late) - late_before;
     });
     let max = assert_capped(&per_window, "one replica 2 s behind");
     let inner = inner_windows(&per_window, first, last);
     println!(
-        "2 s behind: windows {inner:?}, max {max}, back in time {recovery:?} and granted again {granted_again:?} after the stall"
+        "2 s behind: windows {inner:?}, max {max}, back in time and granted again \
+         (time, its Redis calls) {recovery:?}, {granted_again:?} after the stall, \
+         refused as late {late}"
     );
-    assert!(
-        recovery <= INTERVAL * 2 + Duration::from_millis(50),
-        "back in time only after {recovery:?}"
-    );
-    assert!(
-        granted_again <= recovery + WINDOW * 2,
-        "granted again only after {granted_again:?}"
-    );
+    // Its mapping is corrected by the refusal itself: one late call (two if one was in
+    // flight), not one per round until some later resync. Counted in calls, not time,
+    // so a loaded machine that delays the rounds changes nothing; the waits above
+    // only guard against a hang.
+    assert!((1..=2).contains(&late), "refused as late {late} times");
 }
