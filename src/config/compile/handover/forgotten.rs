@@ -33,7 +33,11 @@ impl<C: Clock> LocalRule<C> {
             &self.limiter,
             now,
         );
-        Self { began: now, ..self }.with_carried(unseen)
+        Self {
+            began: super::after(now),
+            ..self
+        }
+        .with_carried(unseen)
     }
 
     /// What its lineage needs once this limit is dropped, its window empty at this
