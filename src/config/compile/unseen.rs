@@ -31,6 +31,15 @@ use crate::limiter::{AnyLimiter, Shape};
 /// A count that fills a limiter of any limit: every limit's permits are at most this.
 const FILLS_ANY: u64 = Limit::MAX_PERMITS as u64;
 
+/// When a limit that starts deciding for its lineage at `now`, with what it carries
+/// dated then, decides alone: the next nanosecond. At `now` itself the limit before it
+/// decided too (decisions at a reload's instant run under both files), so a later
+/// look-back that reaches `now` reaches admissions the new limit's own guarantee does
+/// not bound ([`unseen`] then counts as much as fills any limiter).
+pub(crate) fn alone_from(now: u64) -> u64 {
+    now.saturating_add(1)
+}
+
 /// What `new`, replacing at `now` the limiter `old` that decided alone from `began`
 /// (clock nanoseconds; 0 when nothing of its lineage came before it), counts beyond what
 /// `old` counts at `now`: at most [`FILLS_ANY`], 0 when `new` looks back no further

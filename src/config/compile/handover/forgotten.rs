@@ -4,7 +4,7 @@
 
 use super::LocalRule;
 use crate::clock::Clock;
-use crate::config::compile::unseen::unseen_before;
+use crate::config::compile::unseen::{alone_from, unseen_before};
 use crate::limiter::Shape;
 
 /// A local limit dropped by a reload while its window held nothing, for a later rule of
@@ -34,7 +34,7 @@ impl<C: Clock> LocalRule<C> {
             now,
         );
         Self {
-            began: super::after(now),
+            began: alone_from(now),
             ..self
         }
         .with_carried(unseen)

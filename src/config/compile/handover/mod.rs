@@ -40,7 +40,7 @@ use crate::clock::Clock;
 use crate::limit::Limit;
 use crate::limiter::{AnyLimiter, RateLimiter};
 
-use super::unseen::unseen;
+use super::unseen::{alone_from, unseen};
 
 mod forgotten;
 
@@ -52,21 +52,12 @@ pub(crate) use forgotten::Forgotten;
 /// reload waits; decisions take microseconds, so the wait is that long, not this.
 pub(crate) const GRACE: Duration = Duration::from_millis(500);
 
-/// When a limit that starts deciding for its lineage at `now`, with what it carries
-/// dated then, decides alone: the next nanosecond. At `now` itself the limit before it
-/// decided too (decisions at a reload's instant run under both files), so a later
-/// look-back that reaches `now` reaches admissions the new limit's own guarantee does
-/// not bound ([`unseen`] then counts as much as fills any limiter).
-fn after(now: u64) -> u64 {
-    now.saturating_add(1)
-}
-
 /// A local limiter, the excess carried into its current window, and whether it is
 /// open (a replacement is closed until its handover is settled).
 pub(crate) struct LocalRule<C> {
     pub(crate) limiter: Arc<AnyLimiter<C>>,
     /// When its lineage began to be decided by it alone (clock nanoseconds): 0 for a
-    /// new rule, [`after`] the reload for a replacement.
+    /// new rule, [`alone_from`] the reload for a replacement.
     began: u64,
     excess: Arc<Mutex<Excess>>,
     open: Arc<AtomicBool>,
@@ -153,7 +144,7 @@ impl<C: Clock> LocalRule<C> {
         let unseen = unseen(&old.limiter, old.began, &limiter, now);
         let snapshot = old.snapshot();
         let new = Self {
-            began: after(now),
+            began: alone_from(now),
             ..Self::new(limiter)
         }
         .with_carried(snapshot.used.saturating_add(unseen));
