@@ -379,6 +379,7 @@ mod tests {
 
     use super::*;
     use crate::clock::ManualClock;
+    use crate::limiter::prop_support::{limit, windows, Walk};
     use crate::limiter::RateLimiter;
 
     const W: u64 = 1_000_000_000;
@@ -623,29 +624,26 @@ mod tests {
         fn matches_the_reference_model(
             permits in 1u32..30,
             paced in any::<bool>(),
-            sub_windows in 1u32..=12,
+            sub_windows in prop_oneof![1u32..=12, 1u32..=Limit::MAX_SUB_WINDOWS],
+            w in windows(),
+            start in 0u64..10_000_000_000,
             steps in proptest::collection::vec((0u64..400, any::<bool>(), 1usize..6), 1..200),
         ) {
-            let clock = ManualClock::new();
-            let limit = Limit::per_window(permits, Duration::from_nanos(W))
-                .unwrap()
-                .with_sub_windows(sub_windows)
-                .unwrap();
-            let limit = if paced { limit } else { limit.unpaced() };
-            let l = BucketedWindow::with_clock(limit, clock.clone());
+            let mut walk = Walk::new(start, w);
+            let l = BucketedWindow::with_clock(limit(permits, w, sub_windows, paced), walk.clock.clone());
+            // The ring's B: the one asked for, lowered to keep sub-windows of 1 ms.
+            let b = u64::from(l.sub_windows());
             let mut reference = Reference {
                 permits: u64::from(permits),
-                buckets: u64::from(sub_windows),
-                sub: W.div_ceil(u64::from(sub_windows)),
+                buckets: b,
+                sub: w.div_ceil(b),
                 paced,
                 newest: 0,
                 admitted: Vec::new(),
             };
-            let mut now = 0u64;
             let mut stamps = Vec::new();
-            for (delta_ms, backwards, calls) in steps {
-                now = if backwards { now.saturating_sub(delta_ms * 1_000_000) } else { now + delta_ms * 1_000_000 };
-                clock.set(now);
+            for (delta, backwards, calls) in steps {
+                let now = walk.step(delta, backwards);
                 for _ in 0..calls {
                     let got = l.acquire_stamped();
                     prop_assert_eq!(got.is_some(), reference.admit(now), "at {}", now);
@@ -655,13 +653,12 @@ mod tests {
             // The stated bounds, over the stamps: any B consecutive sub-windows hold at
             // most N; any (t − W, t] at most N + the partly covered sub-window's count.
             let sub = reference.sub;
-            let b = reference.buckets;
             let n = u64::from(permits);
             for &t in &stamps {
                 let j = t / sub;
                 let aligned = stamps.iter().filter(|&&s| s / sub + b > j && s / sub <= j).count() as u64;
                 prop_assert!(aligned <= n);
-                let inside = stamps.iter().filter(|&&s| s + W > t && s <= t).count() as u64;
+                let inside = stamps.iter().filter(|&&s| s + w > t && s <= t).count() as u64;
                 let partial = j.checked_sub(b).map_or(0, |old| {
                     stamps.iter().filter(|&&s| s / sub == old).count() as u64
                 });

@@ -158,6 +158,7 @@ mod tests {
 
     use super::*;
     use crate::clock::ManualClock;
+    use crate::limiter::prop_support::{limit, windows, Walk};
     use crate::limiter::RateLimiter;
 
     /// An unpaced limiter: these tests are about the window, not the schedule.
@@ -253,37 +254,37 @@ mod tests {
 
     proptest! {
         /// Against a reference model: a map of counts per window, with the same "count
-        /// a stale call into the newest window" rule.
-        #[test]
-        /// Paced, the model releases `⌈N·(i+1)/B⌉` by the end of sub-window `i`, with
+        /// a stale call into the newest window" rule, for any window length, any number
+        /// of sub-windows, a clock starting part-way and stepping back. Paced, the model releases `⌈N·(i+1)/B⌉` by the end of sub-window `i`, with
         /// divisions where the limiter multiplies.
         #[test]
         fn matches_the_reference_model(
-            permits in 1u32..25,
+            permits in prop_oneof![1u32..25, (Limit::MAX_PERMITS - 100)..=Limit::MAX_PERMITS],
             paced in any::<bool>(),
-            steps in proptest::collection::vec((0u64..300, any::<bool>()), 1..200),
+            sub_windows in 1u32..=Limit::MAX_SUB_WINDOWS,
+            window in windows(),
+            start in 0u64..10_000_000_000,
+            steps in proptest::collection::vec((0u64..300, any::<bool>(), 1usize..4), 1..200),
         ) {
-            let clock = ManualClock::new();
-            let limit = Limit::per_window(permits, Duration::from_millis(100)).unwrap();
-            let limit = if paced { limit } else { limit.unpaced() };
-            let l = FixedWindow::with_clock(limit, clock.clone());
-            let b = u64::from(if paced { permits.min(10) } else { 1 });
+            let mut walk = Walk::new(start, window);
+            let l = FixedWindow::with_clock(limit(permits, window, sub_windows, paced), walk.clock.clone());
+            let b = u64::from(if paced { permits.min(sub_windows) } else { 1 });
             let n = u64::from(permits);
-            let window = 100_000_000u64;
+            // The word starts at window 0: a clock that starts later rolls it.
             let mut newest = 0u64;
             let mut count = 0u64;
-            let mut now = 0u64;
-            for (delta_ms, backwards) in steps {
-                now = if backwards { now.saturating_sub(delta_ms * 1_000_000) } else { now + delta_ms * 1_000_000 };
-                clock.set(now);
-                let w = now / window;
-                if w > newest { newest = w; count = 0; }
-                // A stale reading is at the newest window's start.
-                let offset = if w < newest { 0 } else { now % window };
-                let sub = (offset / (window / b)).min(b - 1);
-                let expect = count < n && count * b < n * (sub + 1);
-                if expect { count += 1; }
-                prop_assert_eq!(l.try_acquire(), expect);
+            for (delta, backwards, calls) in steps {
+                let now = walk.step(delta, backwards);
+                for _ in 0..calls {
+                    let w = now / window;
+                    if w > newest { newest = w; count = 0; }
+                    // A stale reading is at the newest window's start.
+                    let offset = if w < newest { 0 } else { now % window };
+                    let sub = (offset / (window / b)).min(b - 1);
+                    let expect = count < n && count * b < n * (sub + 1);
+                    if expect { count += 1; }
+                prop_assert_eq!(l.try_acquire(), expect, "at {}", now);
+                }
             }
         }
     }

@@ -5,6 +5,8 @@ mod bucketed_window;
 mod fixed_window;
 mod pacing;
 mod packed;
+#[cfg(all(test, not(loom)))]
+mod prop_support;
 mod sliding_log;
 mod sliding_window;
 

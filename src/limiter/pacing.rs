@@ -201,13 +201,14 @@ mod tests {
 
     proptest! {
         /// `earliest` and `step_at` are the same schedule: the admission after
-        /// `count` may be made at `offset` iff `count` is under the allowance there.
+        /// `count` may be made at `offset` iff `count` is under the allowance there, for
+        /// every count of limits up to [`Limit::MAX_PERMITS`].
         #[test]
         fn earliest_and_allowance_agree(
-            permits in 1u32..5000,
-            steps in 1u32..=64,
+            permits in prop_oneof![1u32..5000, 1u32..=Limit::MAX_PERMITS],
+            steps in 1u32..=Limit::MAX_SUB_WINDOWS,
             window in 1_000_000u64..10_000_000_000,
-            count in 0u64..5000,
+            count in any::<u64>(),
             offset_frac in 0.0f64..1.0,
         ) {
             let p = pacer(permits, window, steps);

@@ -336,6 +336,7 @@ mod tests {
 
     use super::*;
     use crate::clock::ManualClock;
+    use crate::limiter::prop_support::{limit, windows, Walk};
     use crate::limiter::RateLimiter;
 
     /// Unpaced: these tests are about the sliding log, not the schedule.
@@ -429,26 +430,26 @@ mod tests {
 
     proptest! {
         /// With readings in order it is exact: the same verdicts as a log of every
-        /// admission, and so never more than N in any interval of length W.
+        /// admission, and so never more than N in any interval of length W, for any
+        /// window, any B and a clock starting part-way into a window.
         #[test]
         fn matches_an_exact_log(
             permits in 1u32..25,
             paced in any::<bool>(),
+            sub_windows in 1u32..=Limit::MAX_SUB_WINDOWS,
+            window in windows(),
+            start in 0u64..10_000_000_000,
             deltas in proptest::collection::vec(0u64..400, 1..300),
         ) {
-            let window = 1_000_000_000u64;
-            let clock = ManualClock::new();
-            let limit = Limit::per_window(permits, Duration::from_millis(1000)).unwrap();
-            let limit = if paced { limit } else { limit.unpaced() };
-            let l = SlidingLog::with_clock(limit, clock.clone());
-            let b = u64::from(if paced { permits.min(10) } else { 1 });
+            let mut walk = Walk::new(start, window);
+            let limit = limit(permits, window, sub_windows, paced);
+            let l = SlidingLog::with_clock(limit, walk.clock.clone());
+            let b = u64::from(limit.pacing_steps());
             let n = u64::from(permits);
             // Every admission (the reference looks a window further back than the log).
             let mut log: Vec<u64> = Vec::new();
-            let mut now = 0u64;
             for d in deltas {
-                now += d * 1_000_000;
-                clock.set(now);
+                let now = walk.step(d, false);
                 let count = |from: u64| log.iter().filter(|&&t| t >= from).count() as u64;
                 let sliding = log.iter().filter(|&&t| t + window > now).count() as u64;
                 let start = now / window * window;

@@ -205,6 +205,7 @@ mod tests {
 
     use super::*;
     use crate::clock::ManualClock;
+    use crate::limiter::prop_support::{limit, windows, Walk};
     use crate::limiter::RateLimiter;
 
     const W: u64 = 1_000_000_000;
@@ -290,32 +291,43 @@ mod tests {
     }
 
     proptest! {
-        /// The documented bound, checked over arbitrary traffic: every aligned window
-        /// holds at most N, and every interval (t − W, t] at most N + ⌈P·e/W⌉ ≤ 2N.
+        /// The documented bound, checked over arbitrary traffic (any window length, a
+        /// clock starting part-way and stepping back, paced or not): every aligned
+        /// window holds at most N, and every interval (t − W, t] at most
+        /// N + ⌈P·e/W⌉ ≤ 2N; paced, by the end of sub-window `i` at most ⌈N·(i+1)/B⌉
+        /// are counted in the aligned window.
         #[test]
         fn approximation_bound_holds(
-            permits in 1u32..8,
-            steps in proptest::collection::vec((0u64..300, 0usize..6), 1..300),
+            permits in 1u32..30,
+            paced in any::<bool>(),
+            sub_windows in 1u32..=Limit::MAX_SUB_WINDOWS,
+            w in windows(),
+            start in 0u64..10_000_000_000,
+            steps in proptest::collection::vec((0u64..300, 0usize..6, any::<bool>()), 1..300),
         ) {
-            let (l, clock) = limiter(permits);
+            let mut walk = Walk::new(start, w);
+            let limit = limit(permits, w, sub_windows, paced);
+            let l = SlidingWindowCounter::with_clock(limit, walk.clock.clone());
             let n = permits as usize;
-            let mut now = 0;
+            let b = u64::from(limit.pacing_steps());
             let mut stamps = Vec::new();
-            for (delta_ms, calls) in steps {
-                now += delta_ms * 1_000_000;
-                clock.set(now);
+            for (delta, calls, backwards) in steps {
+                walk.step(delta, backwards);
                 stamps.extend((0..calls).filter_map(|_| l.acquire_stamped()));
             }
-            let in_window = |k: u64| stamps.iter().filter(|&&s| s / W == k).count();
+            let in_window = |k: u64| stamps.iter().filter(|&&s| s / w == k).count();
             for &t in &stamps {
-                let k = t / W;
+                let k = t / w;
                 prop_assert!(in_window(k) <= n);
-                let e = t % W;
+                let e = t % w;
                 let p = if k == 0 { 0 } else { in_window(k - 1) } as u64;
-                let bound = n + (p * e).div_ceil(W) as usize;
-                let inside = stamps.iter().filter(|&&s| s + W > t && s <= t).count();
+                let bound = n + (p * e).div_ceil(w) as usize;
+                let inside = stamps.iter().filter(|&&s| s + w > t && s <= t).count();
                 prop_assert!(inside <= bound, "{} in (t-W, t], bound {}", inside, bound);
                 prop_assert!(inside <= 2 * n);
+                let step = (e / (w / b)).min(b - 1);
+                let by_then = stamps.iter().filter(|&&s| s / w == k && s <= t).count() as u64;
+                prop_assert!(by_then <= (u64::from(permits) * (step + 1)).div_ceil(b));
             }
         }
     }

@@ -10,8 +10,9 @@
 //! what the lineage admitted there, the old limiter no longer knows. So the
 //! replacement also counts an upper bound of it: what the old limiter lets through of
 //! its own in that span by its guarantee (its `N` per window of its own meeting the
-//! span), or, when the span reaches back before the old limiter itself began (a limit
-//! before it, of which nothing is known, decided there), as much as fills any limiter.
+//! span), or, when the span reaches back before the old limiter decided alone (a limit
+//! before it, of which nothing is known, decided there, also at the very instant the old
+//! one began, where what it carried is dated), as much as fills any limiter.
 //! The bound is not cut at the replacement's permits (what it cannot hold is its limit's
 //! excess, `handover`): a replacement replaced again while the span is in its window
 //! hands the whole bound on, where a bound cut at 1 permit would let a next limit of 6
@@ -30,8 +31,17 @@ use crate::limiter::{AnyLimiter, Shape};
 /// A count that fills a limiter of any limit: every limit's permits are at most this.
 const FILLS_ANY: u64 = Limit::MAX_PERMITS as u64;
 
-/// What `new`, replacing at `now` the limiter `old` that began at `began` (clock
-/// nanoseconds; 0 when nothing of its lineage came before it), counts beyond what
+/// When a limit that starts deciding for its lineage at `now`, with what it carries
+/// dated then, decides alone: the next nanosecond. At `now` itself the limit before it
+/// decided too (decisions at a reload's instant run under both files), so a later
+/// look-back that reaches `now` reaches admissions the new limit's own guarantee does
+/// not bound ([`unseen`] then counts as much as fills any limiter).
+pub(crate) fn alone_from(now: u64) -> u64 {
+    now.saturating_add(1)
+}
+
+/// What `new`, replacing at `now` the limiter `old` that decided alone from `began`
+/// (clock nanoseconds; 0 when nothing of its lineage came before it), counts beyond what
 /// `old` counts at `now`: at most [`FILLS_ANY`], 0 when `new` looks back no further
 /// than `old` counts.
 pub(crate) fn unseen<C: Clock>(

@@ -31,12 +31,13 @@ impl Period {
 
     /// What this limit lets through in its windows that begin empty (what its
     /// predecessor carried into it has left them) after `after` and before `before`,
-    /// and end after `from`.
-    fn fresh_windows(&self, after: u64, before: u64, from: u64) -> u64 {
+    /// and end after `from`, counting those that begin by `until` (its end, or the
+    /// return of its rule).
+    fn fresh_windows(&self, after: u64, before: u64, from: u64, until: u64) -> u64 {
         let w = self.lim.window();
         let windows = (0..)
             .map(|i| counted(self.lim, self.start).1 + i * w)
-            .take_while(|&begins| begins < before && begins <= self.end)
+            .take_while(|&begins| begins < before && begins <= until)
             .filter(|&begins| begins > after && begins + w > from)
             .count() as u64;
         windows * u64::from(self.lim.n)
@@ -107,7 +108,10 @@ impl Lineage {
     /// log, 5 kept at 1.56 s) changed at 1.56 s to 1 per 500 ms, the reloads stopping
     /// there: the cap allows nothing more in [1.56 s, 2.56 s), the no-starvation check 1
     /// in [2 s, 2.5 s), the first full window of the new limit
-    /// (`a_shorter_window_after_a_saturated_longer_one_opens_its_next_window`).
+    /// (`a_shorter_window_after_a_saturated_longer_one_opens_its_next_window`). A rule
+    /// removed and brought back goes on from its dropped limit as that limit changed at
+    /// its return would, so a period its rule left counts its windows up to that return
+    /// (`a_rule_removed_after_a_window_change_goes_on_as_that_limit_changed_at_its_return`).
     fn window_changes(&self, from: u64, to: u64) -> u64 {
         self.periods
             .windows(2)
@@ -117,8 +121,12 @@ impl Lineage {
                 let counted_to = counted(old, at).1;
                 self.periods
                     .iter()
-                    .filter(|q| q.start >= at)
-                    .map(|q| q.fresh_windows(at, counted_to.min(to), from))
+                    .zip(self.periods.iter().skip(1).map(Some).chain([None]))
+                    .filter(|(q, _)| q.start >= at)
+                    .map(|(q, next)| {
+                        let until = next.map_or(q.end, |next| next.start.max(q.end));
+                        q.fresh_windows(at, counted_to.min(to), from, until)
+                    })
                     .sum::<u64>()
             })
             .sum()

@@ -38,7 +38,7 @@ impl Lim {
     /// the latest then) has left its window.
     ///
     /// A paced bucketed window's is the second whole run (aligned window of `B = 10`
-    /// sub-windows of `s = W/10`: the default, for the windows of at least 500 ms here)
+    /// sub-windows of `s = W/10`: the default, for the windows of at least 300 ms here)
     /// after the run in which what the reload found counted leaves the ring, at
     /// `(⌊reloaded/s⌋ + B)·s` (`AnyLimiter::counted_until` in `src/limiter/any.rs`).
     /// Until then that count (the limiter's own, or carried into it: up to `N`) can
@@ -170,10 +170,20 @@ impl Version {
     }
 }
 
-pub(crate) fn lim() -> impl Strategy<Value = Lim> {
+/// The window lengths the property draws: multiples of 500 ms, so that the windows of
+/// two limits often share edges.
+const WINDOWS_MS: [u64; 4] = [500, 1000, 1500, 2000];
+
+/// Beside those, windows cut elsewhere, whose edges rarely meet theirs.
+const CUT_ELSEWHERE_MS: [u64; 3] = [300, 700, 1300];
+
+fn lim_of(
+    n: impl Strategy<Value = u32> + Clone,
+    windows_ms: Vec<u64>,
+) -> impl Strategy<Value = Lim> + Clone {
     (
-        1u32..12,
-        prop::sample::select(vec![500u64, 1000, 1500, 2000]),
+        n,
+        prop::sample::select(windows_ms),
         prop::sample::select(vec![
             Kind::Fixed,
             Kind::Sliding,
@@ -191,18 +201,30 @@ pub(crate) fn lim() -> impl Strategy<Value = Lim> {
         })
 }
 
-pub(crate) fn version() -> impl Strategy<Value = Version> {
+fn lim() -> impl Strategy<Value = Lim> + Clone {
+    lim_of(1u32..12, WINDOWS_MS.to_vec())
+}
+
+/// A limit of any of the windows, those cut elsewhere included, and up to 40 permits.
+fn wide_lim() -> impl Strategy<Value = Lim> + Clone {
+    lim_of(
+        prop_oneof![1u32..12, 1u32..40],
+        [WINDOWS_MS.as_slice(), CUT_ELSEWHERE_MS.as_slice()].concat(),
+    )
+}
+
+fn version_of(lim: impl Strategy<Value = Lim> + Clone) -> impl Strategy<Value = Version> {
     let ours = prop::option::weighted(
         0.8,
         (
             prop::sample::select(vec![Some("r"), Some("r2"), None]),
-            lim(),
+            lim.clone(),
         )
             .prop_map(|(name, lim)| RuleV { name, lim }),
     );
     let inserted = prop::option::weighted(
         0.25,
-        (prop::sample::select(vec![Some("ins"), None]), lim())
+        (prop::sample::select(vec![Some("ins"), None]), lim)
             .prop_map(|(name, lim)| RuleV { name, lim }),
     );
     (inserted, ours, 0u32..4, 4u32..16).prop_map(|(inserted, ours, floor, cap)| Version {
@@ -211,6 +233,15 @@ pub(crate) fn version() -> impl Strategy<Value = Version> {
         floor,
         cap,
     })
+}
+
+pub(crate) fn version() -> impl Strategy<Value = Version> {
+    version_of(lim())
+}
+
+/// A file whose limits are drawn by [`wide_lim`].
+pub(crate) fn wide_version() -> impl Strategy<Value = Version> {
+    version_of(wide_lim())
 }
 
 /// A limit of the model: the name it was last held under (as the file gave it, and as

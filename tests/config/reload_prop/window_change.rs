@@ -171,3 +171,36 @@ fn a_rule_restored_after_its_limiter_was_dropped_keeps_what_its_new_look_back_al
         assert_eq!(got, kept, "{after:?}");
     }
 }
+
+/// Found by the property at 400 000 cases: 3 per 1 s (sliding log, 3 kept at 0.592 s)
+/// changed then to 1 per 500 ms, and the rule removed at once, brought back at 1.5 s as
+/// 1 per 1.5 s. Its new limiter goes on from the dropped 1 per 500 ms as that limit
+/// changed at 1.5 s would: its window [1.5 s, 3 s) begins before what the log counted
+/// has left its window (1.592 s), so it starts empty (the window-change term) and keeps
+/// 1 at 1.575 s, 4 in [0.592 s, 1.592 s), exactly what the rule never removed keeps.
+#[test]
+fn a_rule_removed_after_a_window_change_goes_on_as_that_limit_changed_at_its_return() {
+    let (log, short, long) = (
+        lim(3, 1000, Kind::Log),
+        lim(1, 500, Kind::Fixed),
+        lim(1, 1500, Kind::Fixed),
+    );
+    for removed in [false, true] {
+        let mut run = Run::new(ours(log));
+        run.clock.set(592_000_000);
+        let mut kept = vec![run.offer("r", 9, false, "r")];
+        run.reload(ours(short));
+        if removed {
+            run.reload(Version {
+                ours: None,
+                ..ours(short)
+            });
+        }
+        run.clock.set(1_500_000_000);
+        run.reload(ours(long));
+        run.clock.set(1_575_000_000);
+        kept.push(run.offer("r", 9, false, "r"));
+        run.check().unwrap();
+        assert_eq!(kept, [3, 1], "removed: {removed}");
+    }
+}

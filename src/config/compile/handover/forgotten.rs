@@ -4,7 +4,7 @@
 
 use super::LocalRule;
 use crate::clock::Clock;
-use crate::config::compile::unseen::unseen_before;
+use crate::config::compile::unseen::{alone_from, unseen_before};
 use crate::limiter::Shape;
 
 /// A local limit dropped by a reload while its window held nothing, for a later rule of
@@ -33,7 +33,11 @@ impl<C: Clock> LocalRule<C> {
             &self.limiter,
             now,
         );
-        Self { began: now, ..self }.with_carried(unseen)
+        Self {
+            began: alone_from(now),
+            ..self
+        }
+        .with_carried(unseen)
     }
 
     /// What its lineage needs once this limit is dropped, its window empty at this

@@ -40,7 +40,7 @@ use crate::clock::Clock;
 use crate::limit::Limit;
 use crate::limiter::{AnyLimiter, RateLimiter};
 
-use super::unseen::unseen;
+use super::unseen::{alone_from, unseen};
 
 mod forgotten;
 
@@ -56,8 +56,8 @@ pub(crate) const GRACE: Duration = Duration::from_millis(500);
 /// open (a replacement is closed until its handover is settled).
 pub(crate) struct LocalRule<C> {
     pub(crate) limiter: Arc<AnyLimiter<C>>,
-    /// When its lineage began to be decided by it (clock nanoseconds): 0 for a new
-    /// rule, the reload for a replacement.
+    /// When its lineage began to be decided by it alone (clock nanoseconds): 0 for a
+    /// new rule, [`alone_from`] the reload for a replacement.
     began: u64,
     excess: Arc<Mutex<Excess>>,
     open: Arc<AtomicBool>,
@@ -144,7 +144,7 @@ impl<C: Clock> LocalRule<C> {
         let unseen = unseen(&old.limiter, old.began, &limiter, now);
         let snapshot = old.snapshot();
         let new = Self {
-            began: now,
+            began: alone_from(now),
             ..Self::new(limiter)
         }
         .with_carried(snapshot.used.saturating_add(unseen));
@@ -575,6 +575,30 @@ mod tests {
         let (larger, h) = LocalRule::replacing(fixed(40, 2000), &long);
         h.settle();
         assert!(!larger.try_acquire());
+    }
+
+    /// A look-back reaching the very instant the old limiter began reaches what the limit
+    /// before it decided then (a reload property case: 2 per 500 ms kept 2 at 0, changed
+    /// at 0 to 1 per 1 s, which holds them, then at 1 s to 8 per 1.5 s, whose window
+    /// [0, 1.5 s) the 1 per 1 s no longer counts: it counted the 1 of that limit's own
+    /// guarantee and gave out 7 more, 9 in a window of 8).
+    #[test]
+    fn a_look_back_to_the_instant_the_old_limiter_began_counts_what_decided_then() {
+        let clock = ManualClock::new();
+        let fixed = |n, ms| unpaced_fixed(&clock, n, ms);
+        let first = LocalRule::new(fixed(2, 500));
+        assert_eq!((0..3).filter(|_| first.try_acquire()).count(), 2);
+        let (one, h) = LocalRule::replacing(fixed(1, 1000), &first);
+        h.settle();
+        assert_eq!(one.used(), 2);
+        clock.set(1_000_000_000);
+        let (eight, h) = LocalRule::replacing(fixed(8, 1500), &one);
+        h.settle();
+        // Nothing is known of what decided at 0 but that it was admitted then: as much
+        // as fills any limiter, until [0, 1.5 s) ends.
+        assert!(!eight.try_acquire());
+        clock.set(1_500_000_000);
+        assert_eq!((0..9).filter(|_| eight.try_acquire()).count(), 8);
     }
 
     /// A replacement replaced again while what it carried is in its window hands the

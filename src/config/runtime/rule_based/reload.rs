@@ -48,8 +48,8 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     ///   Where the new window reaches back before what the old limiter counts (a longer
     ///   window, one cut elsewhere, a sliding one after an aligned one), the new limiter
     ///   also counts what the old limit could have let through there (its N per window
-    ///   of its own meeting that part; where another limit decided before the old one,
-    ///   as much as fills any limit), whole: what its own permits cannot hold stays
+    ///   of its own meeting that part; where another limit decided before the old one
+    ///   or as it began, as much as fills any limit), whole: what its own permits cannot hold stays
     ///   counted against its window, so a further reload before that window ends gives
     ///   none of it out again. 1 per 1.5 s (1 used) changed to 2 per 1 s at 1.5 s keeps
     ///   2 between 1 s and 2 s. The price: that is a bound, not
