@@ -582,23 +582,31 @@ mod tests {
     /// at 0 to 1 per 1 s, which holds them, then at 1 s to 8 per 1.5 s, whose window
     /// [0, 1.5 s) the 1 per 1 s no longer counts: it counted the 1 of that limit's own
     /// guarantee and gave out 7 more, 9 in a window of 8).
+    /// Also with the first limiter created part-way into its windows (at 0.3 s, the
+    /// same steps from 1.5 s, the edge of the 8 per 1.5 s window [1.5 s, 3 s); there the
+    /// 1 per 1 s holds 4: its window [1 s, 2 s) also counts the 2 the first limit could
+    /// have let through in [1 s, 1.5 s), which it no longer counts).
     #[test]
     fn a_look_back_to_the_instant_the_old_limiter_began_counts_what_decided_then() {
-        let clock = ManualClock::new();
-        let fixed = |n, ms| unpaced_fixed(&clock, n, ms);
-        let first = LocalRule::new(fixed(2, 500));
-        assert_eq!((0..3).filter(|_| first.try_acquire()).count(), 2);
-        let (one, h) = LocalRule::replacing(fixed(1, 1000), &first);
-        h.settle();
-        assert_eq!(one.used(), 2);
-        clock.set(1_000_000_000);
-        let (eight, h) = LocalRule::replacing(fixed(8, 1500), &one);
-        h.settle();
-        // Nothing is known of what decided at 0 but that it was admitted then: as much
-        // as fills any limiter, until [0, 1.5 s) ends.
-        assert!(!eight.try_acquire());
-        clock.set(1_500_000_000);
-        assert_eq!((0..9).filter(|_| eight.try_acquire()).count(), 8);
+        for (created, at, held) in [(0, 0, 2), (300_000_000, 1_500_000_000, 4)] {
+            let clock = ManualClock::new();
+            clock.set(created);
+            let fixed = |n, ms| unpaced_fixed(&clock, n, ms);
+            let first = LocalRule::new(fixed(2, 500));
+            clock.set(at);
+            assert_eq!((0..3).filter(|_| first.try_acquire()).count(), 2);
+            let (one, h) = LocalRule::replacing(fixed(1, 1000), &first);
+            h.settle();
+            assert_eq!(one.used(), held);
+            clock.set(at + 1_000_000_000);
+            let (eight, h) = LocalRule::replacing(fixed(8, 1500), &one);
+            h.settle();
+            // Nothing is known of what decided at `at` but that it was admitted then:
+            // as much as fills any limiter, until the 1.5 s window from `at` ends.
+            assert!(!eight.try_acquire(), "created at {created}");
+            clock.set(at + 1_500_000_000);
+            assert_eq!((0..9).filter(|_| eight.try_acquire()).count(), 8);
+        }
     }
 
     /// A replacement replaced again while what it carried is in its window hands the
