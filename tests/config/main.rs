@@ -4,6 +4,9 @@
 #![cfg(feature = "config")]
 
 mod adaptive;
+// A property's case count, `PROPTEST_CASES` first.
+#[path = "../support/cases.rs"]
+mod cases;
 #[cfg(feature = "yaml")]
 mod declarative_budget;
 #[cfg(all(feature = "reload", unix))]

@@ -385,7 +385,7 @@ struct Tally {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(24))]
+    #![proptest_config(crate::cases::cases(24))]
 
     /// Threads decide while another thread reloads: each window keeps at most the
     /// largest limits in force during it, counting every admission, also those decided

@@ -275,10 +275,9 @@ fn readings(window: u64) -> impl Strategy<Value = u64> {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: 512,
         // Keep failures in the report, not in files beside the tests.
         failure_persistence: None,
-        ..ProptestConfig::default()
+        ..crate::cases::cases(512)
     })]
 
     /// Any f64 at all: a limit within the documented ranges, or a typed error naming it.

@@ -4,6 +4,9 @@
 
 #[path = "../support/mod.rs"]
 mod support;
+// A property's case count, `PROPTEST_CASES` first.
+#[path = "../support/cases.rs"]
+mod cases;
 
 mod bad_inputs;
 mod cap_manual_clock;

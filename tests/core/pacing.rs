@@ -272,7 +272,7 @@ fn part_window_traffic_keeps_what_the_sliding_kinds_document() {
 }
 
 proptest::proptest! {
-    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+    #![proptest_config(crate::cases::cases(48))]
 
     /// The guarantee as the docs state it, for any N, B (dividing the window) and phase
     /// of the start: under steady overload (two calls every millisecond), from the second

@@ -490,7 +490,11 @@ fn event() -> impl Strategy<Value = Event> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(ProptestConfig {
+        // `PROPTEST_CASES` where set, which `with_cases` would ignore.
+        cases: std::env::var_os("PROPTEST_CASES").map_or(64, |_| ProptestConfig::default().cases),
+        ..ProptestConfig::default()
+    })]
 
     /// Never more than the grants plus one fallback share in a window id; never stuck:
     /// once the faults end, good replies bring it back to leasing within a few windows.

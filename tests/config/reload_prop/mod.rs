@@ -213,7 +213,7 @@ fn run_steps(first: Version, steps: Vec<Step>) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(10_000))]
+    #![proptest_config(crate::cases::cases(10_000))]
 
     /// On main a reload loop let a rule of 10 keep 532 in one window and a cap of 20
     /// keep 63; inserting a rule above an unnamed one, or renaming one, gave a second N
@@ -228,7 +228,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(2_000))]
+    #![proptest_config(crate::cases::cases(2_000))]
 
     /// The same over windows cut elsewhere than on 500 ms (300 ms, 700 ms, 1.3 s: a
     /// change between them reaches back across edges the old window did not have) and
