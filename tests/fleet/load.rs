@@ -1,6 +1,8 @@
 //! Offered load over a fleet of limiters, counted per fleet window id.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -50,8 +52,10 @@ pub(crate) fn warm_up<C: Clock>(fleet: &[FleetLimiter<C>], windows: u32) {
 pub(crate) type PerWindow = BTreeMap<u64, u64>;
 
 /// Offers `per_window` calls per window in total (split evenly, paced every ms) to the
-/// fleet for `run`, while `during` runs on the test thread. Returns the admissions per
-/// window id and the first and last window ids of the load.
+/// fleet for `run`, and on until `during` (run on the test thread meanwhile) returns: on
+/// a loaded machine `during` may take longer than planned, and what it checks after its
+/// fault needs the load still offered. Returns the admissions per window id and the
+/// first and last window ids of the load.
 pub(crate) fn drive<C: Clock>(
     fleet: &[FleetLimiter<C>],
     per_window: f64,
@@ -60,15 +64,17 @@ pub(crate) fn drive<C: Clock>(
 ) -> (PerWindow, u64, u64) {
     let rate_per_ns = per_window / fleet.len() as f64 / WINDOW.as_nanos() as f64;
     let first = fleet[0].current_window().expect("synced");
+    let during_done = Arc::new(AtomicBool::new(false));
     let handles: Vec<_> = fleet
         .iter()
         .map(|l| {
             let l = l.clone();
+            let during_done = Arc::clone(&during_done);
             thread::spawn(move || {
                 let mut counts = PerWindow::new();
                 let start = Instant::now();
                 let mut made = 0u64;
-                while start.elapsed() < run {
+                while start.elapsed() < run || !during_done.load(Ordering::Relaxed) {
                     let due = (start.elapsed().as_nanos() as f64 * rate_per_ns) as u64;
                     while made < due {
                         made += 1;
@@ -82,7 +88,12 @@ pub(crate) fn drive<C: Clock>(
             })
         })
         .collect();
-    during();
+    {
+        // Set when `during` returns or panics: a failed check must not leave the
+        // load running for ever.
+        let _done = Done(&during_done);
+        during();
+    }
     let mut total = PerWindow::new();
     let mut each = Vec::new();
     for h in handles {
@@ -109,6 +120,15 @@ pub(crate) fn drive<C: Clock>(
     // Every limiter is a RateLimiter: the trait path answers as well.
     let _ = fleet[0].try_acquire();
     (total, first, last)
+}
+
+/// Sets its flag when dropped.
+struct Done<'a>(&'a AtomicBool);
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 /// Asserts no window passed N; returns the largest count.
