@@ -34,20 +34,28 @@ fn killed_and_restarted_empty_stays_under_n() {
     load::warm_up(&fleet, 4);
     let mut fallback_seen = false;
     let mut recovery = Duration::ZERO;
+    // The window of each step, for a failure's diagnosis.
+    let mut steps = Vec::new();
     let (per_window, first, last) = drive(&fleet, 3.0 * f64::from(N), WINDOW * 16, || {
         thread::sleep(WINDOW * 4 + WINDOW / 3);
+        steps.push(("kill", fleet[0].current_window()));
         server.kill();
         // Long enough for every instance to fall back (3 intervals), across windows.
         thread::sleep(WINDOW * 4);
         fallback_seen = fleet.iter().all(|l| l.stats().fallback_active);
+        steps.push(("restart", fleet[0].current_window()));
         server.restart_empty();
         recovery = time_until(&fleet, |l| !l.stats().fallback_active);
+        steps.push(("resumed", fleet[0].current_window()));
     });
     let max = assert_capped(&per_window, "kill + restart empty");
     println!(
-        "restart: windows {:?}, max {max}, leasing resumed {recovery:?} after the restart",
+        "restart: windows {:?} ({first} to {last}, steps {steps:?}), max {max}, leasing resumed {recovery:?} after the restart",
         inner_windows(&per_window, first, last)
     );
+    for l in &fleet {
+        println!("  {:?}", l.stats());
+    }
     assert!(
         fallback_seen,
         "the instances did not fall back while Redis was down"
