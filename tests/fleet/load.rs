@@ -74,6 +74,8 @@ pub(crate) fn drive<C: Clock>(
                 let mut counts = PerWindow::new();
                 let start = Instant::now();
                 let mut made = 0u64;
+                // Relaxed: a stop flag; it publishes nothing (the counts come back
+                // through `join`).
                 while start.elapsed() < run || !during_done.load(Ordering::Relaxed) {
                     let due = (start.elapsed().as_nanos() as f64 * rate_per_ns) as u64;
                     while made < due {
@@ -127,6 +129,7 @@ struct Done<'a>(&'a AtomicBool);
 
 impl Drop for Done<'_> {
     fn drop(&mut self) {
+        // Relaxed: a stop flag, read by the load threads alone.
         self.0.store(true, Ordering::Relaxed);
     }
 }
