@@ -81,9 +81,14 @@ struct Break {
     key: String,
     /// Admissions per window of the two good rules and the broken one.
     counted: [PerWindow; 3],
-    /// The window it was written in, and the one it was removed in.
+    /// The window in which it was surely written (read once `SET` returned: the
+    /// grants held then are the last it may spend), the last window before its removal
+    /// (read before `DEL`: the quiet windows end there at the latest) and the window in
+    /// which it was surely removed (read once `DEL` returned: leasing again counts from
+    /// there). On a loaded machine `redis-cli` may take a window or more.
     broke: u64,
     removed: u64,
+    removed_by: u64,
     /// Every limiter's statistics when it was written and when it was removed.
     before: Vec<FleetStats>,
     after: Vec<FleetStats>,
@@ -103,9 +108,9 @@ fn break_for_eight_windows(suffix: &str) -> Break {
     let counted = drive_three(&rules, WINDOW * 17, || {
         thread::sleep(WINDOW * 3);
         let before = stats();
-        let broke = rules[2][0].current_window().expect("synced");
         server.cli(&["SET", &key, "written by another program"]);
         let set_at = Instant::now();
+        let broke = rules[2][0].current_window().expect("synced");
         for _ in 0..8 {
             thread::sleep(WINDOW);
             heartbeats.push(REPLICAS.map(|r| heartbeat(&server, r)));
@@ -113,17 +118,19 @@ fn break_for_eight_windows(suffix: &str) -> Break {
         let removed = rules[2][0].current_window().expect("synced");
         let after = stats();
         server.cli(&["DEL", &key]);
-        seen = Some((broke, removed, before, after, set_at.elapsed()));
+        let removed_by = rules[2][0].current_window().expect("synced");
+        seen = Some((broke, removed, removed_by, before, after, set_at.elapsed()));
         // The load goes on through the windows the checks read after the removal (up
-        // to `removed + 4`), however long the above took.
+        // to `removed_by + 4`), however long the above took.
         thread::sleep(WINDOW * 5);
     });
-    let (broke, removed, before, after, broken_for) = seen.expect("driven");
+    let (broke, removed, removed_by, before, after, broken_for) = seen.expect("driven");
     Break {
         key,
         counted,
         broke,
         removed,
+        removed_by,
         before,
         after,
         heartbeats,
@@ -207,10 +214,10 @@ fn a_foreign_meta_key_fails_its_rule_alone_and_it_leases_again_once_removed() {
     let b = break_for_eight_windows("meta");
     b.assert_good_rules_unharmed();
     b.assert_broken_rule_spent_its_grants_only(b.removed + 1);
-    // The first call after the removal comes within an interval (in window `removed`
-    // or the next), Redis grants from two windows later: by `removed + 3`; one window
+    // The first call after the removal comes within an interval (in window `removed_by`
+    // or the next), Redis grants from two windows later: by `removed_by + 3`; one window
     // more for a loaded machine.
-    let again = b.leasing_again(b.removed + 2, b.removed + 4);
+    let again = b.leasing_again(b.removed + 2, b.removed_by + 4);
     assert!(again.is_some(), "not leasing again after the removal");
 }
 
@@ -221,9 +228,9 @@ fn a_foreign_members_key_fails_its_rule_alone_and_it_leases_again_once_removed()
     let b = break_for_eight_windows("joined");
     b.assert_good_rules_unharmed();
     b.assert_broken_rule_spent_its_grants_only(b.removed - 1);
-    // The first call after the removal comes within an interval: in window `removed`
+    // The first call after the removal comes within an interval: in window `removed_by`
     // or the next; one window more for a loaded machine.
-    let again = b.leasing_again(b.removed, b.removed + 2);
+    let again = b.leasing_again(b.removed, b.removed_by + 2);
     assert!(again.is_some(), "not leasing again after the removal");
 }
 
