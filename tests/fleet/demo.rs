@@ -332,8 +332,9 @@ fn three_demos_with_one_cut_off_for_ten_seconds_stay_under_n() {
     let after: u64 = cut.per_window.range(restored_ms..).map(|(_, n)| n).sum();
     assert!(
         after > 0,
-        "the cut-off demo kept nothing after the proxy was restored at {restored_ms}: {:?}",
-        cut.per_window
+        "the cut-off demo kept nothing after the proxy was restored at {restored_ms}: {:?}; its summary: {}",
+        cut.per_window,
+        cut.summary
     );
 }
 

@@ -36,9 +36,11 @@ fn killed_and_restarted_empty_stays_under_n() {
     let mut recovery = Duration::ZERO;
     // The window of each step, for a failure's diagnosis.
     let mut steps = Vec::new();
+    let mut killed_in = 0;
     let (per_window, first, last) = drive(&fleet, 3.0 * f64::from(N), WINDOW * 16, || {
         thread::sleep(WINDOW * 4 + WINDOW / 3);
-        steps.push(("kill", fleet[0].current_window()));
+        killed_in = fleet[0].current_window().expect("synced");
+        steps.push(("kill", Some(killed_in)));
         server.kill();
         // Long enough for every instance to fall back (3 intervals), across windows.
         thread::sleep(WINDOW * 4);
@@ -47,6 +49,9 @@ fn killed_and_restarted_empty_stays_under_n() {
         server.restart_empty();
         recovery = time_until(&fleet, |l| !l.stats().fallback_active);
         steps.push(("resumed", fleet[0].current_window()));
+        // The load goes on past the new Redis's windows without grants and its
+        // recovery windows, however long the restart took on a loaded machine.
+        thread::sleep(WINDOW * 8);
     });
     let max = assert_capped(&per_window, "kill + restart empty");
     println!(
@@ -65,11 +70,20 @@ fn killed_and_restarted_empty_stays_under_n() {
         recovery <= INTERVAL * 2 + Duration::from_millis(50),
         "leasing resumed only after {recovery:?}"
     );
-    // In fallback each instance spent its share: the fleet kept sampling.
+    // In fallback each instance spent its share: the fleet kept sampling in the
+    // windows the shares cover (from the window after the one it fell back in, 3
+    // intervals after the kill, to the last ending within 19 intervals of its last
+    // heartbeat: `killed_in + 2` and `+ 3` here; the restart may come later on a
+    // loaded machine, and then nothing is kept until Redis answers, as designed).
     let inner = inner_windows(&per_window, first, last);
+    for l in &fleet {
+        let s = l.stats();
+        assert!(s.permits_fallback > 0, "no fallback share spent: {s:?}");
+    }
+    let covered = [killed_in + 2, killed_in + 3].map(|w| per_window.get(&w).copied());
     assert!(
-        inner.iter().filter(|&&n| n > 0).count() >= inner.len() / 2,
-        "{inner:?}"
+        covered.iter().any(|n| n.unwrap_or(0) > 0),
+        "nothing kept on the fallback shares: {covered:?} of {inner:?}"
     );
     // After the recovery windows, leasing fills N again.
     let tail = &inner[inner.len().saturating_sub(2)..];
