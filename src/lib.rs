@@ -37,9 +37,10 @@
 //!
 //! Each type's docs state what it guarantees and what it costs; the crate's README has
 //! the guide: `tracing` and OTLP set-up, configuration files, and the measured costs.
-// The library has no unsafe code and never will; only a test (a counting allocator)
-// needs it, so the manifest denies it crate-wide and the library forbids it here.
-#![forbid(unsafe_code)]
+// The library has no unsafe code but one method: `SkipDropped`'s `Layer::downcast_raw`,
+// which tracing-subscriber declares unsafe to implement and which must forward to the
+// wrapped layer. The manifest denies unsafe code crate-wide; that method allows it.
+#![deny(unsafe_code)]
 // docs.rs builds with every feature and marks what each item needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -62,6 +63,8 @@ mod pattern;
 mod sampler;
 pub mod stats;
 mod sync;
+#[cfg(feature = "tracing")]
+mod tracing_layer;
 
 pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock, PreciseClock};
 #[cfg(feature = "composable")]
@@ -101,6 +104,8 @@ pub use sampler::{
     attributes, AdaptiveSampler, AdaptiveSamplerBuilder, RateLimitingSampler,
     RateLimitingSamplerBuilder, RemoteParents,
 };
+#[cfg(feature = "tracing")]
+pub use tracing_layer::{DroppedContextExt, SkipDropped};
 
 // The README's code blocks, compiled as doctests without becoming the crate's docs
 // (its examples need the `config`, `yaml`, `composable`, `metrics`, `redis` and `jaeger-remote`
