@@ -134,4 +134,5 @@ mod guide_doctests {
     struct Metrics;
     #[doc = include_str!("../docs/tools.md")]
     struct Tools;
+    // A new page of docs/ gets its struct here, and its line in the README's map.
 }
