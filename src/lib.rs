@@ -22,6 +22,10 @@
 //! * Feature `composable`: OpenTelemetry's composable samplers (specification status
 //!   Development): [`CompositeSampler`] over the specification's built-ins
 //!   (`ComposableProbability`, `ComposableParentThreshold`, `ComposableRuleBased`, ...).
+//! * Feature `tracing`: `SkipDropped`, a layer around
+//!   `tracing_opentelemetry::layer()` that forwards nothing of a dropped trace below
+//!   its root, so a dropped trace costs little more than the bare registry, and
+//!   `DroppedContextExt`, the propagation drop-in that goes with it.
 //! * Every sampler counts its decisions (kept, dropped and why) for a nanosecond or so:
 //!   [`RateLimitingSampler::stats`]; feature `metrics` reports them as OpenTelemetry
 //!   metrics (`SamplerMetrics`).
@@ -111,7 +115,8 @@ pub use tracing_layer::{DroppedContextExt, SkipDropped};
 
 // The code blocks of the README and of the guides in `docs/`, compiled as doctests
 // without becoming the crate's docs (their examples need the `config`, `yaml`,
-// `composable`, `metrics`, `redis` and `jaeger-remote` features: CI's `--all-features`).
+// `composable`, `metrics`, `redis`, `jaeger-remote` and `tracing` features: CI's
+// `--all-features`).
 // One struct per page, so a failing block is named by its page.
 #[cfg(all(
     doctest,
@@ -120,7 +125,8 @@ pub use tracing_layer::{DroppedContextExt, SkipDropped};
     feature = "composable",
     feature = "metrics",
     feature = "redis",
-    feature = "jaeger-remote"
+    feature = "jaeger-remote",
+    feature = "tracing"
 ))]
 mod guide_doctests {
     #[doc = include_str!("../README.md")]
@@ -139,5 +145,7 @@ mod guide_doctests {
     struct Metrics;
     #[doc = include_str!("../docs/tools.md")]
     struct Tools;
+    #[doc = include_str!("../docs/pay-only-for-what-you-keep.md")]
+    struct PayOnlyForWhatYouKeep;
     // A new page of docs/ gets its struct here, and its line in the README's map.
 }
