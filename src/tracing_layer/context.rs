@@ -29,7 +29,7 @@ fn skipped_context<S: Subscriber + for<'a> LookupSpan<'a>>(
     let span = subscriber.span(id)?;
     let extensions = span.extensions();
     match extensions.get::<Mark>()? {
-        Mark::Skipped(cx) => Some(cx.clone()),
+        Mark::Skipped(cx) => Some(OtelContext::clone(cx)),
         _ => None,
     }
 }

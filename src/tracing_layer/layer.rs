@@ -17,7 +17,7 @@ use tracing_subscriber::registry::{LookupSpan, SpanRef};
 
 use super::context::Lookup;
 use super::entered;
-use super::mark::Mark;
+use super::mark::{Dropped, Mark};
 
 /// A `tracing` layer around [`tracing_opentelemetry::layer()`] that forwards nothing of
 /// a dropped trace below its root: a dropped trace costs the registry, its root's
@@ -51,8 +51,9 @@ use super::mark::Mark;
 ///   receives what it receives without this layer.
 /// * Below a dropped root, nothing is: no span, enter, exit, record, event, link or
 ///   close of its descendants reaches the inner layer, nor the root's own records,
-///   events and links. Its enters and exits still reach it (the inner layer ends its
-///   non-recording span and detaches its context).
+///   events, links and close (its non-recording span ends with the span's data). Its
+///   enters and exits still reach it (the inner layer starts the span and detaches its
+///   context).
 /// * While a skipped span is entered, the dropped trace's context is the current
 ///   OpenTelemetry context, so propagators reading `Context::current()` send its trace
 ///   id with the sampled flag off. For a span's own context, use
@@ -197,9 +198,9 @@ impl<L> SkipDropped<L> {
 /// A span's trace as [`SkipDropped::known`] finds it.
 enum Known {
     /// Below a dropped root: the inner layer never saw it.
-    Skipped(OtelContext),
+    Skipped(Dropped),
     /// Seen by the inner layer: kept (`None`), or a dropped trace's root.
-    Forwarded(Option<OtelContext>),
+    Forwarded(Option<Dropped>),
 }
 
 /// Whether `span`'s trace was dropped: what the inner layer must not hear about it.
@@ -297,15 +298,21 @@ where
     }
 
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
-        // Inside a dropped trace the span closing is most likely a skipped one: look it
-        // up. Elsewhere it is most likely one the inner layer knows, and a skipped span
-        // closing there (on another thread, after its root's scope) costs the inner layer
-        // the lookup it finds nothing with, as checking would cost every kept span.
-        let skipped = entered::in_dropped(self.key)
+        // A skipped span, or a dropped root (whose non-recording span the registry drops
+        // with the span's data, ending nothing): nothing for the inner layer to do. The
+        // lookup that tells is made where one of them is likely (inside a dropped trace,
+        // or right after a dropped root's exit), never for a kept span outside one; a
+        // skipped span closing elsewhere (on another thread, after its root's scope)
+        // costs the inner layer the lookup it finds nothing with.
+        let likely =
+            entered::in_dropped(self.key) || entered::closing_exited_dropped_root(self.key, &id);
+        let dropped = likely
             && ctx.span(&id).is_some_and(|span| {
-                matches!(span.extensions().get::<Mark>(), Some(Mark::Skipped(_)))
+                span.extensions()
+                    .get::<Mark>()
+                    .is_some_and(Mark::is_dropped)
             });
-        if !skipped {
+        if !dropped {
             self.inner.on_close(id, ctx);
         }
     }

@@ -1,7 +1,13 @@
 //! What the layer knows of a span's trace: a [`Mark`] in the span's extensions.
 
+use std::sync::Arc;
+
 use opentelemetry::trace::TraceContextExt as _;
 use opentelemetry::Context as OtelContext;
+
+/// A dropped trace's context, shared by the marks and entered spans of the trace: one
+/// reference count to move per copy, where the context itself has two.
+pub(super) type Dropped = Arc<OtelContext>;
 
 /// A span's place in its trace, as [`SkipDropped`](super::SkipDropped) tracks it.
 ///
@@ -13,26 +19,27 @@ pub(super) enum Mark {
     /// sampled), or one the inner layer does not know (filtered away from it): the
     /// inner layer sees everything of its trace, as without this layer.
     Kept,
-    /// A root whose OpenTelemetry span does not record: the inner layer keeps its exit
-    /// and close (to end that span and detach its context), nothing else of the trace.
-    DroppedRoot(OtelContext),
+    /// A span the inner layer saw whose OpenTelemetry span does not record (a dropped
+    /// trace's root): the inner layer keeps its enters and exits (to start that span
+    /// and detach its context), nothing else of the trace.
+    DroppedRoot(Dropped),
     /// A span below a dropped root: the inner layer never sees it. Its context is the
     /// dropped root's, which propagates the trace id with the sampled flag off.
-    Skipped(OtelContext),
+    Skipped(Dropped),
 }
 
 impl Mark {
     /// The mark of a root whose OpenTelemetry span was started in `cx`.
     pub(super) fn of_started(cx: &OtelContext) -> Self {
         if cx.has_active_span() && !cx.span().is_recording() {
-            Mark::DroppedRoot(cx.clone())
+            Mark::DroppedRoot(Arc::new(cx.clone()))
         } else {
             Mark::Kept
         }
     }
 
     /// The context of the dropped trace this span belongs to, if it was dropped.
-    pub(super) fn dropped(&self) -> Option<&OtelContext> {
+    pub(super) fn dropped(&self) -> Option<&Dropped> {
         match self {
             Mark::DroppedRoot(cx) | Mark::Skipped(cx) => Some(cx),
             Mark::Kept => None,
