@@ -5,19 +5,18 @@ use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-use opentelemetry::trace::{SpanId, TraceContextExt as _};
-use opentelemetry::Context as OtelContext;
 use tracing::dispatcher::WeakDispatch;
 use tracing::span::{Attributes, Id, Record};
 use tracing::subscriber::Interest;
 use tracing::{Dispatch, Event, Metadata, Subscriber};
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::{Context, Layer};
-use tracing_subscriber::registry::{LookupSpan, SpanRef};
+use tracing_subscriber::registry::LookupSpan;
 
 use super::context::Lookup;
+use super::decide::{is_dropped, Known};
 use super::entered;
-use super::mark::{Dropped, Mark};
+use super::mark::Mark;
 
 /// A `tracing` layer around [`tracing_opentelemetry::layer()`] that forwards nothing of
 /// a dropped trace below its root: a dropped trace costs the registry, its root's
@@ -65,13 +64,13 @@ use super::mark::{Dropped, Mark};
 /// inner layer unchanged, so per-layer filters, `EnvFilter` and reload layers compose
 /// with it on either side, and `OpenTelemetrySpanExt` keeps finding the inner layer.
 pub struct SkipDropped<L> {
-    inner: L,
+    pub(super) inner: L,
     /// This layer among the layers whose spans share a thread's entered stack.
-    key: usize,
+    pub(super) key: usize,
     /// The dispatch the layer is part of, to have the inner layer start a root whose
     /// decision is needed before its first enter (a child created first, or context
     /// activation turned off).
-    dispatch: OnceLock<WeakDispatch>,
+    pub(super) dispatch: OnceLock<WeakDispatch>,
     /// Set when the layer is added to a subscriber, whose type it knows.
     lookup: Option<Lookup>,
 }
@@ -105,111 +104,6 @@ impl<L> SkipDropped<L> {
     pub fn into_inner(self) -> L {
         self.inner
     }
-
-    /// Has the inner layer start `id`'s OpenTelemetry span if it has not yet, and reads
-    /// whether it records. A span the inner layer does not know is `Kept`: everything
-    /// of it is forwarded, as without this layer.
-    fn start_and_read(&self, id: &Id) -> Mark {
-        let Some(dispatch) = self.dispatch.get().and_then(WeakDispatch::upgrade) else {
-            return Mark::Kept;
-        };
-        tracing_opentelemetry::get_otel_context(id, &dispatch)
-            .map_or(Mark::Kept, |cx| Mark::of_started(&cx))
-    }
-
-    /// Records `span`'s fate read after its enter: `mark` replaces any mark it had.
-    fn mark<S>(span: &SpanRef<'_, S>, mark: Mark)
-    where
-        S: for<'a> LookupSpan<'a>,
-    {
-        let mut extensions = span.extensions_mut();
-        match extensions.get_mut::<Mark>() {
-            Some(slot) => *slot = mark,
-            None => extensions.insert(mark),
-        }
-    }
-
-    /// The enter of `id` handed to the inner layer first: a span the inner layer knows
-    /// attaches its started context (context activation, its default), whose sampled
-    /// flag tells a kept span with no lookup. Looks the span up only when that context
-    /// does not record, or when nothing was attached.
-    fn enter_forwarding_first<S>(&self, id: &Id, ctx: Context<'_, S>)
-    where
-        S: Subscriber + for<'a> LookupSpan<'a>,
-        L: Layer<S>,
-    {
-        let before = current_span_id();
-        self.inner.on_enter(id, ctx.clone());
-        let started = OtelContext::map_current(|cx| {
-            let span = cx.span();
-            let span_cx = span.span_context();
-            if span_cx.span_id() == before {
-                None
-            } else if span_cx.is_sampled() {
-                Some(Mark::Kept)
-            } else {
-                Some(Mark::of_started(cx))
-            }
-        });
-        let dropped = match started {
-            Some(Mark::Kept) => None,
-            Some(mark) => {
-                let dropped = mark.dropped().cloned();
-                if let Some(span) = ctx.span(id) {
-                    Self::mark(&span, mark);
-                }
-                dropped
-            }
-            // Nothing attached: a skipped span (the inner layer found nothing to
-            // enter), one the inner layer does not know, or context activation off.
-            None => match ctx.span(id) {
-                Some(span) => match self.known(&span) {
-                    Known::Skipped(cx) => {
-                        return entered::enter_skipped(self.key, id, &cx);
-                    }
-                    Known::Forwarded(dropped) => dropped,
-                },
-                None => None,
-            },
-        };
-        entered::enter_forwarded(self.key, id, dropped);
-    }
-
-    /// What the layer knows of `span`, reading its decision if it has none yet (the
-    /// inner layer starts the span if it has not).
-    fn known<S>(&self, span: &SpanRef<'_, S>) -> Known
-    where
-        S: for<'a> LookupSpan<'a>,
-    {
-        let mark = span.extensions().get::<Mark>().cloned();
-        let mark = match mark {
-            Some(Mark::Skipped(cx)) => return Known::Skipped(cx),
-            Some(mark) => mark,
-            None => {
-                let mark = self.start_and_read(&span.id());
-                Self::mark(span, mark.clone());
-                mark
-            }
-        };
-        Known::Forwarded(mark.dropped().cloned())
-    }
-}
-
-/// A span's trace as [`SkipDropped::known`] finds it.
-enum Known {
-    /// Below a dropped root: the inner layer never saw it.
-    Skipped(Dropped),
-    /// Seen by the inner layer: kept (`None`), or a dropped trace's root.
-    Forwarded(Option<Dropped>),
-}
-
-/// Whether `span`'s trace was dropped: what the inner layer must not hear about it.
-fn is_dropped<S: for<'a> LookupSpan<'a>>(span: Option<SpanRef<'_, S>>) -> bool {
-    span.is_some_and(|span| {
-        span.extensions()
-            .get::<Mark>()
-            .is_some_and(Mark::is_dropped)
-    })
 }
 
 impl<S, L> Layer<S> for SkipDropped<L>
@@ -374,25 +268,6 @@ where
         // SAFETY: forwarded unchanged; the inner layer lives as long as `self`.
         unsafe { self.inner.downcast_raw(id) }
     }
-}
-
-impl<L> SkipDropped<L> {
-    /// Links `id`'s OpenTelemetry span to the dropped trace of `cx`.
-    fn link(&self, id: &Id, cx: &OtelContext) {
-        let Some(dispatch) = self.dispatch.get().and_then(WeakDispatch::upgrade) else {
-            return;
-        };
-        if let Some(span_cx) = tracing_opentelemetry::get_otel_context(id, &dispatch) {
-            span_cx
-                .span()
-                .add_link(cx.span().span_context().clone(), Vec::new());
-        }
-    }
-}
-
-/// The span id of the current OpenTelemetry context (invalid when it has no span).
-fn current_span_id() -> SpanId {
-    OtelContext::map_current(|cx| cx.span().span_context().span_id())
 }
 
 impl<L: fmt::Debug> fmt::Debug for SkipDropped<L> {
