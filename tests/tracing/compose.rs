@@ -65,6 +65,12 @@ fn inside_a_reload_layer_beside_a_reloaded_filter() {
     let spans = provider.spans();
     let traces = crate::pipeline::by_trace(&spans);
     assert_eq!(traces.len(), 3);
+    tracing::dispatcher::with_default(&dispatch, || {
+        use opentelemetry::trace::TraceContextExt as _;
+        use otel_rate_sampler::DroppedContextExt as _;
+        let span = tracing::info_span!("request");
+        assert!(!span.otel_context().span().span_context().is_valid());
+    });
     assert!(traces.values().all(|t| t.len() == SPANS));
 }
 

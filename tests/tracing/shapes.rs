@@ -314,3 +314,68 @@ fn a_span_following_a_dropped_one_links_to_its_trace() {
         .iter()
         .all(|s| s.name != "skipped" && s.name != "dropped"));
 }
+
+/// Keeps every span but those named `step`, whatever their parent: a sampler that
+/// decides spans on their own.
+#[derive(Clone, Debug)]
+struct AllButSteps;
+
+impl opentelemetry_sdk::trace::ShouldSample for AllButSteps {
+    fn should_sample(
+        &self,
+        _: Option<&opentelemetry::Context>,
+        _: TraceId,
+        name: &str,
+        _: &opentelemetry::trace::SpanKind,
+        _: &[opentelemetry::KeyValue],
+        _: &[opentelemetry::trace::Link],
+    ) -> opentelemetry_sdk::trace::SamplingResult {
+        let decision = if name == "step" {
+            opentelemetry_sdk::trace::SamplingDecision::Drop
+        } else {
+            opentelemetry_sdk::trace::SamplingDecision::RecordAndSample
+        };
+        opentelemetry_sdk::trace::SamplingResult {
+            decision,
+            attributes: Vec::new(),
+            trace_state: TraceState::default(),
+        }
+    }
+}
+
+#[test]
+fn a_span_dropped_inside_a_kept_trace_is_a_dropped_root() {
+    let provider = Provider::new(AllButSteps);
+    let dispatch = provider.dispatch(true);
+    tracing::dispatcher::with_default(&dispatch, || request(0));
+    let names: Vec<_> = provider
+        .spans()
+        .iter()
+        .map(|s| s.name.to_string())
+        .collect();
+    // The plain layer would offer each `query` to the sampler and export it, under a
+    // `step` nobody exports; through the layer, the dropped `step`'s subtree is skipped.
+    assert_eq!(names, ["request"]);
+}
+
+#[test]
+fn a_context_attached_inside_a_dropped_trace_starts_nothing_new() {
+    let provider = Provider::new(first(1));
+    let dispatch = provider.dispatch(true);
+    tracing::dispatcher::with_default(&dispatch, || {
+        tracing::info_span!("spends the permit").in_scope(|| ());
+        let root = tracing::info_span!("request");
+        root.in_scope(|| {
+            tracing::info_span!("step").in_scope(|| {
+                let _attached = remote(true).attach();
+                tracing::info_span!("under a sampled remote context").in_scope(|| ());
+            });
+        });
+    });
+    let names: Vec<_> = provider
+        .spans()
+        .iter()
+        .map(|s| s.name.to_string())
+        .collect();
+    assert_eq!(names, ["spends the permit"]);
+}
