@@ -207,31 +207,33 @@ fn bench_threads(c: &mut Criterion) {
     let mut g = c.benchmark_group("tracing_threads_dropping");
     g.warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    let (dispatch, provider) = pipeline(Via::Skip, refusing(), NoopSpanExporter::new());
+    let (dispatch, _provider) = pipeline(Via::Skip, refusing(), NoopSpanExporter::new());
+    // The global default, as a service sets it: a scoped dispatcher is reference
+    // counted, and every span would move that one count on both threads.
+    let scoped = tracing::dispatcher::set_global_default(dispatch.clone()).is_err();
     tracing::dispatcher::with_default(&dispatch, || trace(-1, 3));
     for threads in [1usize, 2] {
         g.throughput(Throughput::Elements(threads as u64));
         let param = format!("{threads}_thread{}", if threads == 1 { "" } else { "s" });
         g.bench_function(BenchmarkId::new("layer_dropping", &param), |b| {
-            b.iter_custom(|iters| concurrent(iters, threads, &dispatch))
+            b.iter_custom(|iters| concurrent(iters, threads, scoped.then_some(&dispatch)))
         });
     }
     g.finish();
-    drop(dispatch);
-    let _ = provider.shutdown();
+    // The provider stays: the global default keeps its tracer for the process's life.
 }
 
-/// `threads` threads each running `iters` dropped traces through `dispatch` (set as
-/// their default once), started together by spinning (a barrier's wake-up through the
-/// kernel would fall inside the measured time); the wall time from the first start to
-/// the last end.
-fn concurrent(iters: u64, threads: usize, dispatch: &tracing::Dispatch) -> Duration {
+/// `threads` threads each running `iters` dropped traces through the global default
+/// dispatcher (or `scoped`, set as each thread's default, where another was global
+/// already), started together by spinning (a barrier's wake-up through the kernel would
+/// fall inside the measured time); the wall time from the first start to the last end.
+fn concurrent(iters: u64, threads: usize, scoped: Option<&tracing::Dispatch>) -> Duration {
     let arrived = AtomicUsize::new(0);
     let spans: Vec<(Instant, Instant)> = thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
                 scope.spawn(|| {
-                    let _default = tracing::dispatcher::set_default(dispatch);
+                    let _default = scoped.map(tracing::dispatcher::set_default);
                     // Only the count matters (no data is handed over); AcqRel/Acquire
                     // keep every start after every arrival.
                     arrived.fetch_add(1, Ordering::AcqRel);
