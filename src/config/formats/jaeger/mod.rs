@@ -21,10 +21,10 @@ use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
 
 mod json;
 
-use crate::config::model::pattern::Pattern;
 use crate::config::model::values::{self, Invalid};
 use crate::config::model::{FleetSettings, LimitSpec, Policy, Rule, SamplingConfig, ServiceConfig};
 use crate::limiter::Algorithm;
+use crate::pattern::Pattern;
 use crate::sampler::RemoteParents;
 use json::{json_error, locate, path_string, Step};
 
