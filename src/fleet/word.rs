@@ -231,6 +231,7 @@ mod loom_tests {
     use loom::thread;
 
     use super::*;
+    use crate::limiter::loom_support::model;
 
     /// A decider spends in window 1 then in window 2 (where only the prefetched lease may
     /// start the window) while the worker tops up window 1 and rolls to window 2: window
@@ -239,7 +240,7 @@ mod loom_tests {
     /// in window 2. Exhaustive (two threads).
     #[test]
     fn loom_spend_vs_top_up_vs_roll() {
-        loom::model(|| {
+        model(2, || {
             let l = Arc::new(LeaseWord::new());
             l.add(1, 1);
             l.publish_next(2, 1);
@@ -285,7 +286,7 @@ mod loom_tests {
     /// every permit installed is spent at most once, none is lost. Exhaustive.
     #[test]
     fn loom_two_deciders_vs_top_up() {
-        loom::model(|| {
+        model(2, || {
             let l = Arc::new(LeaseWord::new());
             l.add(7, 1);
             let decider = {
