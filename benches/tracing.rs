@@ -1,22 +1,33 @@
-//! What a trace costs under `tracing` + `tracing-opentelemetry` when the sampler drops
-//! it: a root and 3 children, 5 fields each, through the same pipeline (registry, the
-//! OpenTelemetry layer, an SDK provider with a no-op exporter) with our sampler
-//! rejecting, beside `AlwaysOff` (the floor: the layer's own work on a dropped span) and
-//! `AlwaysOn` (every span recorded and handed to the processor). Target: rejecting
-//! costs at most 1.2× the `AlwaysOff` pipeline.
+//! What a trace costs through `tracing` + `tracing-opentelemetry`, kept or dropped, with
+//! and without [`SkipDropped`]: one request (a root and 3 children, or 20, 5 fields
+//! each) through the pipeline the README sets up (registry, the OpenTelemetry layer, an
+//! SDK provider with a no-op exporter), each case beside its baselines in the same run.
+//!
+//! Targets (docs/pay-only-for-what-you-keep.md): root + 3 children, `layer_dropping` ≤
+//! 2× `registry_only`; root + 20 children, `layer_dropping` ≤ 1.3× `registry_only`;
+//! `layer_keeping` ≤ 1.05× `otel_always_on`; two threads dropping through the layer ≥
+//! 1.8× one.
+//!
+//! Before timing, each pipeline runs a few traces into an in-memory exporter and the
+//! bench checks what reached it: nothing for the dropping cases, every span for the
+//! keeping ones.
 
-use std::hint::black_box;
-use std::time::Duration;
+use std::hint::{black_box, spin_loop};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
 
-use criterion::{criterion_main, Criterion};
+use criterion::{criterion_main, BenchmarkId, Criterion, Throughput};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::testing::trace::NoopSpanExporter;
-use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider, ShouldSample};
-use otel_rate_sampler::{Limit, ManualClock, RateLimitingSampler};
+use opentelemetry_sdk::trace::{
+    InMemorySpanExporter, Sampler, SdkTracerProvider, ShouldSample, SpanExporter,
+};
+use otel_rate_sampler::{Limit, ManualClock, RateLimitingSampler, SkipDropped};
 use tracing_subscriber::layer::SubscriberExt as _;
 
-/// One request: a root span and three children, five fields each.
-fn trace(i: i64) {
+/// One request: a root span and `children` children, five fields each.
+fn trace(i: i64, children: i64) {
     let root = tracing::info_span!(
         "request",
         http.method = "GET",
@@ -26,7 +37,7 @@ fn trace(i: i64) {
         ratio = 0.5
     );
     let _entered = root.enter();
-    for step in 0..3_i64 {
+    for step in 0..children {
         tracing::info_span!(
             "step",
             step,
@@ -39,47 +50,207 @@ fn trace(i: i64) {
     }
 }
 
-fn pipeline(sampler: impl ShouldSample + 'static) -> (tracing::Dispatch, SdkTracerProvider) {
-    let provider = SdkTracerProvider::builder()
-        .with_sampler(sampler)
-        .with_simple_exporter(NoopSpanExporter::new())
-        .build();
-    let subscriber = tracing_subscriber::registry()
-        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("bench")));
-    (tracing::Dispatch::new(subscriber), provider)
+/// How the spans reach the provider.
+#[derive(Clone, Copy)]
+enum Via {
+    /// No OpenTelemetry layer: the registry alone.
+    Registry,
+    /// `tracing_opentelemetry::layer()` as the README set it up before `SkipDropped`.
+    Plain,
+    /// The same layer inside `SkipDropped`.
+    Skip,
 }
 
-fn bench(c: &mut Criterion) {
-    // Our sampler with its one permit spent and a clock that never moves: every root is
-    // refused, and every child follows its dropped root.
-    let rejecting =
-        RateLimitingSampler::builder(Limit::per_window(1, Duration::from_secs(1)).unwrap())
-            .clock(ManualClock::new())
-            .build();
-    let cases = [
-        ("AlwaysOff", pipeline(Sampler::AlwaysOff)),
-        ("rate_limiting_rejecting", pipeline(rejecting)),
-        ("AlwaysOn", pipeline(Sampler::AlwaysOn)),
-    ];
-    let mut group = c.benchmark_group("tracing_root_and_3_children");
-    group
-        .warm_up_time(Duration::from_secs(1))
+/// Our sampler refusing every root: one permit, spent by the first trace, and a clock
+/// that never moves.
+fn refusing() -> impl ShouldSample + 'static {
+    RateLimitingSampler::builder(Limit::per_window(1, Duration::from_secs(1)).unwrap())
+        .clock(ManualClock::new())
+        .build()
+}
+
+/// Our sampler with a limit no run reaches: every root kept, with its attributes
+/// (4 million per second, unpaced, where a trace takes microseconds).
+fn keeping() -> impl ShouldSample + 'static {
+    let limit = Limit::per_window(Limit::MAX_PERMITS, Duration::from_secs(1)).unwrap();
+    RateLimitingSampler::builder(limit.unpaced()).build()
+}
+
+fn pipeline<E: SpanExporter + 'static>(
+    via: Via,
+    sampler: impl ShouldSample + 'static,
+    exporter: E,
+) -> (tracing::Dispatch, SdkTracerProvider) {
+    let provider = SdkTracerProvider::builder()
+        .with_sampler(sampler)
+        .with_simple_exporter(exporter)
+        .build();
+    let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer("bench"));
+    let registry = tracing_subscriber::registry();
+    let dispatch = match via {
+        Via::Registry => tracing::Dispatch::new(registry),
+        Via::Plain => tracing::Dispatch::new(registry.with(otel)),
+        Via::Skip => tracing::Dispatch::new(registry.with(SkipDropped::new(otel))),
+    };
+    (dispatch, provider)
+}
+
+/// Spans a pipeline exports for 5 traces after the first (which spends the refusing
+/// sampler's permit): the bench's check that a case does what its name says.
+fn exported(via: Via, decides: Decides, children: i64) -> usize {
+    let exporter = InMemorySpanExporter::default();
+    let (dispatch, provider) = build(via, decides, exporter.clone());
+    tracing::dispatcher::with_default(&dispatch, || (0..6).for_each(|i| trace(i, children)));
+    let spans = exporter.get_finished_spans().unwrap().len();
+    let _ = provider.shutdown();
+    spans.saturating_sub(1 + children as usize)
+}
+
+/// The sampler of a case.
+#[derive(Clone, Copy)]
+enum Decides {
+    AlwaysOn,
+    AlwaysOff,
+    Refusing,
+    Keeping,
+}
+
+/// [`pipeline`] with `decides`' sampler.
+fn build<E: SpanExporter + 'static>(
+    via: Via,
+    decides: Decides,
+    exporter: E,
+) -> (tracing::Dispatch, SdkTracerProvider) {
+    match decides {
+        Decides::AlwaysOn => pipeline(via, Sampler::AlwaysOn, exporter),
+        Decides::AlwaysOff => pipeline(via, Sampler::AlwaysOff, exporter),
+        Decides::Refusing => pipeline(via, refusing(), exporter),
+        Decides::Keeping => pipeline(via, keeping(), exporter),
+    }
+}
+
+/// Each case: its name, its pipeline, its sampler, and whether it keeps (checked).
+const CASES: [(&str, Via, Decides, Option<bool>); 6] = [
+    ("registry_only", Via::Registry, Decides::AlwaysOn, None),
+    ("otel_always_on", Via::Plain, Decides::AlwaysOn, Some(true)),
+    (
+        "otel_always_off",
+        Via::Plain,
+        Decides::AlwaysOff,
+        Some(false),
+    ),
+    ("otel_dropping", Via::Plain, Decides::Refusing, Some(false)),
+    ("layer_dropping", Via::Skip, Decides::Refusing, Some(false)),
+    ("layer_keeping", Via::Skip, Decides::Keeping, Some(true)),
+];
+
+fn run_group(c: &mut Criterion, group: &str, children: i64, names: &[&str]) {
+    let mut g = c.benchmark_group(group);
+    g.warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    for (name, (dispatch, provider)) in cases {
+    for (name, via, decides, keeps) in CASES {
+        if !names.contains(&name) {
+            continue;
+        }
+        if let Some(keeps) = keeps {
+            let spans = exported(via, decides, children);
+            let expected = if keeps {
+                5 * (1 + children as usize)
+            } else {
+                0
+            };
+            assert_eq!(spans, expected, "{group}/{name} exported {spans} spans");
+        }
+        let (dispatch, provider) = build(via, decides, NoopSpanExporter::new());
         tracing::dispatcher::with_default(&dispatch, || {
-            trace(-1); // spends the rejecting sampler's permit
+            trace(-1, children); // spends the refusing sampler's permit
             let mut i = 0;
-            group.bench_function(name, |b| {
+            g.bench_function(name, |b| {
                 b.iter(|| {
                     i += 1;
-                    trace(i);
+                    trace(i, children);
                 });
             });
         });
         drop(dispatch);
         let _ = provider.shutdown();
     }
-    group.finish();
+    g.finish();
+}
+
+fn bench(c: &mut Criterion) {
+    run_group(
+        c,
+        "tracing_root_and_3_children",
+        3,
+        &[
+            "registry_only",
+            "otel_always_on",
+            "otel_always_off",
+            "otel_dropping",
+            "layer_dropping",
+            "layer_keeping",
+        ],
+    );
+    run_group(
+        c,
+        "tracing_root_and_20_children",
+        20,
+        &["registry_only", "layer_dropping"],
+    );
+    bench_threads(c);
+}
+
+/// Two threads dropping through the layer against one: the layer shares nothing a
+/// dropped trace writes (each thread's traces are its own).
+fn bench_threads(c: &mut Criterion) {
+    let mut g = c.benchmark_group("tracing_threads_dropping");
+    g.warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    let (dispatch, provider) = pipeline(Via::Skip, refusing(), NoopSpanExporter::new());
+    tracing::dispatcher::with_default(&dispatch, || trace(-1, 3));
+    for threads in [1usize, 2] {
+        g.throughput(Throughput::Elements(threads as u64));
+        let param = format!("{threads}_thread{}", if threads == 1 { "" } else { "s" });
+        g.bench_function(BenchmarkId::new("layer_dropping", &param), |b| {
+            b.iter_custom(|iters| concurrent(iters, threads, &dispatch))
+        });
+    }
+    g.finish();
+    drop(dispatch);
+    let _ = provider.shutdown();
+}
+
+/// `threads` threads each running `iters` dropped traces through `dispatch` (set as
+/// their default once), started together by spinning (a barrier's wake-up through the
+/// kernel would fall inside the measured time); the wall time from the first start to
+/// the last end.
+fn concurrent(iters: u64, threads: usize, dispatch: &tracing::Dispatch) -> Duration {
+    let arrived = AtomicUsize::new(0);
+    let spans: Vec<(Instant, Instant)> = thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let _default = tracing::dispatcher::set_default(dispatch);
+                    // Only the count matters (no data is handed over); AcqRel/Acquire
+                    // keep every start after every arrival.
+                    arrived.fetch_add(1, Ordering::AcqRel);
+                    while arrived.load(Ordering::Acquire) < threads {
+                        spin_loop();
+                    }
+                    let start = Instant::now();
+                    for i in 0..iters {
+                        trace(i as i64, 3);
+                    }
+                    (start, Instant::now())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let first = spans.iter().map(|s| s.0).min().unwrap();
+    let last = spans.iter().map(|s| s.1).max().unwrap();
+    last - first
 }
 
 // `criterion_group!` makes an undocumented `pub fn`.

@@ -35,11 +35,14 @@
 //! # Ok::<(), otel_rate_sampler::LimitError>(())
 //! ```
 //!
-//! Each type's docs state what it guarantees and what it costs; the crate's README has
-//! the guide: `tracing` and OTLP set-up, configuration files, and the measured costs.
-// The library has no unsafe code and never will; only a test (a counting allocator)
-// needs it, so the manifest denies it crate-wide and the library forbids it here.
-#![forbid(unsafe_code)]
+//! Each type's docs state what it guarantees and what it costs; the guides in the
+//! repository's `docs/` (linked from its README) cover `tracing` and OTLP set-up,
+//! configuration files, the fleet limiter and the tools, and `BENCHMARKS.md` the
+//! measured costs.
+// The library has no unsafe code but one method: `SkipDropped`'s `Layer::downcast_raw`,
+// which tracing-subscriber declares unsafe to implement and which must forward to the
+// wrapped layer. The manifest denies unsafe code crate-wide; that method allows it.
+#![deny(unsafe_code)]
 // docs.rs builds with every feature and marks what each item needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -62,6 +65,8 @@ mod pattern;
 mod sampler;
 pub mod stats;
 mod sync;
+#[cfg(feature = "tracing")]
+mod tracing_layer;
 
 pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock, PreciseClock};
 #[cfg(feature = "composable")]
@@ -101,10 +106,13 @@ pub use sampler::{
     attributes, AdaptiveSampler, AdaptiveSamplerBuilder, RateLimitingSampler,
     RateLimitingSamplerBuilder, RemoteParents,
 };
+#[cfg(feature = "tracing")]
+pub use tracing_layer::{DroppedContextExt, SkipDropped};
 
-// The README's code blocks, compiled as doctests without becoming the crate's docs
-// (its examples need the `config`, `yaml`, `composable`, `metrics`, `redis` and `jaeger-remote`
-// features: CI's `--all-features`).
+// The code blocks of the README and of the guides in `docs/`, compiled as doctests
+// without becoming the crate's docs (their examples need the `config`, `yaml`,
+// `composable`, `metrics`, `redis` and `jaeger-remote` features: CI's `--all-features`).
+// One struct per page, so a failing block is named by its page.
 #[cfg(all(
     doctest,
     feature = "config",
@@ -114,5 +122,22 @@ pub use sampler::{
     feature = "redis",
     feature = "jaeger-remote"
 ))]
-#[doc = include_str!("../README.md")]
-struct ReadmeDoctests;
+mod guide_doctests {
+    #[doc = include_str!("../README.md")]
+    struct Readme;
+    #[doc = include_str!("../docs/tracing.md")]
+    struct Tracing;
+    #[doc = include_str!("../docs/algorithms.md")]
+    struct Algorithms;
+    #[doc = include_str!("../docs/configuration.md")]
+    struct Configuration;
+    #[doc = include_str!("../docs/fleet.md")]
+    struct Fleet;
+    #[doc = include_str!("../docs/composable.md")]
+    struct Composable;
+    #[doc = include_str!("../docs/metrics.md")]
+    struct Metrics;
+    #[doc = include_str!("../docs/tools.md")]
+    struct Tools;
+    // A new page of docs/ gets its struct here, and its line in the README's map.
+}

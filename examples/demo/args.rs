@@ -77,9 +77,15 @@ struct Args {
     rate: Option<f64>,
 
     /// How spans are made: with the SDK API, or with tracing spans through
-    /// tracing-opentelemetry.
+    /// tracing-opentelemetry inside `SkipDropped`, which skips the OpenTelemetry layer's
+    /// work below a dropped root (needs --features tracing).
     #[arg(long, value_name = "V", value_enum, default_value_t = Via::Sdk)]
     via: Via,
+
+    /// With --via tracing: the OpenTelemetry layer alone, without `SkipDropped` (every
+    /// span of a dropped trace built as before), for comparison.
+    #[arg(long)]
+    plain_layer: bool,
 
     /// Also export over OTLP to URL [default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
     /// OTEL_EXPORTER_OTLP_ENDPOINT when set; no export otherwise].
@@ -142,6 +148,8 @@ pub(crate) struct Config {
     /// Offered traces per second in total; `None` for as fast as possible.
     pub(crate) rate: Option<f64>,
     pub(crate) via: Via,
+    /// `--plain-layer`: `--via tracing` without `SkipDropped`.
+    pub(crate) plain_layer: bool,
     /// Where to export over OTLP, if anywhere.
     pub(crate) otlp: Option<Target>,
     /// Fleet mode: the Redis the limit is shared through.
@@ -239,6 +247,17 @@ impl Args {
             url,
             key: self.redis_key,
         });
+        if self.plain_layer && self.via != Via::Tracing {
+            return Err(invalid("--plain-layer applies to --via tracing".into()));
+        }
+        if self.via == Via::Tracing && !self.plain_layer && !cfg!(feature = "tracing") {
+            return Err(invalid(
+                "--via tracing goes through SkipDropped, which needs the tracing feature: \
+                 cargo run --release --features tracing --example demo -- --via tracing \
+                 (or add --plain-layer for the OpenTelemetry layer alone)"
+                    .into(),
+            ));
+        }
         if fleet.is_some() && !cfg!(feature = "redis") {
             return Err(invalid(
                 "--redis needs the redis feature: cargo run --release --features redis \
@@ -256,6 +275,7 @@ impl Args {
             duration: self.duration,
             rate: self.rate,
             via: self.via,
+            plain_layer: self.plain_layer,
             otlp,
             fleet,
             #[cfg(feature = "config")]
@@ -421,7 +441,13 @@ impl fmt::Display for Config {
         }
         match self.via {
             Via::Sdk => f.write_str(", spans via the SDK API")?,
-            Via::Tracing => f.write_str(", spans via tracing")?,
+            Via::Tracing if self.plain_layer => {
+                f.write_str(", spans via tracing through the plain OpenTelemetry layer")?;
+            }
+            Via::Tracing => f.write_str(
+                ", spans via tracing through SkipDropped (nothing below a dropped root \
+                 reaches the OpenTelemetry layer)",
+            )?,
         }
         match &self.otlp {
             Some(t) => write!(f, ", OTLP to {} over {}", t.url, t.protocol),

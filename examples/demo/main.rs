@@ -94,6 +94,7 @@
 //! 10000 windows.
 
 mod args;
+mod cpu;
 mod export;
 #[cfg(feature = "redis")]
 mod fleet;
@@ -179,7 +180,11 @@ fn run(config: &Config) -> Result<(), String> {
         .transpose()?;
     #[cfg(not(feature = "metrics"))]
     let metrics = None;
+    let cpu_before = cpu::process_time();
     let loaded = offer_load(config, &local, batch, metrics.as_ref())?;
+    let cpu_spent = cpu::process_time()
+        .zip(cpu_before)
+        .map(|(after, before)| after.saturating_sub(before));
 
     let otlp = end_exports(
         loaded.provider,
@@ -198,6 +203,7 @@ fn run(config: &Config) -> Result<(), String> {
         loaded.decisions.as_ref(),
         otlp,
     );
+    let summary = summary.with_cpu(cpu_spent, loaded.totals.offered);
     #[cfg(feature = "config")]
     let summary = summary.with_rules(config, loaded.reloads.as_ref().map(|r| r.counts()));
     // With --watch the largest limit in force during the run bounds its windows.
@@ -448,10 +454,15 @@ fn finish_run(
     }
     let provider = tracer_provider(sampler.clone(), local, batch);
     let dispatch = (config.via == Via::Tracing).then(|| {
-        tracing::Dispatch::new(
-            tracing_subscriber::registry()
-                .with(tracing_opentelemetry::layer().with_tracer(provider.tracer(SERVICE))),
-        )
+        let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer(SERVICE));
+        let registry = tracing_subscriber::registry();
+        #[cfg(feature = "tracing")]
+        if !config.plain_layer {
+            return tracing::Dispatch::new(
+                registry.with(otel_rate_sampler::SkipDropped::new(layer)),
+            );
+        }
+        tracing::Dispatch::new(registry.with(layer))
     });
     eprintln!(
         "demo: {config}; clock MonotonicClock aligned to Unix time, resolution {}",

@@ -71,6 +71,10 @@ pub(crate) struct Summary {
     reloads: Option<ReloadCounts>,
     #[serde(skip_serializing_if = "Option::is_none")]
     otlp: Option<OtlpOutcome>,
+    /// The process's CPU time (user and system, every thread: sampling, spans, export)
+    /// while the load ran, per offered trace, in nanoseconds (`null` where the platform
+    /// has no process CPU clock).
+    cpu_ns_per_offered_trace: Option<f64>,
     /// Fleet mode: what the fleet's limiter did, flat in the summary.
     #[cfg(feature = "redis")]
     #[serde(flatten)]
@@ -123,8 +127,20 @@ impl Summary {
             service: None,
             reloads: None,
             otlp,
+            cpu_ns_per_offered_trace: None,
             #[cfg(feature = "redis")]
             fleet: None,
+        }
+    }
+
+    /// The summary with the CPU time `spent` while `offered` traces were offered.
+    pub(crate) fn with_cpu(self, spent: Option<std::time::Duration>, offered: u64) -> Self {
+        let per_trace = spent
+            .filter(|_| offered > 0)
+            .map(|spent| (spent.as_nanos() as f64 / offered as f64).round());
+        Self {
+            cpu_ns_per_offered_trace: per_trace,
+            ..self
         }
     }
 

@@ -34,7 +34,7 @@ pub const DEFAULT_FLEET_PREFIX: &str = "otel-rate";
 /// permits for fleet window
 /// `w` from Redis with one atomic Lua script, and the decision path spends the lease on
 /// one atomic word: no Redis call, lock or allocation per decision, and a refusal only
-/// loads. See the README's "Across replicas" for the bounds; in short:
+/// loads. See "Bounds" in the guide `docs/fleet.md` for all of them; in short:
 ///
 /// * **Per window id, at most `N`** across the fleet while Redis keeps its data, and
 ///   through Redis being down, slow, paused, or restarted empty (see below).

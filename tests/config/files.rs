@@ -59,11 +59,11 @@ fn declarative_without_rules(_: &std::path::Path) -> bool {
 }
 
 #[test]
-fn the_readme_configuration_parses() {
-    let readme = include_str!("../../README.md");
-    let start = readme.find("```toml\n").expect("a TOML block") + "```toml\n".len();
-    let end = start + readme[start..].find("```").unwrap();
-    let config = SamplingConfig::from_toml_str(&readme[start..end], "README.md")
+fn the_configuration_guide_s_file_parses() {
+    let guide = include_str!("../../docs/configuration.md");
+    let start = guide.find("```toml\n").expect("a TOML block") + "```toml\n".len();
+    let end = start + guide[start..].find("```").unwrap();
+    let config = SamplingConfig::from_toml_str(&guide[start..end], "configuration.md")
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(config.services().collect::<Vec<_>>(), ["checkout"]);
 }
@@ -212,28 +212,28 @@ fn a_yaml_file_without_the_yaml_feature_says_so() {
     assert!(err.to_string().contains("`yaml` feature"), "{err}");
 }
 
-/// The README's 1.1 file is the composite example's, comments aside: the same sampler
-/// tree and limits.
+/// The composable guide's 1.1 file is the composite example's, comments aside: the same
+/// sampler tree and limits.
 #[cfg(all(feature = "yaml", feature = "composable"))]
 #[test]
-fn the_readme_composite_file_is_the_example_s() {
+fn the_composable_guide_s_file_is_the_example_s() {
     use otel_rate_sampler::DeclarativeSampler;
 
-    let readme = include_str!("../../README.md");
+    let guide = include_str!("../../docs/composable.md");
     let open = "```yaml\nfile_format: \"1.1\"\n";
-    let start = readme.find(open).expect("a 1.1 YAML block") + "```yaml\n".len();
-    let end = start + readme[start..].find("```").unwrap();
-    let from_readme =
-        DeclarativeSampler::from_yaml_str(&readme[start..end], "README.md", "checkout")
+    let start = guide.find(open).expect("a 1.1 YAML block") + "```yaml\n".len();
+    let end = start + guide[start..].find("```").unwrap();
+    let from_guide =
+        DeclarativeSampler::from_yaml_str(&guide[start..end], "composable.md", "checkout")
             .unwrap_or_else(|e| panic!("{e}"));
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/examples/otel-config-composite.yaml"
     );
     let example = DeclarativeSampler::from_path(path, "checkout").unwrap();
-    assert_eq!(from_readme.to_string(), example.to_string());
-    assert_eq!(from_readme.composite_limits(), example.composite_limits());
-    assert!(from_readme
+    assert_eq!(from_guide.to_string(), example.to_string());
+    assert_eq!(from_guide.composite_limits(), example.composite_limits());
+    assert!(from_guide
         .to_string()
         .contains("rate_limiting/otel_rate_sampler"));
 }

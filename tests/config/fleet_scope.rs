@@ -279,11 +279,11 @@ mod with_redis {
     }
 
     #[test]
-    fn the_readme_fleet_configuration_loads() {
-        let readme = include_str!("../../README.md");
-        let start = readme.find("```toml\n[fleet]").expect("a [fleet] block") + "```toml\n".len();
-        let end = start + readme[start..].find("```").unwrap();
-        let config = SamplingConfig::from_toml_str(&readme[start..end], "README.md")
+    fn the_configuration_guide_s_fleet_file_loads() {
+        let guide = include_str!("../../docs/configuration.md");
+        let start = guide.find("```toml\n[fleet]").expect("a [fleet] block") + "```toml\n".len();
+        let end = start + guide[start..].find("```").unwrap();
+        let config = SamplingConfig::from_toml_str(&guide[start..end], "configuration.md")
             .unwrap_or_else(|e| panic!("{e}"));
         let described = config.describe("checkout").to_string();
         assert!(

@@ -23,4 +23,7 @@ mod pool;
 mod proxy;
 mod server;
 mod single;
+// Replicas through the `tracing` layer (feature `tracing` too).
+#[cfg(feature = "tracing")]
+mod skip_dropped;
 mod time_steps;

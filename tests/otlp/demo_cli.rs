@@ -568,3 +568,58 @@ fn a_real_collector_sees_kept_traces_spread_across_each_window() {
         );
     }
 }
+
+/// `--via tracing` goes through `SkipDropped` and says so on its first line;
+/// `--plain-layer` keeps the OpenTelemetry layer alone; both report the CPU time per
+/// offered trace, and a real collector gets exactly the kept traces either way.
+#[cfg(feature = "tracing")]
+#[test]
+fn via_tracing_goes_through_skip_dropped_and_says_so() {
+    for (plain, says) in [
+        (false, "through SkipDropped"),
+        (true, "plain OpenTelemetry layer"),
+    ] {
+        let receiver = Receiver::start();
+        let url = receiver.grpc_endpoint();
+        let mut args = vec![
+            "--duration",
+            "2s",
+            "--window",
+            "1s",
+            "--limit",
+            "20",
+            "--threads",
+            "2",
+            "--via",
+            "tracing",
+            "--otlp",
+            &url,
+        ];
+        if plain {
+            args.push("--plain-layer");
+        }
+        let output = demo_run::run_demo(&args, &[], Duration::from_secs(30));
+        let err = stderr(&output);
+        assert!(output.status.success(), "{err}");
+        let first = err.lines().next().unwrap_or_default();
+        assert!(first.contains(says), "{first}");
+        let summary = summary(&output);
+        assert_eq!(summary["exported"], summary["sampled"], "{summary}");
+        assert!(
+            summary["cpu_ns_per_offered_trace"]
+                .as_f64()
+                .is_some_and(|ns| ns > 0.0),
+            "{summary}"
+        );
+        let spans = receiver.spans();
+        let roots = spans.iter().filter(|s| s.parent_span_id.is_none()).count();
+        assert_eq!(Some(roots as u64), summary["sampled"].as_u64(), "{summary}");
+    }
+}
+
+#[test]
+fn plain_layer_applies_to_via_tracing_only() {
+    let output = demo_run::run_demo(&["--plain-layer"], &[], Duration::from_secs(30));
+    assert!(!output.status.success());
+    assert!(stderr(&output).contains("--plain-layer applies to --via tracing"));
+}

@@ -23,6 +23,9 @@ mod fleet_server;
 mod metrics;
 mod otlp_end_to_end;
 mod receiver;
+// `SkipDropped` end to end: kept traces as the plain layer sends them, propagation.
+#[cfg(feature = "tracing")]
+mod skip_dropped;
 // Two services, one probability, the same traces at the receiver.
 #[cfg(all(feature = "yaml", feature = "composable"))]
 mod same_probability;

@@ -60,6 +60,7 @@ pub(crate) fn demo_binary() -> &'static PathBuf {
             ("cli", cfg!(feature = "cli")),
             ("redis", cfg!(feature = "redis")),
             ("metrics", cfg!(feature = "metrics")),
+            ("tracing", cfg!(feature = "tracing")),
         ]
         .into_iter()
         .filter_map(|(name, on)| on.then_some(name))

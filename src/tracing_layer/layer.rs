@@ -1,0 +1,397 @@
+//! [`SkipDropped`]: the layer, and what it forwards of each callback.
+
+use std::any::TypeId;
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+use opentelemetry::trace::{SpanId, TraceContextExt as _};
+use opentelemetry::Context as OtelContext;
+use tracing::dispatcher::WeakDispatch;
+use tracing::span::{Attributes, Id, Record};
+use tracing::subscriber::Interest;
+use tracing::{Dispatch, Event, Metadata, Subscriber};
+use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::layer::{Context, Layer};
+use tracing_subscriber::registry::{LookupSpan, SpanRef};
+
+use super::context::Lookup;
+use super::entered;
+use super::mark::Mark;
+
+/// A `tracing` layer around [`tracing_opentelemetry::layer()`] that forwards nothing of
+/// a dropped trace below its root: a dropped trace costs the registry, its root's
+/// OpenTelemetry span and a lookup per callback, not an OpenTelemetry span per span.
+///
+/// ```
+/// use opentelemetry::trace::TracerProvider as _;
+/// use opentelemetry_sdk::trace::SdkTracerProvider;
+/// use otel_rate_sampler::{RateLimitingSampler, SkipDropped};
+/// use tracing_subscriber::layer::SubscriberExt as _;
+///
+/// let provider = SdkTracerProvider::builder()
+///     .with_sampler(RateLimitingSampler::per_second(100.0)?)
+///     .build();
+/// let subscriber = tracing_subscriber::registry().with(SkipDropped::new(
+///     tracing_opentelemetry::layer().with_tracer(provider.tracer("checkout")),
+/// ));
+/// # drop(subscriber);
+/// # Ok::<(), otel_rate_sampler::LimitError>(())
+/// ```
+///
+/// # What it forwards
+///
+/// * A root (a span whose parent this layer has not seen, or none) goes to the inner
+///   layer as without `SkipDropped`: the inner layer builds it and starts its
+///   OpenTelemetry span on first enter, when the provider's sampler decides, with the
+///   parent set by `set_parent` or the context current when the root was created.
+///   Right after that enter the layer reads the decision back: the started span
+///   records or it does not.
+/// * Below a kept root (or a recorded one), everything is forwarded: the exporter
+///   receives what it receives without this layer.
+/// * Below a dropped root, nothing is: no span, enter, exit, record, event, link or
+///   close of its descendants reaches the inner layer, nor the root's own records,
+///   events and links. Its enters and exits still reach it (the inner layer ends its
+///   non-recording span and detaches its context).
+/// * While a skipped span is entered, the dropped trace's context is the current
+///   OpenTelemetry context, so propagators reading `Context::current()` send its trace
+///   id with the sampled flag off. For a span's own context, use
+///   [`DroppedContextExt::otel_context`](super::DroppedContextExt::otel_context) in
+///   place of `OpenTelemetrySpanExt::context`.
+///
+/// Every other callback (`register_callsite`, `enabled`, `event_enabled`,
+/// `max_level_hint`, `on_layer`, `on_register_dispatch`, `downcast_raw`) goes to the
+/// inner layer unchanged, so per-layer filters, `EnvFilter` and reload layers compose
+/// with it on either side, and `OpenTelemetrySpanExt` keeps finding the inner layer.
+pub struct SkipDropped<L> {
+    inner: L,
+    /// This layer among the layers whose spans share a thread's entered stack.
+    key: usize,
+    /// The dispatch the layer is part of, to have the inner layer start a root whose
+    /// decision is needed before its first enter (a child created first, or context
+    /// activation turned off).
+    dispatch: OnceLock<WeakDispatch>,
+    /// Set when the layer is added to a subscriber, whose type it knows.
+    lookup: Option<Lookup>,
+}
+
+impl<L> SkipDropped<L> {
+    /// Wraps `inner`, normally `tracing_opentelemetry::layer().with_tracer(...)` with any
+    /// of its builder options.
+    pub fn new(inner: L) -> Self {
+        /// The next layer's key.
+        static KEYS: AtomicUsize = AtomicUsize::new(0);
+        Self {
+            inner,
+            // Relaxed: a unique number, published with the layer itself.
+            key: KEYS.fetch_add(1, Ordering::Relaxed),
+            dispatch: OnceLock::new(),
+            lookup: None,
+        }
+    }
+
+    /// The wrapped layer.
+    pub fn inner(&self) -> &L {
+        &self.inner
+    }
+
+    /// The wrapped layer, mutably.
+    pub fn inner_mut(&mut self) -> &mut L {
+        &mut self.inner
+    }
+
+    /// The wrapped layer, unwrapped.
+    pub fn into_inner(self) -> L {
+        self.inner
+    }
+
+    /// Has the inner layer start `id`'s OpenTelemetry span if it has not yet, and reads
+    /// whether it records. A span the inner layer does not know is `Kept`: everything
+    /// of it is forwarded, as without this layer.
+    fn start_and_read(&self, id: &Id) -> Mark {
+        let Some(dispatch) = self.dispatch.get().and_then(WeakDispatch::upgrade) else {
+            return Mark::Kept;
+        };
+        tracing_opentelemetry::get_otel_context(id, &dispatch)
+            .map_or(Mark::Kept, |cx| Mark::of_started(&cx))
+    }
+
+    /// Records `span`'s fate read after its enter: `mark` replaces any mark it had.
+    fn mark<S>(span: &SpanRef<'_, S>, mark: Mark)
+    where
+        S: for<'a> LookupSpan<'a>,
+    {
+        let mut extensions = span.extensions_mut();
+        match extensions.get_mut::<Mark>() {
+            Some(slot) => *slot = mark,
+            None => extensions.insert(mark),
+        }
+    }
+
+    /// The enter of `id` handed to the inner layer first: a span the inner layer knows
+    /// attaches its started context (context activation, its default), whose sampled
+    /// flag tells a kept span with no lookup. Looks the span up only when that context
+    /// does not record, or when nothing was attached.
+    fn enter_forwarding_first<S>(&self, id: &Id, ctx: Context<'_, S>)
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+        L: Layer<S>,
+    {
+        let before = current_span_id();
+        self.inner.on_enter(id, ctx.clone());
+        let started = OtelContext::map_current(|cx| {
+            let span = cx.span();
+            let span_cx = span.span_context();
+            if span_cx.span_id() == before {
+                None
+            } else if span_cx.is_sampled() {
+                Some(Mark::Kept)
+            } else {
+                Some(Mark::of_started(cx))
+            }
+        });
+        let dropped = match started {
+            Some(Mark::Kept) => None,
+            Some(mark) => {
+                let dropped = mark.dropped().cloned();
+                if let Some(span) = ctx.span(id) {
+                    Self::mark(&span, mark);
+                }
+                dropped
+            }
+            // Nothing attached: a skipped span (the inner layer found nothing to
+            // enter), one the inner layer does not know, or context activation off.
+            None => match ctx.span(id) {
+                Some(span) => match self.known(&span) {
+                    Known::Skipped(cx) => {
+                        return entered::enter_skipped(self.key, id, &cx);
+                    }
+                    Known::Forwarded(dropped) => dropped,
+                },
+                None => None,
+            },
+        };
+        entered::enter_forwarded(self.key, id, dropped);
+    }
+
+    /// What the layer knows of `span`, reading its decision if it has none yet (the
+    /// inner layer starts the span if it has not).
+    fn known<S>(&self, span: &SpanRef<'_, S>) -> Known
+    where
+        S: for<'a> LookupSpan<'a>,
+    {
+        let mark = span.extensions().get::<Mark>().cloned();
+        let mark = match mark {
+            Some(Mark::Skipped(cx)) => return Known::Skipped(cx),
+            Some(mark) => mark,
+            None => {
+                let mark = self.start_and_read(&span.id());
+                Self::mark(span, mark.clone());
+                mark
+            }
+        };
+        Known::Forwarded(mark.dropped().cloned())
+    }
+}
+
+/// A span's trace as [`SkipDropped::known`] finds it.
+enum Known {
+    /// Below a dropped root: the inner layer never saw it.
+    Skipped(OtelContext),
+    /// Seen by the inner layer: kept (`None`), or a dropped trace's root.
+    Forwarded(Option<OtelContext>),
+}
+
+/// Whether `span`'s trace was dropped: what the inner layer must not hear about it.
+fn is_dropped<S: for<'a> LookupSpan<'a>>(span: Option<SpanRef<'_, S>>) -> bool {
+    span.is_some_and(|span| {
+        span.extensions()
+            .get::<Mark>()
+            .is_some_and(Mark::is_dropped)
+    })
+}
+
+impl<S, L> Layer<S> for SkipDropped<L>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    L: Layer<S>,
+{
+    fn on_register_dispatch(&self, subscriber: &Dispatch) {
+        // The first dispatch wins: a layer belongs to one subscriber.
+        let _ = self.dispatch.set(subscriber.downgrade());
+        self.inner.on_register_dispatch(subscriber);
+    }
+
+    fn on_layer(&mut self, subscriber: &mut S) {
+        self.lookup = Some(Lookup::for_subscriber::<S>());
+        self.inner.on_layer(subscriber);
+    }
+
+    fn register_callsite(&self, metadata: &'static Metadata<'static>) -> Interest {
+        self.inner.register_callsite(metadata)
+    }
+
+    fn enabled(&self, metadata: &Metadata<'_>, ctx: Context<'_, S>) -> bool {
+        self.inner.enabled(metadata, ctx)
+    }
+
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        self.inner.max_level_hint()
+    }
+
+    fn event_enabled(&self, event: &Event<'_>, ctx: Context<'_, S>) -> bool {
+        self.inner.event_enabled(event, ctx)
+    }
+
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        // The parent's trace: the current span's from this thread's entered stack (no
+        // lookup), an explicit parent's from its mark; `None` for a root.
+        let parent = if let Some(parent) = attrs.parent() {
+            ctx.span(parent).map(|parent| match self.known(&parent) {
+                Known::Skipped(cx) => Some(cx),
+                Known::Forwarded(dropped) => dropped,
+            })
+        } else if attrs.is_contextual() {
+            entered::current(self.key)
+        } else {
+            None
+        };
+        match parent.flatten() {
+            // A root or a span of a kept trace: the inner layer builds it (a root's
+            // decision is read on its first enter).
+            None => self.inner.on_new_span(attrs, id, ctx),
+            Some(cx) => {
+                if let Some(span) = ctx.span(id) {
+                    span.extensions_mut().insert(Mark::Skipped(cx));
+                }
+            }
+        }
+    }
+
+    fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
+        // Inside a dropped trace the span entered is most likely one of its skipped
+        // spans: look it up before the inner layer would, for nothing. Elsewhere it is
+        // most likely one the inner layer knows: let its enter tell.
+        if !entered::in_dropped(self.key) {
+            return self.enter_forwarding_first(id, ctx);
+        }
+        let Some(span) = ctx.span(id) else {
+            return self.inner.on_enter(id, ctx);
+        };
+        if let Some(Mark::Skipped(cx)) = span.extensions().get::<Mark>() {
+            return entered::enter_skipped(self.key, id, cx);
+        }
+        match self.known(&span) {
+            Known::Skipped(cx) => entered::enter_skipped(self.key, id, &cx),
+            Known::Forwarded(dropped) => {
+                self.inner.on_enter(id, ctx.clone());
+                entered::enter_forwarded(self.key, id, dropped);
+            }
+        }
+    }
+
+    fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
+        if entered::exit(self.key, id) {
+            self.inner.on_exit(id, ctx);
+        }
+    }
+
+    fn on_close(&self, id: Id, ctx: Context<'_, S>) {
+        // Inside a dropped trace the span closing is most likely a skipped one: look it
+        // up. Elsewhere it is most likely one the inner layer knows, and a skipped span
+        // closing there (on another thread, after its root's scope) costs the inner layer
+        // the lookup it finds nothing with, as checking would cost every kept span.
+        let skipped = entered::in_dropped(self.key)
+            && ctx.span(&id).is_some_and(|span| {
+                matches!(span.extensions().get::<Mark>(), Some(Mark::Skipped(_)))
+            });
+        if !skipped {
+            self.inner.on_close(id, ctx);
+        }
+    }
+
+    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
+        if !is_dropped(ctx.span(id)) {
+            self.inner.on_record(id, values, ctx);
+        }
+    }
+
+    fn on_follows_from(&self, id: &Id, follows: &Id, ctx: Context<'_, S>) {
+        if is_dropped(ctx.span(id)) {
+            return;
+        }
+        let skipped = ctx
+            .span(follows)
+            .and_then(|span| match span.extensions().get::<Mark>() {
+                Some(Mark::Skipped(cx)) => Some(cx.clone()),
+                _ => None,
+            });
+        match skipped {
+            // The inner layer never saw `follows`: link the span to the dropped trace
+            // through its root's context, as the inner layer links seen spans.
+            Some(cx) => self.link(id, &cx),
+            None => self.inner.on_follows_from(id, follows, ctx),
+        }
+    }
+
+    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+        let dropped = if let Some(parent) = event.parent() {
+            is_dropped(ctx.span(parent))
+        } else if event.is_contextual() {
+            entered::in_dropped(self.key)
+        } else {
+            false
+        };
+        if !dropped {
+            self.inner.on_event(event, ctx);
+        }
+    }
+
+    fn on_id_change(&self, old: &Id, new: &Id, ctx: Context<'_, S>) {
+        #[allow(deprecated)]
+        self.inner.on_id_change(old, new, ctx);
+    }
+
+    // SAFETY: the pointers returned point into `self` (itself, its lookup) or are the
+    // inner layer's own answer, valid for as long as `self` is, as the trait requires.
+    #[allow(unsafe_code)] // the trait's method is unsafe to implement; nothing else is
+    unsafe fn downcast_raw(&self, id: TypeId) -> Option<*const ()> {
+        if id == TypeId::of::<Self>() {
+            return Some(std::ptr::from_ref(self).cast());
+        }
+        if id == TypeId::of::<Lookup>() {
+            if let Some(lookup) = &self.lookup {
+                return Some(std::ptr::from_ref(lookup).cast());
+            }
+        }
+        // SAFETY: forwarded unchanged; the inner layer lives as long as `self`.
+        unsafe { self.inner.downcast_raw(id) }
+    }
+}
+
+impl<L> SkipDropped<L> {
+    /// Links `id`'s OpenTelemetry span to the dropped trace of `cx`.
+    fn link(&self, id: &Id, cx: &OtelContext) {
+        let Some(dispatch) = self.dispatch.get().and_then(WeakDispatch::upgrade) else {
+            return;
+        };
+        if let Some(span_cx) = tracing_opentelemetry::get_otel_context(id, &dispatch) {
+            span_cx
+                .span()
+                .add_link(cx.span().span_context().clone(), Vec::new());
+        }
+    }
+}
+
+/// The span id of the current OpenTelemetry context (invalid when it has no span).
+fn current_span_id() -> SpanId {
+    OtelContext::map_current(|cx| cx.span().span_context().span_id())
+}
+
+impl<L: fmt::Debug> fmt::Debug for SkipDropped<L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SkipDropped")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
