@@ -5,12 +5,14 @@
 
 use std::fmt::{self, Write as _};
 
-use globset::{GlobBuilder, GlobMatcher};
+use globset::GlobBuilder;
 use opentelemetry::Value;
 
 mod number;
+mod shape;
 
 use number::Numbers;
+use shape::{literal_parts, Shape, META};
 
 /// A compiled glob (`*` any run of characters, `/` included; `?` one character;
 /// `[abc]`, `{a,b}` and `\` escapes as in `globset`).
@@ -20,53 +22,6 @@ pub(crate) struct Pattern {
     shape: Shape,
     /// The same test on integer and float values, without writing them as text.
     numbers: Numbers,
-}
-
-#[derive(Clone)]
-enum Shape {
-    Any,
-    Exact(Box<str>),
-    Prefix(Box<str>),
-    Suffix(Box<str>),
-    /// A substring, with its searcher built once (boxed, like the matcher below, to
-    /// keep a pattern small: the rules are scanned in a row on every decision).
-    Contains(Box<memchr::memmem::Finder<'static>>),
-    /// A general glob, and the literal text it must start with (checked first: most
-    /// names are rejected without running the matcher).
-    Glob(Box<str>, Box<GlobMatcher>),
-}
-
-const META: &[char] = &['*', '?', '[', ']', '{', '}', '\\'];
-
-/// `glob` as a literal text, with whether a `*` comes before it and after it, if it
-/// has no other wildcard: an escape (`\{`) or a class of one character (`[{]`, as
-/// [`Pattern::wildcard`] writes) is that character. `None` for any other glob, and for
-/// `**` anywhere (next to a `/` it is globset's "any directories, none included":
-/// `**/health` matches `health`), which no fast shape says.
-fn literal_parts(glob: &str) -> Option<(bool, String, bool)> {
-    if glob.contains("**") {
-        return None;
-    }
-    let mut chars = glob.chars();
-    let leading = glob.starts_with('*');
-    if leading {
-        chars.next();
-    }
-    let mut literal = String::with_capacity(glob.len());
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' => literal.push(chars.next()?),
-            '[' => match (chars.next()?, chars.next()?) {
-                // `[!a]`, `[^a]` negate; a backslash in a class is left to globset.
-                (c, ']') if !matches!(c, '!' | '^' | '\\') => literal.push(c),
-                _ => return None,
-            },
-            '*' => return chars.next().is_none().then_some((leading, literal, true)),
-            '?' | ']' | '{' | '}' => return None,
-            c => literal.push(c),
-        }
-    }
-    Some((leading, literal, false))
 }
 
 impl Pattern {
@@ -384,6 +339,8 @@ impl fmt::Write for StackBuf {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     #[test]
@@ -561,5 +518,90 @@ mod tests {
     fn bad_globs_are_errors() {
         assert!(Pattern::glob("GET /[api").is_err());
         assert!(Pattern::glob("{a,b").is_err());
+    }
+
+    // Numbers matched as numbers (`number.rs`): the same answers as their text.
+    /// Integers at the edges of the ranges a prefix compiles to, and random ones.
+    fn integers() -> impl Strategy<Value = i64> {
+        prop_oneof![
+            any::<i64>(),
+            -1_000i64..1_000,
+            prop::sample::select(vec![
+                0,
+                i64::MAX,
+                i64::MIN,
+                i64::MIN + 1,
+                922_337_203_685_477_580,
+                -922_337_203_685_477_580,
+                1_999_999_999,
+                2_000_000_000,
+            ]),
+        ]
+    }
+
+    fn floats() -> impl Strategy<Value = f64> {
+        prop_oneof![
+            any::<f64>(),
+            prop::sample::select(vec![
+                0.0,
+                -0.0,
+                1.5,
+                -1.5,
+                0.25,
+                1e300,
+                f64::NAN,
+                f64::INFINITY,
+                f64::NEG_INFINITY,
+                5.0,
+            ]),
+            (-100i32..100).prop_map(|i| f64::from(i) / 4.0),
+        ]
+    }
+
+    /// Globs of the shapes numbers are compiled for (exact, prefix, `*`), and others.
+    fn globs() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "-?[0-9]{0,3}[*]?",
+            "-?(0|[1-9][0-9]{17,19})[*]?",
+            "(9223372036854775807|9223372036854775808|-9223372036854775808)[*]?",
+            "-?[0-9]{1,2}[.][0-9]{0,2}[*]?",
+            prop::sample::select(vec![
+                "NaN", "inf", "-inf", "-0", "+1", "1.50", "1e3", "*", "-*", "*0", "*.5", "1?",
+            ])
+            .prop_map(String::from),
+        ]
+    }
+
+    proptest! {
+        /// An integer or a float matches as a number what its `Display` text matches.
+        #[test]
+        fn numbers_match_what_their_text_matches(
+            glob in globs(),
+            int in integers(),
+            float in floats(),
+        ) {
+            let p = Pattern::glob(&glob).unwrap();
+            prop_assert_eq!(p.matches_value(&Value::I64(int)), p.is_match(&int.to_string()));
+            prop_assert_eq!(
+                p.matches_value(&Value::F64(float)),
+                p.is_match(&float.to_string())
+            );
+        }
+
+        /// The same for a value written by the pattern itself (so the match is often
+        /// true), and for its neighbours.
+        #[test]
+        fn numbers_written_as_the_pattern_match(glob in globs(), step in -2i64..=2) {
+            let p = Pattern::glob(&glob).unwrap();
+            let text = glob.trim_end_matches('*');
+            if let Ok(int) = text.parse::<i64>() {
+                for v in [int.saturating_add(step), int.saturating_mul(10), int.saturating_mul(100).saturating_add(step)] {
+                    prop_assert_eq!(p.matches_value(&Value::I64(v)), p.is_match(&v.to_string()), "{}", v);
+                }
+            }
+            if let Ok(float) = text.parse::<f64>() {
+                prop_assert_eq!(p.matches_value(&Value::F64(float)), p.is_match(&float.to_string()));
+            }
+        }
     }
 }

@@ -1,5 +1,8 @@
 //! The decision side of a lease: one `AtomicU64` the hot path spends lock-free.
 //!
+//! The word is the window limiters' (window, count) word (`limiter/packed.rs`, written
+//! once there, with its one compare-exchange), its count the permits remaining:
+//!
 //! ```text
 //!  63                         22 21                  0
 //! +-----------------------------+---------------------+
@@ -24,31 +27,15 @@
 //! Every access is `Relaxed`. The words publish no other memory (the decision returns
 //! only what it read from the word itself), and each word's modification order already
 //! serialises the compare-exchanges: every write is a compare-exchange from the exact
-//! word the new value was computed from, so no spend, top-up or roll can be lost or land
-//! in the wrong window. A refusal only loads.
+//! word the new value was computed from (`packed::replace`), so no spend, top-up or roll
+//! can be lost or land in the wrong window. A refusal only loads.
 
 use crossbeam_utils::CachePadded;
 
+use crate::limiter::packed::{
+    pack, replace, unpack, COUNT_MASK as REMAINING_MASK, MAX_WINDOW_INDEX as MAX_WINDOW_ID,
+};
 use crate::sync::{AtomicU64, Ordering};
-
-/// Bits of the remaining field.
-const REMAINING_BITS: u32 = 22;
-/// Mask of the remaining field.
-const REMAINING_MASK: u64 = (1 << REMAINING_BITS) - 1;
-/// The largest window id the word holds.
-pub(crate) const MAX_WINDOW_ID: u64 = u64::MAX >> REMAINING_BITS;
-// The remaining field holds every permit count a `Limit` accepts.
-const _: () = assert!(crate::limit::Limit::MAX_PERMITS as u64 <= REMAINING_MASK);
-
-#[inline]
-pub(crate) const fn pack(window: u64, remaining: u64) -> u64 {
-    (window << REMAINING_BITS) | remaining
-}
-
-#[inline]
-pub(crate) const fn unpack(word: u64) -> (u64, u64) {
-    (word >> REMAINING_BITS, word & REMAINING_MASK)
-}
 
 /// The lease words of one instance.
 #[derive(Debug)]
@@ -94,13 +81,8 @@ impl LeaseWord {
             if remaining == 0 {
                 return None;
             }
-            return match self.word.compare_exchange_weak(
-                current,
-                current - 1,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => Some(window),
+            return match replace(&self.word, current, current - 1) {
+                Ok(()) => Some(window),
                 Err(actual) => self.spend_from(actual, window),
             };
         }
@@ -137,13 +119,8 @@ impl LeaseWord {
             } else {
                 return None;
             };
-            match self.word.compare_exchange_weak(
-                current,
-                next,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return Some(unpack(next).0),
+            match replace(&self.word, current, next) {
+                Ok(()) => return Some(unpack(next).0),
                 Err(actual) => current = actual,
             }
         }
@@ -168,13 +145,8 @@ impl LeaseWord {
                 return false;
             }
             let next = pack(window, granted.min(REMAINING_MASK));
-            match self.word.compare_exchange_weak(
-                current,
-                next,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return true,
+            match replace(&self.word, current, next) {
+                Ok(()) => return true,
                 Err(actual) => current = actual,
             }
         }
@@ -193,13 +165,8 @@ impl LeaseWord {
             } else {
                 return Added::Expired;
             };
-            match self.word.compare_exchange_weak(
-                current,
-                next,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return Added::Installed,
+            match replace(&self.word, current, next) {
+                Ok(()) => return Added::Installed,
                 Err(actual) => current = actual,
             }
         }
@@ -256,13 +223,6 @@ mod tests {
         }
         assert_eq!(l.word.load(Ordering::Relaxed), before);
     }
-
-    #[test]
-    fn layout_round_trips() {
-        for (w, r) in [(0, 0), (MAX_WINDOW_ID, REMAINING_MASK), (1 << 40, 7)] {
-            assert_eq!(unpack(pack(w, r)), (w, r));
-        }
-    }
 }
 
 #[cfg(all(test, loom))]
@@ -271,6 +231,7 @@ mod loom_tests {
     use loom::thread;
 
     use super::*;
+    use crate::limiter::loom_support::model;
 
     /// A decider spends in window 1 then in window 2 (where only the prefetched lease may
     /// start the window) while the worker tops up window 1 and rolls to window 2: window
@@ -279,7 +240,7 @@ mod loom_tests {
     /// in window 2. Exhaustive (two threads).
     #[test]
     fn loom_spend_vs_top_up_vs_roll() {
-        loom::model(|| {
+        model(2, || {
             let l = Arc::new(LeaseWord::new());
             l.add(1, 1);
             l.publish_next(2, 1);
@@ -325,7 +286,7 @@ mod loom_tests {
     /// every permit installed is spent at most once, none is lost. Exhaustive.
     #[test]
     fn loom_two_deciders_vs_top_up() {
-        loom::model(|| {
+        model(2, || {
             let l = Arc::new(LeaseWord::new());
             l.add(7, 1);
             let decider = {

@@ -674,16 +674,10 @@ mod loom_tests {
 
     use super::*;
     use crate::clock::ManualClock;
-    use crate::limiter::loom_support::{model, stamps_of};
-
-    const W: u64 = 1_000_000_000;
+    use crate::limiter::loom_support::{limit, model, stamps_of, W};
 
     fn limiter(permits: u32, sub_windows: u32, paced: bool) -> Arc<BucketedWindow<ManualClock>> {
-        let limit = Limit::per_window(permits, Duration::from_nanos(W))
-            .unwrap()
-            .with_sub_windows(sub_windows)
-            .unwrap();
-        let limit = if paced { limit } else { limit.unpaced() };
+        let limit = limit(permits, paced).with_sub_windows(sub_windows).unwrap();
         Arc::new(BucketedWindow::with_clock(limit, ManualClock::new()))
     }
 

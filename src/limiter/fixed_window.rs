@@ -297,14 +297,15 @@ mod loom_tests {
 
     use super::*;
     use crate::clock::ManualClock;
-    use crate::limiter::loom_support::{check_per_window, model, stamps_in_windows, stamps_of};
-
-    const W: u64 = 1_000_000_000;
+    use crate::limiter::loom_support::{
+        check_per_window, limit, model, stamps_in_windows, stamps_of, W,
+    };
 
     fn limiter(permits: u32, paced: bool) -> Arc<FixedWindow<ManualClock>> {
-        let limit = Limit::per_window(permits, std::time::Duration::from_nanos(W)).unwrap();
-        let limit = if paced { limit } else { limit.unpaced() };
-        Arc::new(FixedWindow::with_clock(limit, ManualClock::new()))
+        Arc::new(FixedWindow::with_clock(
+            limit(permits, paced),
+            ManualClock::new(),
+        ))
     }
 
     /// Paced, N = 2 in two sub-windows: two workers each call in the first half, in

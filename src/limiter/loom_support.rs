@@ -1,9 +1,27 @@
-//! Helpers shared by the loom model tests of the limiters.
+//! The loom harness of the limiters' model tests, written once: the window and limit
+//! every model uses, the model runner, the workers that call a limiter and return what
+//! it admitted, and the checks on those admissions.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use loom::sync::Arc;
 use loom::thread;
+
+use crate::limit::Limit;
+
+/// The window of every model: 1 s.
+pub(crate) const W: u64 = 1_000_000_000;
+
+/// `permits` per window [`W`], paced or not.
+pub(crate) fn limit(permits: u32, paced: bool) -> Limit {
+    let limit = Limit::per_window(permits, Duration::from_nanos(W)).unwrap();
+    if paced {
+        limit
+    } else {
+        limit.unpaced()
+    }
+}
 
 /// Runs `f` under loom: exhaustively for up to two workers, with at most two preemptions
 /// (or `LOOM_MAX_PREEMPTIONS`) for three or more.
@@ -31,19 +49,32 @@ pub(crate) fn check_per_window(per_window: &BTreeMap<u64, usize>, permits: usize
     }
 }
 
+/// Asserts that no interval (t - W, t] holds more than `bound` stamps.
+pub(crate) fn check_sliding(stamps: &[u64], bound: usize) {
+    for &t in stamps {
+        let inside = stamps.iter().filter(|&&s| s + W > t && s <= t).count();
+        assert!(
+            inside <= bound,
+            "{inside} stamps in ({}, {t}]: {stamps:?}",
+            t.saturating_sub(W)
+        );
+    }
+}
+
 /// Spawns `workers` loom threads; worker `i` calls `acquire(limiter, t)` for each `t`
 /// of `times(i)`. Returns every admission's stamp.
 pub(crate) fn stamps_of<L: Send + Sync + 'static>(
     limiter: &Arc<L>,
     workers: u64,
-    times: fn(u64) -> Vec<u64>,
+    times: impl Fn(u64) -> Vec<u64>,
     acquire: fn(&L, u64) -> Option<u64>,
 ) -> Vec<u64> {
     let handles: Vec<_> = (0..workers)
         .map(|i| {
             let l = limiter.clone();
+            let times = times(i);
             thread::spawn(move || {
-                times(i)
+                times
                     .into_iter()
                     .filter_map(|t| acquire(&l, t))
                     .collect::<Vec<_>>()

@@ -4,7 +4,8 @@ mod any;
 mod bucketed_window;
 mod fixed_window;
 mod pacing;
-mod packed;
+// Crate-visible: the fleet's lease word is the same word.
+pub(crate) mod packed;
 #[cfg(all(test, not(loom)))]
 mod prop_support;
 mod sliding_log;

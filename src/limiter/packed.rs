@@ -1,4 +1,5 @@
-//! The one-word layout shared by the window limiters.
+//! The one-word (window, count) layout, and its one write: the window limiters' state,
+//! and the fleet's lease word (`fleet/word.rs`, whose count is the permits remaining).
 //!
 //! ```text
 //!  63                      22 21                 0
@@ -19,16 +20,16 @@ use crate::sync::{AtomicU64, Ordering};
 
 /// Bits of the count field.
 const COUNT_BITS: u32 = 22;
-/// Mask of the count field.
-const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
+/// Mask of the count field: also the largest count the word holds.
+pub(crate) const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
 /// The largest window index the word holds.
-const MAX_WINDOW_INDEX: u64 = u64::MAX >> COUNT_BITS;
+pub(crate) const MAX_WINDOW_INDEX: u64 = u64::MAX >> COUNT_BITS;
 
 // The count field holds every permit count a `Limit` accepts.
 const _: () = assert!(Limit::MAX_PERMITS as u64 <= COUNT_MASK);
 
 /// Replaces `current` with `next` in a packed word, the one write every packed limiter
-/// makes: `Err(actual)` when another thread changed the word first (or spuriously).
+/// (and the fleet's lease word) makes: `Err(actual)` when another thread changed the word first (or spuriously).
 ///
 /// `Relaxed` both ways: the word publishes no other memory, and a single location's
 /// modification order already serialises the compare-exchanges; a new value is always
@@ -112,7 +113,9 @@ mod tests {
         for (w, c) in [
             (0, 0),
             (MAX_WINDOW_INDEX, u64::from(Limit::MAX_PERMITS)),
+            (MAX_WINDOW_INDEX, COUNT_MASK),
             (12345, 1),
+            (1 << 40, 7),
         ] {
             assert_eq!(unpack(pack(w, c)), (w, c));
         }

@@ -471,50 +471,25 @@ mod tests {
 #[cfg(all(test, loom))]
 mod loom_tests {
     use loom::sync::Arc;
-    use loom::thread;
 
     use super::*;
     use crate::clock::ManualClock;
-    use crate::limiter::loom_support::{check_per_window, model, stamps_in_windows, stamps_of};
-
-    const W: u64 = 1_000_000_000;
+    use crate::limiter::loom_support::{
+        check_per_window, check_sliding, limit, model, stamps_in_windows, stamps_of, W,
+    };
 
     fn limiter(permits: u32, paced: bool) -> Arc<SlidingLog<ManualClock>> {
-        let limit = Limit::per_window(permits, std::time::Duration::from_nanos(W)).unwrap();
-        let limit = if paced { limit } else { limit.unpaced() };
-        Arc::new(SlidingLog::with_clock(limit, ManualClock::new()))
-    }
-
-    /// Asserts that no interval (t - W, t] holds more than `permits` stamps.
-    fn check_sliding(stamps: &[u64], permits: usize) {
-        for &t in stamps {
-            let inside = stamps.iter().filter(|&&s| s + W > t && s <= t).count();
-            assert!(
-                inside <= permits,
-                "{inside} stamps in ({}, {t}]: {stamps:?}",
-                t.saturating_sub(W)
-            );
-        }
+        Arc::new(SlidingLog::with_clock(
+            limit(permits, paced),
+            ManualClock::new(),
+        ))
     }
 
     fn run(workers: u64, permits: u32, paced: bool, times: &'static [u64]) {
         model(workers as usize, move || {
             let l = limiter(permits, paced);
-            let handles: Vec<_> = (0..workers)
-                .map(|i| {
-                    let l = l.clone();
-                    thread::spawn(move || {
-                        times
-                            .iter()
-                            .filter_map(|&t| l.acquire_at(t + i))
-                            .collect::<Vec<_>>()
-                    })
-                })
-                .collect();
-            let stamps: Vec<u64> = handles
-                .into_iter()
-                .flat_map(|h| h.join().unwrap())
-                .collect();
+            let offset = |i: u64| times.iter().map(|&t| t + i).collect();
+            let stamps = stamps_of(&l, workers, offset, SlidingLog::acquire_at);
             check_sliding(&stamps, permits as usize);
             assert!(!stamps.is_empty());
             if paced {

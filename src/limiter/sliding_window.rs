@@ -336,40 +336,22 @@ mod tests {
 #[cfg(all(test, loom))]
 mod loom_tests {
     use loom::sync::Arc;
-    use loom::thread;
 
     use super::*;
     use crate::clock::ManualClock;
-    use crate::limiter::loom_support::{check_per_window, model, stamps_in_windows};
-
-    const W: u64 = 1_000_000_000;
+    use crate::limiter::loom_support::{
+        check_per_window, check_sliding, limit, model, stamps_in_windows, stamps_of, W,
+    };
 
     fn run(workers: u64, permits: u32, paced: bool, times: &'static [u64]) {
         model(workers as usize, move || {
-            let limit = Limit::per_window(permits, std::time::Duration::from_nanos(W)).unwrap();
-            let limit = if paced { limit } else { limit.unpaced() };
+            let limit = limit(permits, paced);
             let l = Arc::new(SlidingWindowCounter::with_clock(limit, ManualClock::new()));
-            let handles: Vec<_> = (0..workers)
-                .map(|i| {
-                    let l = l.clone();
-                    thread::spawn(move || {
-                        times
-                            .iter()
-                            .filter_map(|&t| l.acquire_at(t + i))
-                            .collect::<Vec<_>>()
-                    })
-                })
-                .collect();
-            let stamps: Vec<u64> = handles
-                .into_iter()
-                .flat_map(|h| h.join().unwrap())
-                .collect();
+            let offset = |i: u64| times.iter().map(|&t| t + i).collect();
+            let stamps = stamps_of(&l, workers, offset, SlidingWindowCounter::acquire_at);
             check_per_window(&stamps_in_windows(&stamps, W), permits as usize);
             // Sliding bound: at most 2N in any interval of length W.
-            for &t in &stamps {
-                let inside = stamps.iter().filter(|&&s| s + W > t && s <= t).count();
-                assert!(inside <= 2 * permits as usize, "{stamps:?}");
-            }
+            check_sliding(&stamps, 2 * permits as usize);
             assert!(!stamps.is_empty());
             if paced {
                 // Two sub-windows (N = 2): at most one stamp in any window's first half.

@@ -5,7 +5,7 @@
 //! out. Each test answers what the text test answers; the shapes it does not cover
 //! (suffixes, substrings, globs) keep the text test.
 
-use super::Shape;
+use super::shape::Shape;
 
 /// How a pattern tests numbers, compiled from its shape.
 #[derive(Clone)]
@@ -194,97 +194,5 @@ impl Numbers {
     #[inline(always)]
     pub(super) fn float(&self, value: f64) -> Option<bool> {
         self.float.matches(value)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use opentelemetry::Value;
-    use proptest::prelude::*;
-
-    use super::super::Pattern;
-
-    /// Integers at the edges of the ranges a prefix compiles to, and random ones.
-    fn integers() -> impl Strategy<Value = i64> {
-        prop_oneof![
-            any::<i64>(),
-            -1_000i64..1_000,
-            prop::sample::select(vec![
-                0,
-                i64::MAX,
-                i64::MIN,
-                i64::MIN + 1,
-                922_337_203_685_477_580,
-                -922_337_203_685_477_580,
-                1_999_999_999,
-                2_000_000_000,
-            ]),
-        ]
-    }
-
-    fn floats() -> impl Strategy<Value = f64> {
-        prop_oneof![
-            any::<f64>(),
-            prop::sample::select(vec![
-                0.0,
-                -0.0,
-                1.5,
-                -1.5,
-                0.25,
-                1e300,
-                f64::NAN,
-                f64::INFINITY,
-                f64::NEG_INFINITY,
-                5.0,
-            ]),
-            (-100i32..100).prop_map(|i| f64::from(i) / 4.0),
-        ]
-    }
-
-    /// Globs of the shapes numbers are compiled for (exact, prefix, `*`), and others.
-    fn globs() -> impl Strategy<Value = String> {
-        prop_oneof![
-            "-?[0-9]{0,3}[*]?",
-            "-?(0|[1-9][0-9]{17,19})[*]?",
-            "(9223372036854775807|9223372036854775808|-9223372036854775808)[*]?",
-            "-?[0-9]{1,2}[.][0-9]{0,2}[*]?",
-            prop::sample::select(vec![
-                "NaN", "inf", "-inf", "-0", "+1", "1.50", "1e3", "*", "-*", "*0", "*.5", "1?",
-            ])
-            .prop_map(String::from),
-        ]
-    }
-
-    proptest! {
-        /// An integer or a float matches as a number what its `Display` text matches.
-        #[test]
-        fn numbers_match_what_their_text_matches(
-            glob in globs(),
-            int in integers(),
-            float in floats(),
-        ) {
-            let p = Pattern::glob(&glob).unwrap();
-            prop_assert_eq!(p.matches_value(&Value::I64(int)), p.is_match(&int.to_string()));
-            prop_assert_eq!(
-                p.matches_value(&Value::F64(float)),
-                p.is_match(&float.to_string())
-            );
-        }
-
-        /// The same for a value written by the pattern itself (so the match is often
-        /// true), and for its neighbours.
-        #[test]
-        fn numbers_written_as_the_pattern_match(glob in globs(), step in -2i64..=2) {
-            let p = Pattern::glob(&glob).unwrap();
-            let text = glob.trim_end_matches('*');
-            if let Ok(int) = text.parse::<i64>() {
-                for v in [int.saturating_add(step), int.saturating_mul(10), int.saturating_mul(100).saturating_add(step)] {
-                    prop_assert_eq!(p.matches_value(&Value::I64(v)), p.is_match(&v.to_string()), "{}", v);
-                }
-            }
-            if let Ok(float) = text.parse::<f64>() {
-                prop_assert_eq!(p.matches_value(&Value::F64(float)), p.is_match(&float.to_string()));
-            }
-        }
     }
 }

@@ -63,48 +63,45 @@ impl Footprint {
     }
 }
 
-impl SamplingConfig {
-    /// The first of the file default and the listed services (in file order) whose
-    /// sampler's limiters would take more than the memory budget. Linear in the file;
-    /// allocates nothing.
-    pub(crate) fn over_budget(&self) -> Option<OverBudget> {
-        std::iter::once(None)
-            .chain((0..self.services.len()).map(Some))
-            .find_map(|service| {
-                let footprint = self.sampler_footprint(service);
-                let (largest, largest_spec, largest_bytes) = footprint.largest?;
-                (footprint.total > self.memory_budget).then_some(OverBudget {
-                    service,
-                    largest,
-                    largest_bytes,
-                    largest_spec,
-                    total: footprint.total,
-                })
+/// The first of the file default and the listed services (in file order) whose
+/// sampler's limiters would take more than the memory budget. Linear in the file;
+/// allocates nothing.
+pub(crate) fn over_budget(config: &SamplingConfig) -> Option<OverBudget> {
+    std::iter::once(None)
+        .chain((0..config.services.len()).map(Some))
+        .find_map(|service| {
+            let footprint = sampler_footprint(config, service);
+            let (largest, largest_spec, largest_bytes) = footprint.largest?;
+            (footprint.total > config.memory_budget).then_some(OverBudget {
+                service,
+                largest,
+                largest_bytes,
+                largest_spec,
+                total: footprint.total,
             })
-    }
+        })
+}
 
-    /// What the limiters of the sampler of listed service `service` (`None`: of the
-    /// file default) take: its own policy (the default's, when it has none) and cap as
-    /// it applies them, and its rules, own and inherited.
-    fn sampler_footprint(&self, service: Option<usize>) -> Footprint {
-        let default = &self.default;
-        match service {
-            None => {
-                let rules =
-                    || (default.rules.iter().enumerate()).map(|(j, r)| (Culprit::Rule(j), r));
-                footprint(default.policy, default.cap, rules)
-            }
-            Some(i) => {
-                let s = &self.services[i];
-                let rules = || {
-                    let own = (s.rules.iter().enumerate()).map(|(j, r)| (Culprit::Rule(j), r));
-                    let inherited = self
-                        .inherited_rules(s)
-                        .map(|(k, r)| (Culprit::Inherited(k), r));
-                    own.chain(inherited)
-                };
-                footprint(s.policy.or(default.policy), s.cap, rules)
-            }
+/// What the limiters of the sampler of listed service `service` (`None`: of the
+/// file default) take: its own policy (the default's, when it has none) and cap as
+/// it applies them, and its rules, own and inherited.
+fn sampler_footprint(config: &SamplingConfig, service: Option<usize>) -> Footprint {
+    let default = &config.default;
+    match service {
+        None => {
+            let rules = || (default.rules.iter().enumerate()).map(|(j, r)| (Culprit::Rule(j), r));
+            footprint(default.policy, default.cap, rules)
+        }
+        Some(i) => {
+            let s = &config.services[i];
+            let rules = || {
+                let own = (s.rules.iter().enumerate()).map(|(j, r)| (Culprit::Rule(j), r));
+                let inherited = config
+                    .inherited_rules(s)
+                    .map(|(k, r)| (Culprit::Inherited(k), r));
+                own.chain(inherited)
+            };
+            footprint(s.policy.or(default.policy), s.cap, rules)
         }
     }
 }
@@ -179,7 +176,7 @@ pub(crate) fn over_budget_together(
     let mut largest: Option<(usize, Option<usize>, Culprit, LimitSpec, usize)> = None;
     for (k, config) in configs.iter().enumerate() {
         let listed = config.position(service);
-        let footprint = config.sampler_footprint(listed);
+        let footprint = sampler_footprint(config, listed);
         total = total.saturating_add(footprint.total);
         if let Some((culprit, spec, bytes)) = footprint.largest {
             if largest.is_none_or(|(.., most)| bytes > most) {
@@ -208,7 +205,7 @@ pub(crate) fn footprint_together(configs: &[&SamplingConfig], service: &str) -> 
     let budget = (configs.iter().map(|c| c.memory_budget).max())
         .unwrap_or(SamplingConfig::DEFAULT_MEMORY_BUDGET);
     let total = configs.iter().fold(0usize, |total, config| {
-        let footprint = config.sampler_footprint(config.position(service));
+        let footprint = sampler_footprint(config, config.position(service));
         total.saturating_add(footprint.total)
     });
     (total, budget)
@@ -384,9 +381,9 @@ mod tests {
             .map(|l| l.bytes())
             .sum();
         config.memory_budget = total;
-        assert!(config.over_budget().is_none());
+        assert!(over_budget(&config).is_none());
         config.memory_budget = total - 1;
-        let over = config.over_budget().unwrap();
+        let over = over_budget(&config).unwrap();
         assert_eq!(
             (over.service, over.largest, over.total),
             (Some(0), Culprit::Cap, total)
@@ -400,7 +397,7 @@ mod tests {
             SamplingConfig::from_toml_str(&text, "b.toml").unwrap()
         };
         let (mut small, mut large) = (log(1000), log(2000));
-        let total = small.sampler_footprint(None).total + large.sampler_footprint(None).total;
+        let total = sampler_footprint(&small, None).total + sampler_footprint(&large, None).total;
         small.memory_budget = 1 << 10;
         large.memory_budget = total;
         assert!(over_budget_together(&[&small, &large], "svc").is_none());

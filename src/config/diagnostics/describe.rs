@@ -8,12 +8,9 @@ use crate::config::model::{
 };
 use crate::sampler::Origin;
 
-impl SamplingConfig {
-    /// The effective rules for `service`, in evaluation order, for people to read (what
-    /// the `otel-rate-sampler check` command prints).
-    pub fn describe(&self, service: &str) -> impl fmt::Display + '_ {
-        Describe(self.service(service), self.lists(service))
-    }
+/// [`SamplingConfig::describe`]'s text.
+pub(crate) fn describe(config: &SamplingConfig, service: &str) -> impl fmt::Display {
+    Describe(config.service(service), config.lists(service))
 }
 
 struct Describe(ServiceConfig, bool);

@@ -188,12 +188,9 @@ impl LimiterMemory {
     }
 }
 
-impl SamplingConfig {
-    /// The settings `service`'s sampler applies: its own if the file lists it, else the
-    /// file default's (as [`RuleBasedSampler::new`](crate::RuleBasedSampler::new)).
-    pub fn effective_rules(&self, service: &str) -> EffectiveRules {
-        EffectiveRules::of(&self.service(service), self.lists(service))
-    }
+/// [`SamplingConfig::effective_rules`]: the settings of `service`'s sampler as values.
+pub(crate) fn effective_rules(config: &SamplingConfig, service: &str) -> EffectiveRules {
+    EffectiveRules::of(&config.service(service), config.lists(service))
 }
 
 impl EffectiveRules {

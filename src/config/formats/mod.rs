@@ -16,82 +16,68 @@ use std::path::Path;
 use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
 use crate::config::model::SamplingConfig;
 
-impl SamplingConfig {
-    /// Loads a file, choosing the format by the name's extension and the content:
-    ///
-    /// * `.json`: Jaeger sampling strategies;
-    /// * `.yaml` / `.yml` (feature `yaml`): an OpenTelemetry declarative configuration
-    ///   file if it has a top-level `file_format` (the rules of its first
-    ///   `rate_limiting` sampler, see [`DeclarativeSampler`](crate::DeclarativeSampler)),
-    ///   else a rule file in YAML ([`from_yaml_str`](Self::from_yaml_str));
-    /// * anything else: TOML.
-    ///
-    /// # Errors
-    ///
-    /// A [`ConfigError`] naming the file, line, column and key of the first mistake.
-    pub fn from_path(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
-        Self::from_path_with(path.as_ref(), None)
-    }
+/// [`SamplingConfig::from_path`], with `redis` (from the environment), when given,
+/// replacing a TOML file's `[fleet] redis`.
+pub(crate) fn from_path_with(
+    path: &Path,
+    redis: Option<&[String]>,
+) -> Result<SamplingConfig, ConfigError> {
+    let file = path.display().to_string();
+    let text = read_file(path, &file)?;
+    from_file_text(path, &text, redis)
+}
 
-    /// [`from_path`](Self::from_path), with `redis` (from the environment), when given,
-    /// replacing a TOML file's `[fleet] redis`.
-    pub(crate) fn from_path_with(
-        path: &Path,
-        redis: Option<&[String]>,
-    ) -> Result<Self, ConfigError> {
-        let file = path.display().to_string();
-        let text = read_file(path, &file)?;
-        Self::from_file_text(path, &text, redis)
+/// The file at `path` as [`from_path_with`] reads it, from
+/// `text`, its contents already read.
+pub(crate) fn from_file_text(
+    path: &Path,
+    text: &str,
+    redis: Option<&[String]>,
+) -> Result<SamplingConfig, ConfigError> {
+    let file = path.display().to_string();
+    let extension = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or_default();
+    if extension.eq_ignore_ascii_case("json") {
+        jaeger::load(text, &file)
+    } else if is_yaml_path(path) {
+        from_yaml_file(text, &file, redis)
+    } else {
+        toml::load(text, &file, redis)
     }
+}
 
-    /// The file at `path` as [`from_path_with`](Self::from_path_with) reads it, from
-    /// `text`, its contents already read.
-    pub(crate) fn from_file_text(
-        path: &Path,
-        text: &str,
-        redis: Option<&[String]>,
-    ) -> Result<Self, ConfigError> {
-        let file = path.display().to_string();
-        let extension = path
-            .extension()
-            .and_then(|e| e.to_str())
-            .unwrap_or_default();
-        if extension.eq_ignore_ascii_case("json") {
-            Self::from_jaeger_json_str(text, &file)
-        } else if is_yaml_path(path) {
-            Self::from_yaml_file(text, &file, redis)
-        } else {
-            Self::from_toml_with(text, &file, redis)
-        }
+/// A `.yaml` / `.yml` file: a declarative configuration file (it has a
+/// `file_format`), whose first `rate_limiting` sampler holds the rules, or a rule
+/// file in YAML.
+#[cfg(feature = "yaml")]
+fn from_yaml_file(
+    text: &str,
+    file: &str,
+    redis: Option<&[String]>,
+) -> Result<SamplingConfig, ConfigError> {
+    if declarative::is_declarative(text) {
+        declarative::rate_limiting_config(text, file, redis)
+    } else {
+        yaml::load(text, file, redis)
     }
+}
 
-    /// A `.yaml` / `.yml` file: a declarative configuration file (it has a
-    /// `file_format`), whose first `rate_limiting` sampler holds the rules, or a rule
-    /// file in YAML.
-    #[cfg(feature = "yaml")]
-    fn from_yaml_file(
-        text: &str,
-        file: &str,
-        redis: Option<&[String]>,
-    ) -> Result<Self, ConfigError> {
-        if declarative::is_declarative(text) {
-            declarative::rate_limiting_config(text, file, redis)
-        } else {
-            Self::from_yaml_with(text, file, redis)
-        }
-    }
-
-    /// A `.yaml` / `.yml` file in a build without the `yaml` feature: refused.
-    #[cfg(not(feature = "yaml"))]
-    fn from_yaml_file(_: &str, file: &str, _: Option<&[String]>) -> Result<Self, ConfigError> {
-        Err(ConfigError::new(
-            ConfigErrorKind::MissingFeature,
-            file,
-            Pos::default(),
-            "",
-            "a YAML file needs the `yaml` feature of otel-rate-sampler; build with it, or write the rules in TOML",
-        ))
-    }
+/// A `.yaml` / `.yml` file in a build without the `yaml` feature: refused.
+#[cfg(not(feature = "yaml"))]
+fn from_yaml_file(
+    _: &str,
+    file: &str,
+    _: Option<&[String]>,
+) -> Result<SamplingConfig, ConfigError> {
+    Err(ConfigError::new(
+        ConfigErrorKind::MissingFeature,
+        file,
+        Pos::default(),
+        "",
+        "a YAML file needs the `yaml` feature of otel-rate-sampler; build with it, or write the rules in TOML",
+    ))
 }
 
 /// Whether `path` names a YAML file, by its extension (`.yaml`, `.yml`, any case).

@@ -10,50 +10,19 @@ use crate::config::error::{ConfigError, ConfigErrorKind};
 use crate::config::formats::rule_file::{Ctx, RawFile};
 use crate::config::model::SamplingConfig;
 
-impl SamplingConfig {
-    /// Parses a TOML configuration; `file` names it in errors.
-    ///
-    /// ```
-    /// use otel_rate_sampler::SamplingConfig;
-    ///
-    /// let config = SamplingConfig::from_toml_str(r#"
-    ///     [default]
-    ///     rate = 10.0
-    ///
-    ///     [[service]]
-    ///     name = "checkout"
-    ///     cap = { rate = 50.0 }
-    ///
-    ///     [[service.rule]]
-    ///     name = "health"
-    ///     span_name = "GET /health*"
-    ///     probability = 0.0
-    /// "#, "sampling.toml")?;
-    /// assert_eq!(config.services().collect::<Vec<_>>(), ["checkout"]);
-    /// # Ok::<(), otel_rate_sampler::ConfigError>(())
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// A [`ConfigError`] naming `file`, the line, column and key of the first mistake.
-    pub fn from_toml_str(text: &str, file: &str) -> Result<Self, ConfigError> {
-        Self::from_toml_with(text, file, None)
-    }
-
-    /// [`from_toml_str`](Self::from_toml_str), with `redis` (from the environment), when
-    /// given, replacing the `[fleet]` table's Redis URLs.
-    pub(crate) fn from_toml_with(
-        text: &str,
-        file: &str,
-        redis: Option<&[String]>,
-    ) -> Result<Self, ConfigError> {
-        // A UTF-8 byte order mark (some Windows editors write one) is not part of the
-        // text, nor counted in columns.
-        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-        let ctx = Ctx::new(text, file);
-        let raw: RawFile = toml::from_str(text).map_err(|e| toml_error(&ctx, &e))?;
-        ctx.config(&raw, redis)
-    }
+/// [`SamplingConfig::from_toml_str`], with `redis` (from the environment), when
+/// given, replacing the `[fleet]` table's Redis URLs.
+pub(crate) fn load(
+    text: &str,
+    file: &str,
+    redis: Option<&[String]>,
+) -> Result<SamplingConfig, ConfigError> {
+    // A UTF-8 byte order mark (some Windows editors write one) is not part of the
+    // text, nor counted in columns.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let ctx = Ctx::new(text, file);
+    let raw: RawFile = toml::from_str(text).map_err(|e| toml_error(&ctx, &e))?;
+    ctx.config(&raw, redis)
 }
 
 /// A TOML syntax or shape error, with its kind worked out from serde's message.

@@ -13,49 +13,15 @@ use crate::config::formats::rule_file::{Ctx, RawFile};
 use crate::config::formats::spanned::{reading, Format, Spanned};
 use crate::config::model::SamplingConfig;
 
-impl SamplingConfig {
-    /// Parses a YAML configuration (feature `yaml`); `file` names it in errors.
-    ///
-    /// The keys are those of the TOML format: a `default` mapping, a `service` list whose
-    /// entries have a `rule` list, and a `fleet` mapping.
-    ///
-    /// ```
-    /// use otel_rate_sampler::SamplingConfig;
-    ///
-    /// let config = SamplingConfig::from_yaml_str("
-    /// default:
-    ///   rate: 10.0
-    /// service:
-    ///   - name: checkout
-    ///     cap: { rate: 50.0 }
-    ///     rule:
-    ///       - name: health
-    ///         span_name: GET /health*
-    ///         probability: 0.0
-    /// ", "sampling.yaml")?;
-    /// assert_eq!(config.services().collect::<Vec<_>>(), ["checkout"]);
-    /// # Ok::<(), otel_rate_sampler::ConfigError>(())
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// A [`ConfigError`] naming `file`, the line, column (in characters) and key of the
-    /// first mistake: YAML syntax, a key the model does not know, a value of the wrong
-    /// type, or any check the TOML loader makes.
-    pub fn from_yaml_str(text: &str, file: &str) -> Result<Self, ConfigError> {
-        Self::from_yaml_with(text, file, None)
-    }
-
-    /// [`from_yaml_str`](Self::from_yaml_str), with `redis` (from the environment), when
-    /// given, replacing the `fleet` mapping's Redis URLs.
-    pub(crate) fn from_yaml_with(
-        text: &str,
-        file: &str,
-        redis: Option<&[String]>,
-    ) -> Result<Self, ConfigError> {
-        let raw: RawFile = parse(text, file)?;
-        Ctx::new(text, file).config(&raw, redis)
-    }
+/// [`SamplingConfig::from_yaml_str`], with `redis` (from the environment), when
+/// given, replacing the `fleet` mapping's Redis URLs.
+pub(crate) fn load(
+    text: &str,
+    file: &str,
+    redis: Option<&[String]>,
+) -> Result<SamplingConfig, ConfigError> {
+    let raw: RawFile = parse(text, file)?;
+    Ctx::new(text, file).config(&raw, redis)
 }
 
 /// Deserialises YAML `text` (from `file`) with spans, into the raw structs.

@@ -3,9 +3,9 @@
 use opentelemetry::trace::SpanKind;
 
 use crate::config::error::Pos;
-use crate::config::model::pattern::Pattern;
 use crate::limit::Limit;
 use crate::limiter::Algorithm;
+use crate::pattern::Pattern;
 use crate::sampler::Origin;
 
 /// A limit, the algorithm that enforces it and who shares it.

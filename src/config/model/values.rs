@@ -6,9 +6,9 @@ use std::time::Duration;
 use opentelemetry::trace::SpanKind;
 
 use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
-use crate::config::model::pattern::Pattern;
 use crate::limit::{Limit, LimitError};
 use crate::limiter::Algorithm;
+use crate::pattern::Pattern;
 use crate::sampler::{Origin, RemoteParents};
 
 /// A value that failed a check, before its location is known.

@@ -17,3 +17,4 @@ mod shadowing;
 pub use finding::Lint;
 pub use kind::{LintKind, Severity};
 pub use limits::LARGE_MEMORY_BYTES;
+pub(crate) use service::lints;

@@ -2,8 +2,8 @@
 
 use super::finding::Lint;
 use super::kind::LintKind;
-use crate::config::model::pattern::Pattern;
 use crate::config::model::{Rule, ServiceConfig};
+use crate::pattern::Pattern;
 
 /// Rules that an earlier rule always matches first.
 pub(super) fn shadowed_rules(s: &ServiceConfig, out: &mut Vec<Lint>) {

@@ -5,6 +5,8 @@
 
 #[cfg(feature = "composable")]
 use super::composite;
+#[cfg(feature = "composable")]
+use super::raw::RawComposable;
 use crate::config::check::budget::{footprint_together, human, over_budget_together};
 use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
 #[cfg(feature = "composable")]
@@ -52,12 +54,12 @@ pub(crate) const fn rate_limiter_bytes<C: crate::clock::Clock>() -> usize {
 #[cfg(feature = "composable")]
 pub(crate) fn rate_limiters(
     ctx: &Ctx<'_>,
-    raw: &Spanned<composite::RawComposable>,
+    raw: &Spanned<RawComposable>,
     path: &str,
     found: &mut Vec<(String, Pos)>,
 ) {
     match raw.get_ref() {
-        composite::RawComposable::ParentThreshold(p) => {
+        RawComposable::ParentThreshold(p) => {
             rate_limiters(
                 ctx,
                 &p.root,
@@ -65,7 +67,7 @@ pub(crate) fn rate_limiters(
                 found,
             );
         }
-        composite::RawComposable::RuleBased(r) => {
+        RawComposable::RuleBased(r) => {
             let rules = r
                 .as_ref()
                 .and_then(|r| r.rules.as_deref())
@@ -75,7 +77,7 @@ pub(crate) fn rate_limiters(
                 rate_limiters(ctx, &rule.get_ref().sampler, &path, found);
             }
         }
-        composite::RawComposable::RateLimiting(r) => {
+        RawComposable::RateLimiting(r) => {
             let key = format!("{path}.{}", composite::RATE_LIMITING_KEY);
             let delegate = format!("{key}.sampler");
             // Document order: this limiter before its delegate's.

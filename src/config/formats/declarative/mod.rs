@@ -9,13 +9,13 @@
 
 mod blocks;
 mod composite;
+mod raw;
 mod substitution;
 mod tree;
 
 use std::cell::RefCell;
 
 use opentelemetry_sdk::trace::Sampler;
-use serde::Deserialize;
 
 use crate::clock::Clock;
 use crate::config::error::{ConfigError, ConfigErrorKind};
@@ -27,65 +27,9 @@ use crate::config::vars::resolve_service;
 
 pub(crate) use blocks::Block;
 use blocks::{check_budget, Composites};
+use raw::{FileFormat, RawDocument, RawSampler};
 pub(crate) use substitution::Lookup;
 pub(crate) use tree::{Branches, Node, PLUGIN_KEY};
-
-/// The parts of the file this crate reads; every other key is ignored.
-#[derive(Deserialize)]
-struct RawDocument {
-    file_format: Option<Spanned<FileFormat>>,
-    tracer_provider: Option<RawTracerProvider>,
-}
-
-/// `file_format`, quoted as the schema asks (`"1.0"`) or not (`1.0`, a YAML number).
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum FileFormat {
-    Text(String),
-    Number(f64),
-}
-
-#[derive(Deserialize)]
-struct RawTracerProvider {
-    sampler: Option<Spanned<RawSampler>>,
-}
-
-/// One sampler: a mapping with one key.
-#[derive(Deserialize)]
-#[serde(rename_all = "snake_case")]
-// The samplers without options are read only to refuse keys they do not take.
-#[allow(dead_code)]
-enum RawSampler {
-    AlwaysOn(Option<Empty>),
-    AlwaysOff(Option<Empty>),
-    TraceIdRatioBased(Option<RawRatio>),
-    ParentBased(Box<RawParentBased>),
-    RateLimiting(Box<RawFile>),
-    /// Schema 1.1: the composable samplers.
-    #[serde(rename = "composite/development")]
-    Composite(Box<Spanned<composite::RawComposable>>),
-}
-
-/// The empty mapping (or nothing) the samplers without options take.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct Empty {}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawRatio {
-    ratio: Option<Spanned<f64>>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawParentBased {
-    root: Option<Spanned<RawSampler>>,
-    remote_parent_sampled: Option<Spanned<RawSampler>>,
-    remote_parent_not_sampled: Option<Spanned<RawSampler>>,
-    local_parent_sampled: Option<Spanned<RawSampler>>,
-    local_parent_not_sampled: Option<Spanned<RawSampler>>,
-}
 
 /// Reads `file_format` and `tracer_provider.sampler` (`None` when there is no sampler).
 fn read(ctx: &Ctx<'_>) -> Result<Option<Spanned<RawSampler>>, ConfigError> {

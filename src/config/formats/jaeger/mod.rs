@@ -16,15 +16,16 @@
 
 use serde::Deserialize;
 
+use crate::config::check::budget::over_budget;
 use crate::config::check::names::{self, Listed};
 use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
 
 mod json;
 
-use crate::config::model::pattern::Pattern;
 use crate::config::model::values::{self, Invalid};
 use crate::config::model::{FleetSettings, LimitSpec, Policy, Rule, SamplingConfig, ServiceConfig};
 use crate::limiter::Algorithm;
+use crate::pattern::Pattern;
 use crate::sampler::RemoteParents;
 use json::{json_error, locate, path_string, Step};
 
@@ -167,100 +168,80 @@ impl Ctx<'_> {
     }
 }
 
-impl SamplingConfig {
-    /// Parses a Jaeger sampling strategies file; `file` names it in errors.
-    ///
-    /// ```
-    /// use otel_rate_sampler::SamplingConfig;
-    ///
-    /// let config = SamplingConfig::from_jaeger_json_str(r#"{
-    ///   "default_strategy": {"type": "probabilistic", "param": 0.5},
-    ///   "service_strategies": [
-    ///     {"service": "bar", "type": "ratelimiting", "param": 0.5,
-    ///      "operation_strategies": [{"operation": "GET /", "type": "ratelimiting", "param": 2.5}]}
-    ///   ]
-    /// }"#, "strategies.json")?;
-    /// assert_eq!(config.services().collect::<Vec<_>>(), ["bar"]);
-    /// # Ok::<(), otel_rate_sampler::ConfigError>(())
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// A [`ConfigError`] naming `file`, the line, column and key of the first mistake.
-    pub fn from_jaeger_json_str(text: &str, file: &str) -> Result<Self, ConfigError> {
-        // A UTF-8 byte order mark is not part of the JSON, nor counted in columns.
-        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-        let ctx = Ctx { text, file };
-        let raw: RawFile = serde_json::from_str(text).map_err(|e| json_error(text, file, &e))?;
-        let default = match &raw.default_strategy {
-            Some(d) => {
-                let at = [Step::Key("default_strategy")];
-                for (given, key) in [
-                    (d.service.is_some(), "service"),
-                    (d.inherit_default_rules.is_some(), "inherit_default_rules"),
-                ] {
-                    if given {
-                        return Err(ctx.err(
-                            Invalid::new(
-                                ConfigErrorKind::UnknownKey,
-                                format!("the default strategy takes no `{key}`"),
-                            ),
-                            &[at[0], Step::Key(key)],
-                        ));
-                    }
-                }
-                ServiceConfig {
-                    policy: Some(
-                        ctx.strategy_policy(d, &at)?
-                            .unwrap_or(Policy::Probability(JAEGER_DEFAULT_PROBABILITY)),
-                    ),
-                    rules: ctx.operations(d, &at)?,
-                    ..jaeger_default()
+/// A Jaeger sampling strategies file, read: [`SamplingConfig::from_jaeger_json_str`].
+pub(crate) fn load(text: &str, file: &str) -> Result<SamplingConfig, ConfigError> {
+    // A UTF-8 byte order mark is not part of the JSON, nor counted in columns.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let ctx = Ctx { text, file };
+    let raw: RawFile = serde_json::from_str(text).map_err(|e| json_error(text, file, &e))?;
+    let default = match &raw.default_strategy {
+        Some(d) => {
+            let at = [Step::Key("default_strategy")];
+            for (given, key) in [
+                (d.service.is_some(), "service"),
+                (d.inherit_default_rules.is_some(), "inherit_default_rules"),
+            ] {
+                if given {
+                    return Err(ctx.err(
+                        Invalid::new(
+                            ConfigErrorKind::UnknownKey,
+                            format!("the default strategy takes no `{key}`"),
+                        ),
+                        &[at[0], Step::Key(key)],
+                    ));
                 }
             }
-            None => jaeger_default(),
-        };
-        let mut services: Vec<ServiceConfig> = Vec::with_capacity(raw.service_strategies.len());
-        for (i, s) in raw.service_strategies.iter().enumerate() {
-            let at = [Step::Key("service_strategies"), Step::Index(i)];
-            let name_key = [at[0], at[1], Step::Key("service")];
-            let name = s.service.as_deref().ok_or_else(|| {
-                ctx.err(
-                    Invalid::new(
-                        ConfigErrorKind::MissingKey,
-                        "a service strategy needs a `service` name",
-                    ),
-                    &at,
-                )
-            })?;
-            values::name("service name", name).map_err(|e| ctx.err(e, &name_key))?;
-            services.push(ServiceConfig {
-                name: name.to_owned(),
-                policy: ctx.strategy_policy(s, &at)?,
-                cap: None,
-                remote_parents: RemoteParents::default(),
-                rules: ctx.operations(s, &at)?,
-                inherit_default_rules: s.inherit_default_rules.unwrap_or(true),
-            });
+            ServiceConfig {
+                policy: Some(
+                    ctx.strategy_policy(d, &at)?
+                        .unwrap_or(Policy::Probability(JAEGER_DEFAULT_PROBABILITY)),
+                ),
+                rules: ctx.operations(d, &at)?,
+                ..jaeger_default()
+            }
         }
-        let index = names::index(services.iter().map(|s| s.name.as_str())).map_err(|repeat| {
-            let at = [
-                Step::Key("service_strategies"),
-                Step::Index(repeat.at),
-                Step::Key("service"),
-            ];
-            ctx.err(repeat.problem(Listed::Service), &at)
+        None => jaeger_default(),
+    };
+    let mut services: Vec<ServiceConfig> = Vec::with_capacity(raw.service_strategies.len());
+    for (i, s) in raw.service_strategies.iter().enumerate() {
+        let at = [Step::Key("service_strategies"), Step::Index(i)];
+        let name_key = [at[0], at[1], Step::Key("service")];
+        let name = s.service.as_deref().ok_or_else(|| {
+            ctx.err(
+                Invalid::new(
+                    ConfigErrorKind::MissingKey,
+                    "a service strategy needs a `service` name",
+                ),
+                &at,
+            )
         })?;
-        let config = Self::indexed(file, default, services, index, FleetSettings::default());
-        if let Some(over) = config.over_budget() {
-            let at = match over.service {
-                Some(i) => vec![Step::Key("service_strategies"), Step::Index(i)],
-                None => vec![Step::Key("default_strategy")],
-            };
-            return Err(ctx.err(over.invalid(&config), &at));
-        }
-        Ok(config)
+        values::name("service name", name).map_err(|e| ctx.err(e, &name_key))?;
+        services.push(ServiceConfig {
+            name: name.to_owned(),
+            policy: ctx.strategy_policy(s, &at)?,
+            cap: None,
+            remote_parents: RemoteParents::default(),
+            rules: ctx.operations(s, &at)?,
+            inherit_default_rules: s.inherit_default_rules.unwrap_or(true),
+        });
     }
+    let index = names::index(services.iter().map(|s| s.name.as_str())).map_err(|repeat| {
+        let at = [
+            Step::Key("service_strategies"),
+            Step::Index(repeat.at),
+            Step::Key("service"),
+        ];
+        ctx.err(repeat.problem(Listed::Service), &at)
+    })?;
+    let config = SamplingConfig::indexed(file, default, services, index, FleetSettings::default());
+    if let Some(over) = over_budget(&config) {
+        let at = match over.service {
+            Some(i) => vec![Step::Key("service_strategies"), Step::Index(i)],
+            None => vec![Step::Key("default_strategy")],
+        };
+        return Err(ctx.err(over.invalid(&config), &at));
+    }
+    Ok(config)
 }
 
 /// Jaeger's default strategy when the file has none: probability 0.001.

@@ -56,7 +56,7 @@ impl<'a> Ctx<'a> {
             }
         }
         ctx.inherited(&config, raw)?;
-        if let Some(over) = config.over_budget() {
+        if let Some(over) = budget::over_budget(&config) {
             return Err(ctx.over_budget(&config, &over, raw));
         }
         Ok(config)

@@ -10,10 +10,10 @@ use super::wire::{
 };
 use crate::config::check::names::{self, Listed};
 use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
-use crate::config::model::pattern::Pattern;
 use crate::config::model::values::{self, Invalid};
 use crate::config::model::{FleetSettings, LimitSpec, Policy, Rule, SamplingConfig, ServiceConfig};
 use crate::limiter::Algorithm;
+use crate::pattern::Pattern;
 use crate::sampler::RemoteParents;
 
 /// A strategy response, mapped: the rules for `service`.

@@ -2,6 +2,7 @@
 //! rules when what it names changes.
 
 mod arm;
+mod options;
 mod resolve;
 mod snapshot;
 mod worker;
@@ -10,100 +11,12 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
+use crate::config::error::ConfigError;
 use crate::config::runtime::rule_based::RuleBasedSampler;
-
-/// How a [`ConfigWatcher`] follows its file: the quiet period before a change is
-/// applied, and the polling that backs up the file system's notifications.
-///
-/// ```
-/// use std::time::Duration;
-/// use otel_rate_sampler::WatchOptions;
-///
-/// let options = WatchOptions::new()
-///     .debounce(Duration::from_millis(500))
-///     .poll_interval(Duration::from_secs(10));
-/// assert_eq!(options.debounce_period(), Duration::from_millis(500));
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WatchOptions {
-    debounce: Duration,
-    poll: Duration,
-    notifications: bool,
-}
-
-impl WatchOptions {
-    /// The default quiet period: 200 ms.
-    pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(200);
-    /// The default polling interval: 2 s.
-    pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(2);
-
-    /// The defaults: [`DEFAULT_DEBOUNCE`](Self::DEFAULT_DEBOUNCE) and
-    /// [`DEFAULT_POLL_INTERVAL`](Self::DEFAULT_POLL_INTERVAL).
-    pub const fn new() -> Self {
-        Self {
-            debounce: Self::DEFAULT_DEBOUNCE,
-            poll: Self::DEFAULT_POLL_INTERVAL,
-            notifications: true,
-        }
-    }
-
-    /// The quiet period: a change is read once no event has touched the file (or a
-    /// link to it) for this long, so a file saved in several writes, or saved many
-    /// times in a row, is read once, complete. A file that never stays quiet is still
-    /// read every 10 quiet periods. It is also the settle time: a version read is
-    /// applied only once read again unchanged (size, modification time, identity and
-    /// contents) this long after, with no write notification on the file between, so a
-    /// file still being written is not applied (see [`ConfigWatcher`]). Zero applies
-    /// each event's result at once.
-    pub const fn debounce(mut self, period: Duration) -> Self {
-        self.debounce = period;
-        self
-    }
-
-    /// How often the path is resolved and the file checked without any notification:
-    /// the fallback that catches what the notifications miss (a directory replaced
-    /// before its watch was re-armed, a file system without notifications, a watcher
-    /// that could not start). Each check is a `stat` per path component, and a read of
-    /// the file only if its size, time or identity changed. Zero is taken as 1 ms.
-    pub const fn poll_interval(mut self, interval: Duration) -> Self {
-        self.poll = interval;
-        self
-    }
-
-    /// Whether to use the file system's notifications (inotify, FSEvents, ...; the
-    /// default) or only poll: for file systems that send none (NFS and other network
-    /// mounts, some FUSE and container overlay setups), where a change is then seen
-    /// within a [`poll_interval`](Self::poll_interval).
-    pub const fn notifications(mut self, on: bool) -> Self {
-        self.notifications = on;
-        self
-    }
-
-    /// The quiet period in force.
-    pub const fn debounce_period(&self) -> Duration {
-        self.debounce
-    }
-
-    /// The polling interval in force.
-    pub const fn polling_interval(&self) -> Duration {
-        self.poll
-    }
-
-    /// Whether the file system's notifications are used.
-    pub const fn uses_notifications(&self) -> bool {
-        self.notifications
-    }
-}
-
-impl Default for WatchOptions {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+pub use options::WatchOptions;
+use worker::watch_error;
 
 /// Keeps a rule file watched; dropping it stops the watching (it waits for a reload in
 /// progress, and so for the callback, to return).
@@ -149,7 +62,7 @@ impl Default for WatchOptions {
 /// (the last good rules stay in force); a file that becomes unreadable or missing,
 /// once until it changes again; and every error of the watcher itself (a notification
 /// backend that failed, a directory that cannot be watched), as a [`ConfigError`] of
-/// kind [`Io`](ConfigErrorKind::Io), after which it keeps going by polling.
+/// kind [`Io`](crate::ConfigErrorKind::Io), after which it keeps going by polling.
 #[must_use = "dropping the ConfigWatcher stops the watching"]
 pub struct ConfigWatcher {
     stop: mpsc::Sender<worker::Message>,
@@ -202,7 +115,7 @@ impl<C: Clock + Clone + Send + Sync + 'static> RuleBasedSampler<C> {
     ///
     /// # Errors
     ///
-    /// A [`ConfigError`] of kind [`Io`](ConfigErrorKind::Io) if `path` cannot be
+    /// A [`ConfigError`] of kind [`Io`](crate::ConfigErrorKind::Io) if `path` cannot be
     /// resolved (a symlink loop, an unreadable link) or the thread cannot start. A
     /// notification backend that cannot start is not an error here: it is reported to
     /// `on_reload` and the file is followed by polling.
@@ -234,20 +147,4 @@ impl<C: Clock + Clone + Send + Sync + 'static> RuleBasedSampler<C> {
             path,
         })
     }
-}
-
-/// A watcher error about `path`, of kind [`Io`](ConfigErrorKind::Io).
-fn watch_error(
-    path: &Path,
-    message: String,
-    source: impl std::error::Error + Send + Sync + 'static,
-) -> ConfigError {
-    ConfigError::new(
-        ConfigErrorKind::Io,
-        &path.display().to_string(),
-        Pos::default(),
-        "",
-        message,
-    )
-    .with_source(source)
 }

@@ -3,7 +3,7 @@
 //! stayed the same for a settle period (see `snapshot`).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -11,11 +11,11 @@ use notify::event::{AccessKind, AccessMode};
 use notify::EventKind;
 
 use super::arm::{Arming, Watches};
+use super::options::WatchOptions;
 use super::resolve::{resolve, Resolved};
 use super::snapshot::{stat, Pending, Snapshot, Stat};
-use super::{watch_error, WatchOptions};
 use crate::clock::Clock;
-use crate::config::error::ConfigError;
+use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
 use crate::config::runtime::rule_based::RuleBasedSampler;
 
 /// What the worker is told.
@@ -377,3 +377,19 @@ impl std::fmt::Display for WatchFailure {
 }
 
 impl std::error::Error for WatchFailure {}
+
+/// A watcher error about `path`, of kind [`Io`](ConfigErrorKind::Io).
+pub(super) fn watch_error(
+    path: &Path,
+    message: String,
+    source: impl std::error::Error + Send + Sync + 'static,
+) -> ConfigError {
+    ConfigError::new(
+        ConfigErrorKind::Io,
+        &path.display().to_string(),
+        Pos::default(),
+        "",
+        message,
+    )
+    .with_source(source)
+}

@@ -11,11 +11,9 @@ use crate::config::error::ConfigError;
 use crate::config::formats::rule_file::Ctx;
 use crate::config::formats::spanned::Spanned;
 
-mod raw;
-
-pub(crate) use raw::RawComposable;
+use super::raw::RawComposable;
 #[cfg(feature = "composable")]
-use raw::{RawRateLimiting, RawRule, RawRuleBased};
+use super::raw::{RawRateLimiting, RawRatio, RawRule, RawRuleBased};
 
 /// The plugin component name of `ComposableRateLimiting`
 /// under `composite/development` (ours; the schema has no rate limiter).
@@ -120,7 +118,7 @@ fn composable<C: Clock + Clone>(
 fn probability(
     ctx: &Ctx<'_>,
     raw: &Spanned<RawComposable>,
-    r: Option<&super::RawRatio>,
+    r: Option<&RawRatio>,
     path: &str,
 ) -> Result<(Built, String), ConfigError> {
     use crate::composable::ComposableProbability;

@@ -1,9 +1,69 @@
-//! The wire types of `composite/development`: each composable sampler as the file writes
-//! it, read by serde with its positions, before anything is checked or built.
+//! The wire types of a declarative configuration file, as serde reads them with their
+//! positions, before anything is checked or built: the document, the 1.0 samplers, and
+//! 1.1's composable samplers (`composite/development`), which take the same empty
+//! mapping and ratio.
 
 use serde::Deserialize;
 
+use crate::config::formats::rule_file::RawFile;
 use crate::config::formats::spanned::Spanned;
+
+/// The parts of the file this crate reads; every other key is ignored.
+#[derive(Deserialize)]
+pub(super) struct RawDocument {
+    pub(super) file_format: Option<Spanned<FileFormat>>,
+    pub(super) tracer_provider: Option<RawTracerProvider>,
+}
+
+/// `file_format`, quoted as the schema asks (`"1.0"`) or not (`1.0`, a YAML number).
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(super) enum FileFormat {
+    Text(String),
+    Number(f64),
+}
+
+#[derive(Deserialize)]
+pub(super) struct RawTracerProvider {
+    pub(super) sampler: Option<Spanned<RawSampler>>,
+}
+
+/// One sampler: a mapping with one key.
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+// The samplers without options are read only to refuse keys they do not take.
+#[allow(dead_code)]
+pub(super) enum RawSampler {
+    AlwaysOn(Option<Empty>),
+    AlwaysOff(Option<Empty>),
+    TraceIdRatioBased(Option<RawRatio>),
+    ParentBased(Box<RawParentBased>),
+    RateLimiting(Box<RawFile>),
+    /// Schema 1.1: the composable samplers.
+    #[serde(rename = "composite/development")]
+    Composite(Box<Spanned<RawComposable>>),
+}
+
+/// The empty mapping (or nothing) the samplers without options take.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Empty {}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRatio {
+    pub(super) ratio: Option<Spanned<f64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawParentBased {
+    pub(super) root: Option<Spanned<RawSampler>>,
+    pub(super) remote_parent_sampled: Option<Spanned<RawSampler>>,
+    pub(super) remote_parent_not_sampled: Option<Spanned<RawSampler>>,
+    pub(super) local_parent_sampled: Option<Spanned<RawSampler>>,
+    pub(super) local_parent_not_sampled: Option<Spanned<RawSampler>>,
+}
 
 /// One composable sampler: a mapping with one key.
 #[derive(Deserialize)]
@@ -12,9 +72,9 @@ use crate::config::formats::spanned::Spanned;
 // only to refuse keys they do not take.
 #[allow(dead_code)]
 pub(crate) enum RawComposable {
-    AlwaysOn(Option<super::super::Empty>),
-    AlwaysOff(Option<super::super::Empty>),
-    Probability(Option<super::super::RawRatio>),
+    AlwaysOn(Option<Empty>),
+    AlwaysOff(Option<Empty>),
+    Probability(Option<RawRatio>),
     ParentThreshold(Box<RawParentThreshold>),
     RuleBased(Option<RawRuleBased>),
     #[serde(rename = "rate_limiting/otel_rate_sampler")]

@@ -1,0 +1,58 @@
+//! Parents and decisions for the composables' unit tests.
+
+use opentelemetry::trace::{
+    SpanContext, SpanId, SpanKind, TraceContextExt, TraceFlags, TraceId, TraceState,
+};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_sdk::trace::{SamplingResult, ShouldSample};
+
+use super::{ComposableSampler, CompositeSampler, SamplingIntent};
+
+/// A trace id whose low 56 bits (its randomness) are `r`.
+pub(crate) fn id(r: u64) -> TraceId {
+    TraceId::from(u128::from(r) | (0xabcd_u128 << 64))
+}
+
+/// A parent context: `sampled`, `remote`, with the trace-state header `state`.
+pub(crate) fn parent(sampled: bool, remote: bool, state: &str) -> Context {
+    let flags = if sampled {
+        TraceFlags::SAMPLED
+    } else {
+        TraceFlags::default()
+    };
+    let state: TraceState = state.parse().unwrap();
+    Context::new().with_remote_span_context(SpanContext::new(
+        id(1),
+        SpanId::from(7u64),
+        flags,
+        remote,
+        state,
+    ))
+}
+
+/// The intent for a server span with these attributes.
+pub(crate) fn intent(
+    s: &impl ComposableSampler,
+    parent: Option<&Context>,
+    r: u64,
+    attributes: &[KeyValue],
+) -> SamplingIntent {
+    s.sampling_intent(parent, id(r), "span", &SpanKind::Server, attributes, &[])
+}
+
+/// The composite decision for a server span with these attributes.
+pub(crate) fn decide<C: ComposableSampler + Clone + 'static>(
+    s: &C,
+    parent: Option<&Context>,
+    r: u64,
+    attributes: &[KeyValue],
+) -> SamplingResult {
+    CompositeSampler::new(s.clone()).should_sample(
+        parent,
+        id(r),
+        "span",
+        &SpanKind::Server,
+        attributes,
+        &[],
+    )
+}
