@@ -12,7 +12,7 @@ use tracing_subscriber::registry::{LookupSpan, SpanRef};
 
 use super::entered;
 use super::layer::SkipDropped;
-use super::mark::{Dropped, Mark};
+use super::mark::{Known, Mark};
 
 impl<L> SkipDropped<L> {
     /// Has the inner layer start `id`'s OpenTelemetry span if it has not yet, and reads
@@ -119,21 +119,4 @@ impl<L> SkipDropped<L> {
 /// The span id of the current OpenTelemetry context (invalid when it has no span).
 pub(super) fn current_span_id() -> SpanId {
     OtelContext::map_current(|cx| cx.span().span_context().span_id())
-}
-
-/// A span's trace as [`SkipDropped::known`] finds it.
-pub(super) enum Known {
-    /// Below a dropped root: the inner layer never saw it.
-    Skipped(Dropped),
-    /// Seen by the inner layer: kept (`None`), or a dropped trace's root.
-    Forwarded(Option<Dropped>),
-}
-
-/// Whether `span`'s trace was dropped: what the inner layer must not hear about it.
-pub(super) fn is_dropped<S: for<'a> LookupSpan<'a>>(span: Option<SpanRef<'_, S>>) -> bool {
-    span.is_some_and(|span| {
-        span.extensions()
-            .get::<Mark>()
-            .is_some_and(Mark::is_dropped)
-    })
 }

@@ -14,9 +14,8 @@ use tracing_subscriber::layer::{Context, Layer};
 use tracing_subscriber::registry::LookupSpan;
 
 use super::context::Lookup;
-use super::decide::{is_dropped, Known};
 use super::entered;
-use super::mark::Mark;
+use super::mark::{is_dropped, Known, Mark};
 
 /// A `tracing` layer around [`tracing_opentelemetry::layer()`] that forwards nothing of
 /// a dropped trace below its root: a dropped trace costs the registry, its root's

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use opentelemetry::trace::TraceContextExt as _;
 use opentelemetry::Context as OtelContext;
+use tracing_subscriber::registry::{LookupSpan, SpanRef};
 
 /// A dropped trace's context, shared by the marks and entered spans of the trace: one
 /// reference count to move per copy, where the context itself has two.
@@ -50,4 +51,21 @@ impl Mark {
     pub(super) fn is_dropped(&self) -> bool {
         self.dropped().is_some()
     }
+}
+
+/// A span's trace as `SkipDropped::known` finds it.
+pub(super) enum Known {
+    /// Below a dropped root: the inner layer never saw it.
+    Skipped(Dropped),
+    /// Seen by the inner layer: kept (`None`), or a dropped trace's root.
+    Forwarded(Option<Dropped>),
+}
+
+/// Whether `span`'s trace was dropped: what the inner layer must not hear about it.
+pub(super) fn is_dropped<S: for<'a> LookupSpan<'a>>(span: Option<SpanRef<'_, S>>) -> bool {
+    span.is_some_and(|span| {
+        span.extensions()
+            .get::<Mark>()
+            .is_some_and(Mark::is_dropped)
+    })
 }
