@@ -1,15 +1,17 @@
 //! The spans each thread has entered, as the layer saw them: whether each belongs to a
 //! dropped trace, and the context attached for it. A span created in the current scope
 //! (most are) learns its parent's trace from the top entry, with no lookup in the
-//! registry; an exit learns there whether the inner layer saw the enter.
+//! registry; an exit learns there whether the inner layer saw the enter. A thread that
+//! has no span of a dropped trace entered (every thread, where every trace is kept)
+//! answers "inside a dropped trace?" from one counter, without reading the stack.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use opentelemetry::trace::TraceContextExt as _;
 use opentelemetry::{Context as OtelContext, ContextGuard};
+use tracing::span::Id;
 
 use super::mark::Dropped;
-use tracing::span::Id;
 
 /// One enter of a span on this thread.
 #[derive(Debug)]
@@ -26,11 +28,25 @@ struct Entered {
     _guard: Option<ContextGuard>,
 }
 
+/// What a thread keeps for the layers: its entered spans, how many of them belong to a
+/// dropped trace, and the dropped root it last exited.
+struct Thread {
+    entered: RefCell<Vec<Entered>>,
+    /// The entries of `entered` whose `dropped` is set.
+    dropped: Cell<usize>,
+    /// The dropped root this thread last exited, with its layer, by id: most roots close
+    /// right after their last exit, and a root so named is looked up to skip its close.
+    exited_dropped_root: Cell<Option<(usize, u64)>>,
+}
+
 thread_local! {
-    static ENTERED: RefCell<Vec<Entered>> = const { RefCell::new(Vec::new()) };
-    /// The dropped root this thread last exited, by its layer: most roots close right
-    /// after their last exit, and a root so named is looked up to skip its close.
-    static EXITED_DROPPED_ROOT: RefCell<Option<(usize, Id)>> = const { RefCell::new(None) };
+    static THREAD: Thread = const {
+        Thread {
+            entered: RefCell::new(Vec::new()),
+            dropped: Cell::new(0),
+            exited_dropped_root: Cell::new(None),
+        }
+    };
 }
 
 /// Records that `layer` forwarded the enter of `id`, a span of a kept trace (`dropped`
@@ -70,45 +86,55 @@ pub(super) fn enter_skipped(layer: usize, id: &Id, cx: &Dropped) {
 }
 
 fn push(entered: Entered) {
-    ENTERED.with(|stack| stack.borrow_mut().push(entered));
+    THREAD.with(|thread| {
+        if entered.dropped.is_some() {
+            thread.dropped.set(thread.dropped.get() + 1);
+        }
+        thread.entered.borrow_mut().push(entered);
+    });
 }
 
 /// Removes the latest enter of `id` by `layer` on this thread, detaching what it
 /// attached; whether the inner layer must see the exit (true where the enter was not
 /// seen: the inner layer decides then, as without this layer).
 pub(super) fn exit(layer: usize, id: &Id) -> bool {
-    let entered = ENTERED.with(|stack| {
-        let mut stack = stack.borrow_mut();
-        // Exits mostly come in the reverse order of enters: the top, popped.
-        if stack
-            .last()
-            .is_some_and(|e| e.layer == layer && e.id == *id)
-        {
-            return stack.pop();
+    THREAD.with(|thread| {
+        let entered = {
+            let mut stack = thread.entered.borrow_mut();
+            // Exits mostly come in the reverse order of enters: the top, popped.
+            if stack
+                .last()
+                .is_some_and(|e| e.layer == layer && e.id == *id)
+            {
+                stack.pop()
+            } else {
+                stack
+                    .iter()
+                    .rposition(|e| e.layer == layer && e.id == *id)
+                    .map(|at| stack.remove(at))
+            }
+        };
+        // Dropped (and its guard detached) once the stack is no longer borrowed.
+        let Some(entered) = entered else {
+            return true;
+        };
+        if entered.dropped.is_some() {
+            thread.dropped.set(thread.dropped.get() - 1);
+            if entered.forwarded {
+                thread.exited_dropped_root.set(Some((layer, id.into_u64())));
+            }
         }
-        let at = stack
-            .iter()
-            .rposition(|e| e.layer == layer && e.id == *id)?;
-        Some(stack.remove(at))
-    });
-    // Dropped (and its guard detached) once the stack is no longer borrowed.
-    let Some(entered) = entered else {
-        return true;
-    };
-    if entered.forwarded && entered.dropped.is_some() {
-        EXITED_DROPPED_ROOT.with(|last| *last.borrow_mut() = Some((layer, id.clone())));
-    }
-    entered.forwarded
+        entered.forwarded
+    })
 }
 
 /// Whether `id` is the dropped root `layer` last exited on this thread (forgotten
 /// then): a hint, which the caller checks against the span's mark.
 pub(super) fn closing_exited_dropped_root(layer: usize, id: &Id) -> bool {
-    EXITED_DROPPED_ROOT.with(|last| {
-        let mut last = last.borrow_mut();
-        let hit = last.as_ref().is_some_and(|(l, i)| *l == layer && i == id);
+    THREAD.with(|thread| {
+        let hit = thread.exited_dropped_root.get() == Some((layer, id.into_u64()));
         if hit {
-            *last = None;
+            thread.exited_dropped_root.set(None);
         }
         hit
     })
@@ -117,8 +143,8 @@ pub(super) fn closing_exited_dropped_root(layer: usize, id: &Id) -> bool {
 /// The current span of `layer` on this thread: `None` outside every span, else the
 /// dropped trace's context if it belongs to one.
 pub(super) fn current(layer: usize) -> Option<Option<Dropped>> {
-    ENTERED.with(|stack| {
-        let stack = stack.borrow();
+    THREAD.with(|thread| {
+        let stack = thread.entered.borrow();
         let top = stack.iter().rev().find(|e| e.layer == layer)?;
         Some(top.dropped.clone())
     })
@@ -126,12 +152,14 @@ pub(super) fn current(layer: usize) -> Option<Option<Dropped>> {
 
 /// Whether `layer`'s current span on this thread belongs to a dropped trace.
 pub(super) fn in_dropped(layer: usize) -> bool {
-    ENTERED.with(|stack| {
-        let stack = stack.borrow();
-        stack
-            .iter()
-            .rev()
-            .find(|e| e.layer == layer)
-            .is_some_and(|top| top.dropped.is_some())
+    THREAD.with(|thread| {
+        thread.dropped.get() > 0
+            && thread
+                .entered
+                .borrow()
+                .iter()
+                .rev()
+                .find(|e| e.layer == layer)
+                .is_some_and(|top| top.dropped.is_some())
     })
 }
