@@ -331,8 +331,15 @@ impl<C: Clock + Clone> ShouldSample for DeclarativeSampler<C> {
         attributes: &[KeyValue],
         links: &[Link],
     ) -> SamplingResult {
-        self.root
-            .sample(parent_context, trace_id, name, span_kind, attributes, links)
+        sample::sample(
+            &self.root,
+            parent_context,
+            trace_id,
+            name,
+            span_kind,
+            attributes,
+            links,
+        )
     }
 }
 
