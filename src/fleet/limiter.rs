@@ -207,6 +207,23 @@ impl<C: Clock> FleetLimiter<C> {
         self.inner.sync_interval
     }
 
+    /// Whether the two are the same limiter (clones of one).
+    #[cfg(feature = "config")]
+    pub(crate) fn same(&self, other: &FleetLimiter<C>) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// Closes the limiter for good, as a reload retires one its new rules do not keep:
+    /// its calls to Redis stop (as when it is dropped) and its lease word is moved to
+    /// the last window id with nothing left, so every later decision refuses (a call's
+    /// window is never newer, and a grant for a real window is never installed there).
+    /// What remains of the current lease is not spent.
+    #[cfg(feature = "config")]
+    pub(crate) fn close(&self) {
+        self.inner.member.stop();
+        self.inner.lease.roll_to(super::word::MAX_WINDOW_ID, 0);
+    }
+
     /// Stops this limiter's calls to Redis and waits for one in flight to end (at most
     /// twice the response and connect timeouts); the worker thread goes on for the
     /// other limiters on the same Redis, and stops with the last one dropped.
