@@ -45,6 +45,8 @@ use crate::limiter::{AnyLimiter, RateLimiter};
 use super::unseen::{alone_from, unseen};
 
 mod forgotten;
+#[cfg(all(test, loom))]
+mod loom_tests;
 
 pub(crate) use forgotten::Forgotten;
 
