@@ -452,6 +452,35 @@ mod tests {
         }
     }
 
+    /// A reload closes the fleet limiters its rules do not keep (a changed limit's, a
+    /// removed rule's), as dropping them did, and only those: a thread's cached old
+    /// rules no longer keep one leasing from Redis.
+    #[cfg(feature = "redis")]
+    #[test]
+    fn a_reload_closes_the_fleet_limiters_it_does_not_keep() {
+        let file = |shared: u32, other: Option<u32>| {
+            let mut text = format!("[fleet]\nredis = \"redis://127.0.0.1:1\"\n[[service]]\nname = \"a\"\n[[service.rule]]\nname = \"shared\"\nspan_name = \"x\"\nrate = {shared}.0\nscope = \"fleet\"\n");
+            if let Some(rate) = other {
+                text.push_str(&format!("[[service.rule]]\nname = \"other\"\nspan_name = \"y\"\nrate = {rate}.0\nscope = \"fleet\"\n"));
+            }
+            SamplingConfig::from_toml_str(&text, "s.toml").unwrap()
+        };
+        let s = RuleBasedSampler::new(&file(5, Some(3)), "a").unwrap();
+        let (shared, other) = (
+            s.fleet_limiter("shared").unwrap(),
+            s.fleet_limiter("other").unwrap(),
+        );
+        // `other` unchanged: kept, open. `shared` changed: replaced, closed.
+        s.reload(&file(6, Some(3))).unwrap();
+        assert!(shared.is_stopped() && !other.is_stopped());
+        assert!(s.fleet_limiter("other").unwrap().same(&other));
+        let replacement = s.fleet_limiter("shared").unwrap();
+        assert!(!replacement.same(&shared) && !replacement.is_stopped());
+        // `other` removed: closed.
+        s.reload(&file(6, None)).unwrap();
+        assert!(other.is_stopped() && !replacement.is_stopped());
+    }
+
     #[cfg(feature = "redis")]
     #[test]
     fn a_fleet_limiter_refused_at_build_names_its_rule() {
