@@ -207,6 +207,30 @@ impl<C: Clock> FleetLimiter<C> {
         self.inner.sync_interval
     }
 
+    /// Whether the two are the same limiter (clones of one).
+    #[cfg(feature = "config")]
+    pub(crate) fn same(&self, other: &FleetLimiter<C>) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// Closes the limiter for good, as a reload retires one its new rules do not keep:
+    /// its calls to Redis stop (as when it is dropped) and its lease word is moved to
+    /// the last window id with nothing left, so every later decision refuses (a call's
+    /// window is never newer, and a grant for a real window is never installed there).
+    /// What remains of the current lease is not spent.
+    #[cfg(feature = "config")]
+    pub(crate) fn close(&self) {
+        self.inner.member.stop();
+        self.inner.lease.roll_to(super::word::MAX_WINDOW_ID, 0);
+    }
+
+    /// Whether it was closed (or stopped): its worker makes no more calls for it.
+    #[cfg(all(test, feature = "config"))]
+    pub(crate) fn is_stopped(&self) -> bool {
+        use super::worker::Member;
+        self.inner.member.stopped()
+    }
+
     /// Stops this limiter's calls to Redis and waits for one in flight to end (at most
     /// twice the response and connect timeouts); the worker thread goes on for the
     /// other limiters on the same Redis, and stops with the last one dropped.
@@ -319,5 +343,44 @@ mod tests {
     fn the_decision_reads_no_line_the_worker_writes_its_statistics_on() {
         decision_fields_share_no_block_with_worker_counters::<MonotonicClock>();
         decision_fields_share_no_block_with_worker_counters::<CachedClock>();
+    }
+
+    /// A fleet limiter a reload retires is closed: its worker stops, what is left of its
+    /// lease is not spent, no later grant is installed, and every decision refuses, in
+    /// its window and after (a thread deciding on its cached old rules reaches it).
+    #[cfg(all(feature = "config", not(loom)))]
+    #[test]
+    fn a_closed_fleet_limiter_refuses_for_good_and_stops_its_calls() {
+        use std::time::Duration;
+
+        use crate::clock::ManualClock;
+        use crate::fleet::word::Added;
+        use crate::fleet::worker::Member;
+        use crate::fleet::FleetLimiter;
+        use crate::limiter::RateLimiter;
+
+        let clock = ManualClock::new();
+        clock.set(5_250_000_000);
+        let limit = crate::Limit::per_window(10, Duration::from_secs(1)).unwrap();
+        let l = FleetLimiter::builder("redis://127.0.0.1:1", "svc:r", limit)
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        // Redis time known, a lease of 5 for the current fleet window.
+        l.inner
+            .time
+            .sample(1_700_000_000_300_000_000, 5_250_000_000, 5_250_000_000);
+        let window = l.current_window().unwrap();
+        assert_eq!(l.inner.lease.add(window, 5), Added::Installed);
+        assert!(l.try_acquire());
+        l.close();
+        assert!(l.inner.member.stopped());
+        assert!(!l.try_acquire(), "4 of the lease were left");
+        for w in [window, window + 1] {
+            assert_eq!(l.inner.lease.add(w, 5), Added::Expired);
+        }
+        clock.advance(Duration::from_secs(3));
+        assert!(!l.try_acquire());
+        assert_eq!(l.acquire_stamped(), None);
     }
 }

@@ -219,7 +219,27 @@ impl<C: Clock> BucketedWindow<C> {
     /// `now` (for a `now` older than the head, those ending with the head).
     pub(crate) fn count_at(&self, now: u64) -> u64 {
         // Acquire: as in `acquire_at`.
-        let (j, c) = unpack(self.head.load(Ordering::Acquire));
+        self.count_with_head(self.head.load(Ordering::Acquire), now)
+    }
+
+    /// Closes the limiter for good and returns what it counted in the `B` sub-windows
+    /// ending with the one of `now` at that instant: one swap of the head to the closed
+    /// word ([`super::closed_word`]), so every admission is either in the count
+    /// returned or refused; the ring then holds the final count of every former head.
+    /// Where a reload retires a replaced limiter.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
+    pub(crate) fn close_at(&self, now: u64) -> u64 {
+        // Acquire: pairs with the Release moves of the head, so the ring read below
+        // holds the final count of every former head (see "Memory ordering").
+        let frozen = self
+            .head
+            .swap(super::closed_word(self.permits), Ordering::Acquire);
+        self.count_with_head(frozen, now)
+    }
+
+    /// [`count_at`](Self::count_at) with `head` as the head word.
+    fn count_with_head(&self, head: u64, now: u64) -> u64 {
+        let (j, c) = unpack(head);
         let newest = window_index(now, self.sub_window).max(j);
         let head = if j + self.buckets > newest { c } else { 0 };
         head + self.ring_sums(newest, j, newest).0

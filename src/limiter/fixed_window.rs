@@ -98,6 +98,15 @@ impl<C: Clock> FixedWindow<C> {
         packed::add_count(&self.state, now_window, count, self.permits).0
     }
 
+    /// Closes the limiter for good and returns what it counted in the window of `now`
+    /// (as [`count_at`](Self::count_at)) at that instant: one swap of the word to the
+    /// closed word ([`super::closed_word`]), so every admission is either in the count
+    /// returned or refused. Where a reload retires a replaced limiter.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
+    pub(crate) fn close_at(&self, now: u64) -> u64 {
+        super::close_packed(&self.state, self.permits, now, self.window)
+    }
+
     /// The clock this limiter reads.
     pub fn clock(&self) -> &C {
         &self.clock

@@ -29,6 +29,28 @@ use std::sync::Arc;
 
 use crate::limit::Limit;
 
+/// The packed word of a closed window limiter (fixed, sliding counter, bucketed): the
+/// last window index the word holds, full. Every decision refuses on it as on a limiter
+/// saturated in its last window (a call's window is never newer, and no permit is
+/// left), so closing adds no test to a decision, and nothing rolls it over.
+#[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
+fn closed_word(permits: u64) -> u64 {
+    let (last, _) = packed::unpack(u64::MAX);
+    packed::pack(last, permits)
+}
+
+/// Closes the one-word window limiter whose word is `state` (the fixed window, the
+/// sliding counter's current window) and returns what it counted in the window of
+/// `now` (windows of `window` ns) at that instant.
+#[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
+fn close_packed(state: &crate::sync::AtomicU64, permits: u64, now: u64, window: u64) -> u64 {
+    // Relaxed: the swap takes its place in the word's modification order, after every
+    // admission it returns and before every compare-exchange that then fails; the word
+    // publishes nothing else.
+    let frozen = state.swap(closed_word(permits), crate::sync::Ordering::Relaxed);
+    packed::count_for(frozen, now, window)
+}
+
 /// A rate limiter: answers, for each event, whether it may pass.
 ///
 /// The verdict is a plain value, not an error. Implementations are shared between

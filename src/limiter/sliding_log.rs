@@ -84,6 +84,10 @@ pub struct SlidingLog<C = MonotonicClock> {
     clock: C,
 }
 
+/// `next` of a closed log: no admission claims it (the slot it would read never holds
+/// its sequence, so the call is refused where a full log refuses), and no count reaches it.
+const CLOSED: u64 = u64::MAX;
+
 #[derive(Debug)]
 struct Slot {
     seq: AtomicU64,
@@ -142,6 +146,32 @@ impl<C: Clock> SlidingLog<C> {
     pub(crate) fn absorb_at(&self, now: u64, count: u64) -> u64 {
         (0..count)
             .take_while(|_| self.admit_at(now, false).is_some())
+            .count() as u64
+    }
+
+    /// Closes the log for good and returns the admissions it holds after `now − W` at
+    /// that instant: one swap of `next` to [`CLOSED`], so every admission has claimed
+    /// its number before (and is counted) or is refused. An admission whose stamp is
+    /// still being written is counted (it is "now"), so the count is exact, or above by
+    /// one per slot whose newest sequence this thread does not see yet.
+    /// Where a reload retires a replaced limiter.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
+    pub(crate) fn close_at(&self, now: u64) -> u64 {
+        // Relaxed: the swap orders the claims among themselves, as the claims' own
+        // compare-exchanges do; the slots' contents travel by `seq` (below).
+        let claimed = self.next.swap(CLOSED, Ordering::Relaxed);
+        (claimed.saturating_sub(self.permits)..claimed)
+            .filter(|&k| {
+                let slot = self.slot(k);
+                // Acquire: pairs with the writer's Release store of `seq`, so the stamp
+                // read after it is admission k's.
+                slot.seq.load(Ordering::Acquire) != k + 1
+                    || slot
+                        .stamp
+                        .load(Ordering::Relaxed)
+                        .saturating_add(self.window)
+                        > now
+            })
             .count() as u64
     }
 

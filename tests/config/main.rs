@@ -28,6 +28,7 @@ mod model;
 mod pacing;
 #[cfg(all(feature = "reload", unix))]
 mod reload_burst;
+mod reload_cache;
 mod reload_caps;
 mod reload_prop;
 #[cfg(all(feature = "reload", unix))]

@@ -389,8 +389,8 @@ proptest! {
 
     /// Threads decide while another thread reloads: each window keeps at most the
     /// largest limits in force during it, counting every admission, also those decided
-    /// while a reload ran (a changed limit's replacement refuses until the old limiter's
-    /// late admissions are settled into it).
+    /// while a reload ran (the reload closes a changed limit's old limiter, carrying
+    /// what it admitted, before it publishes the replacement).
     #[test]
     fn reloads_under_concurrent_load_keep_every_window_under_the_largest_limit(
         first in version(),

@@ -126,8 +126,8 @@ impl<C: Clock + Clone> RuleLimiter<C> {
     ///
     /// * local: `old` itself if it is local with the same limit and algorithm (no reset,
     ///   no burst), else a new one holding what a local `old` has used in its window,
-    ///   with the [`Handover`] (pushed on `handovers`) that settles what `old` admits
-    ///   until no decision holds it;
+    ///   with the [`Handover`] (pushed on `handovers`) that closes `old` and settles
+    ///   what it admitted since, before the new rules are published;
     /// * fleet: `old` itself if it is a fleet limiter with the same key (`key()`), limit
     ///   and Redis settings; else a new one under `key` that reuses `old`'s instance id
     ///   when the key is the same, so Redis sees the same replica go on: the window's
@@ -149,7 +149,10 @@ impl<C: Clock + Clone> RuleLimiter<C> {
         let Some(old) = old.and_then(RuleLimiter::local) else {
             return LocalRule::new(new);
         };
-        if old.limiter.limit() == limit && old.limiter.algorithm() == algorithm {
+        // A closed one (an old floor kept aside, closed by the cap's handover) is
+        // replaced like a changed one: its frozen count is what it used.
+        if old.limiter.limit() == limit && old.limiter.algorithm() == algorithm && !old.is_closed()
+        {
             return old.clone();
         }
         let (new, handover) = LocalRule::replacing(new, old);

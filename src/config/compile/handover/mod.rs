@@ -13,28 +13,30 @@
 //!   its limiter does not hold. What a limit has used in its window is its limiter's
 //!   count plus that excess, and that is what the next replacement carries.
 //! * **Decisions run during the swap.** The carry-over is read when the new rules are
-//!   built; decisions still holding the old rules go on admitting through the old
-//!   limiters until they return. So a replacement starts *closed*: it refuses every
-//!   span until its handover is settled. After publishing the new rules, the reload
-//!   waits until no decision holds the old ones (a grace period: decisions take
-//!   microseconds, the wait is bounded by [`GRACE`]), then [`settle`](Handover::settle)s
-//!   each handover: the old limiter's admissions since the snapshot are taken from the
-//!   new limiter's window (one permit each), what does not fit is added to its excess,
-//!   and only then is the new limiter opened.
+//!   built; decisions go on admitting through the old limiters meanwhile, and a thread
+//!   keeps the rule set it last decided with in its cache (`runtime::rule_based`), so
+//!   a decision that read the old rules just before they were replaced reaches the old
+//!   limiters after. So, before the new rules are published, the reload
+//!   [`settle`](Handover::settle)s each handover: it *closes* the old limiter by its own
+//!   atomic state ([`AnyLimiter::close`]: one swap of its word, which freezes its count
+//!   and refuses every later decision, as a full limiter refuses), and moves what it
+//!   admitted since the snapshot into the new limiter's window (a permit each, what does
+//!   not fit into its excess). No decision reaches the new limiter before it is
+//!   published, so it needs no closed state of its own, and nothing waits for readers:
+//!   a decision on the old rules either admitted before the close (and is carried) or
+//!   is refused.
 //!
 //! A service cap's floors and shared pool are handed over as a whole
-//! ([`cap_handover`]): what the old ones admit during the swap, also a floor the reload
-//! removes or moves to another rule, is spread into the new ones, and the new ones that
-//! are not old ones kept stay closed until then.
+//! ([`cap_handover`]): the old ones that the new rules do not keep, also a floor the
+//! reload removes or moves to another rule, are closed and what they admitted since
+//! the snapshot is spread into the new ones.
 //!
 //! The guarantee this gives, and what it does not cover, is stated once, on
-//! [`RuleBasedSampler::reload`](crate::RuleBasedSampler::reload); here, [`GRACE`] bounds
-//! the swap, [`LocalRule::used_since`] says what the sliding kinds miss, and
-//! [`unseen`] what a replacement whose window reaches back further counts beyond.
+//! [`RuleBasedSampler::reload`](crate::RuleBasedSampler::reload); here,
+//! [`LocalRule::close`] says how exact the frozen count is, and [`unseen`] what a
+//! replacement whose window reaches back further counts beyond.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
 
 use crate::clock::Clock;
 use crate::limit::Limit;
@@ -43,39 +45,31 @@ use crate::limiter::{AnyLimiter, RateLimiter};
 use super::unseen::{alone_from, unseen};
 
 mod forgotten;
+#[cfg(all(test, loom))]
+mod loom_tests;
 
 pub(crate) use forgotten::Forgotten;
 
-/// The longest a reload waits for the decisions holding the old rules to return before
-/// it settles the handovers anyway (a decision descheduled for longer is not waited
-/// for; its admission, if any, is the one not carried). Changed rules refuse while the
-/// reload waits; decisions take microseconds, so the wait is that long, not this.
-pub(crate) const GRACE: Duration = Duration::from_millis(500);
-
-/// A local limiter, the excess carried into its current window, and whether it is
-/// open (a replacement is closed until its handover is settled).
+/// A local limiter, and the excess carried into its current window (with, once a
+/// reload closed it, what it had counted).
 pub(crate) struct LocalRule<C> {
     pub(crate) limiter: Arc<AnyLimiter<C>>,
     /// When its lineage began to be decided by it alone (clock nanoseconds): 0 for a
     /// new rule, [`alone_from`] the reload for a replacement.
     began: u64,
     excess: Arc<Mutex<Excess>>,
-    open: Arc<AtomicBool>,
 }
 
 impl<C: Clock> std::fmt::Debug for LocalRule<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Relaxed: a reading for display; it orders nothing.
-        let open = self.open.load(Ordering::Relaxed);
         f.debug_struct("LocalRule")
             .field("limit", &self.limiter.limit())
-            .field("open", &open)
+            .field("closed", &self.is_closed())
             .finish_non_exhaustive()
     }
 }
 
-/// A local rule is a limiter (an adaptive rule's cap is one): closed while its
-/// handover is pending, its limiter's permits otherwise.
+/// A local rule is a limiter (an adaptive rule's cap is one): its limiter's permits.
 impl<C: Clock> RateLimiter for LocalRule<C> {
     #[inline]
     fn try_acquire(&self) -> bool {
@@ -105,11 +99,13 @@ pub(crate) struct Snapshot {
 }
 
 /// Admissions counted against a limit in the window ending at `until` (clock
-/// nanoseconds) that its limiter does not hold.
+/// nanoseconds) that its limiter does not hold, and whether the limiter is closed (its
+/// count frozen and moved here: it is no longer read).
 #[derive(Clone, Copy, Default)]
 struct Excess {
     until: u64,
     count: u64,
+    closed: bool,
 }
 
 impl<C> Clone for LocalRule<C> {
@@ -118,7 +114,6 @@ impl<C> Clone for LocalRule<C> {
             limiter: Arc::clone(&self.limiter),
             began: self.began,
             excess: Arc::clone(&self.excess),
-            open: Arc::clone(&self.open),
         }
     }
 }
@@ -130,15 +125,14 @@ impl<C: Clock> LocalRule<C> {
             limiter: Arc::new(limiter),
             began: 0,
             excess: Arc::default(),
-            open: Arc::new(AtomicBool::new(true)),
         }
     }
 
-    /// `limiter` as the replacement of `old`, closed: it absorbs what `old` has used
-    /// in its window, and where its own look-back reaches before that, an upper bound
-    /// of what was admitted there ([`unseen`]; the excess beyond its permits kept
-    /// aside), and the [`Handover`] that settles the admissions `old` makes from now on,
-    /// once no decision holds it, and opens the replacement.
+    /// `limiter` as the replacement of `old`: it absorbs what `old` has used in its
+    /// window, and where its own look-back reaches before that, an upper bound of what
+    /// was admitted there ([`unseen`]; the excess beyond its permits kept aside), and
+    /// the [`Handover`] that closes `old` and settles what it admitted from now on,
+    /// before the replacement is published.
     pub(crate) fn replacing(limiter: AnyLimiter<C>, old: &LocalRule<C>) -> (Self, Handover<C>) {
         let now = limiter.clock().now_nanos();
         let unseen = unseen(&old.limiter, old.began, &limiter, now);
@@ -148,7 +142,6 @@ impl<C: Clock> LocalRule<C> {
             ..Self::new(limiter)
         }
         .with_carried(snapshot.used.saturating_add(unseen));
-        new.close();
         let handover = Handover::Limit {
             old: old.clone(),
             new: new.clone(),
@@ -164,17 +157,35 @@ impl<C: Clock> LocalRule<C> {
         self
     }
 
-    /// Closes a limit not yet published: it refuses until [`open`](Self::open)ed.
-    fn close(&self) {
-        // Relaxed: the new rules are published through the ArcSwap (release), after.
-        self.open.store(false, Ordering::Relaxed);
+    /// Closes the limit for good: its limiter refuses every later decision (also one
+    /// that reaches it through a thread's cached old rules) and what it counted in its
+    /// window at that instant goes into its excess, so [`used`](Self::used) goes on
+    /// saying what it used. [`AnyLimiter::close`]: exact (the sliding log's count may be
+    /// above by a slot whose newest stamp this thread does not see yet). Closing a
+    /// closed limit does nothing.
+    pub(crate) fn close(&self) {
+        let mut excess = self.excess.lock().unwrap_or_else(PoisonError::into_inner);
+        if excess.closed {
+            return;
+        }
+        let frozen = self.limiter.close();
+        let now = self.limiter.clock().now_nanos();
+        if now >= excess.until {
+            *excess = Excess {
+                until: self.window_end(now),
+                ..Excess::default()
+            };
+        }
+        excess.count = excess.count.saturating_add(frozen);
+        excess.closed = true;
     }
 
-    /// Opens a limit once what it must hold is settled.
-    fn open(&self) {
-        // Release: the settled count and excess happen before any decision that sees
-        // the limit open (see `try_acquire`).
-        self.open.store(true, Ordering::Release);
+    /// Whether a reload closed it.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.excess
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .closed
     }
 
     /// Whether the two are the same limit (clones of one).
@@ -182,25 +193,17 @@ impl<C: Clock> LocalRule<C> {
         Arc::ptr_eq(&self.limiter, &other.limiter)
     }
 
-    /// A permit, if the limit is open and its limiter has one. The refusal of a closed
-    /// limit reads one flag and writes nothing.
+    /// A permit, if its limiter has one (a closed limiter has none). A refusal writes
+    /// nothing.
     #[inline]
     pub(crate) fn try_acquire(&self) -> bool {
-        // Acquire: pairs with the Release of `settle`, so a decision that sees the limit
-        // open sees the late admissions settled into it (its limiter's own atomics order
-        // the permits themselves).
-        self.open.load(Ordering::Acquire) && self.limiter.try_acquire()
+        self.limiter.try_acquire()
     }
 
     /// [`try_acquire`](Self::try_acquire) with the admission's clock reading.
     #[inline]
     pub(crate) fn acquire_stamped(&self) -> Option<u64> {
-        // Acquire: as in `try_acquire`.
-        if self.open.load(Ordering::Acquire) {
-            self.limiter.acquire_stamped()
-        } else {
-            None
-        }
+        self.limiter.acquire_stamped()
     }
 
     /// What it has used in its current window, and when that window ends.
@@ -218,8 +221,9 @@ impl<C: Clock> LocalRule<C> {
     /// snapshot; the sliding kinds still count some from before it, which carries more
     /// than needed). The sliding kinds also let some of what they counted leave their
     /// window as time passes (the log an entry, the sliding counter a fraction of the
-    /// previous window, the bucketed window a sub-window): what leaves during the swap
-    /// itself (microseconds) makes the difference that much short.
+    /// previous window, the bucketed window a sub-window): what leaves between the
+    /// snapshot and the close (the time of the compilation) makes the difference that
+    /// much short.
     pub(crate) fn used_since(&self, snapshot: Snapshot) -> u64 {
         let now = self.limiter.clock().now_nanos();
         let used = self.used();
@@ -230,12 +234,16 @@ impl<C: Clock> LocalRule<C> {
         }
     }
 
-    /// What this limit has used in its current window: its limiter's count plus the
-    /// excess carried into that window.
+    /// What this limit has used in its current window: its limiter's count (frozen
+    /// into the excess once closed) plus the excess carried into that window.
     pub(crate) fn used(&self) -> u64 {
         let now = self.limiter.clock().now_nanos();
-        let counted = self.limiter.count_in_window().unwrap_or(0);
         let excess = *self.excess.lock().unwrap_or_else(PoisonError::into_inner);
+        let counted = if excess.closed {
+            0
+        } else {
+            self.limiter.count_in_window().unwrap_or(0)
+        };
         counted + if now < excess.until { excess.count } else { 0 }
     }
 
@@ -269,8 +277,9 @@ impl<C: Clock> LocalRule<C> {
         if now >= excess.until {
             *excess = Excess {
                 until: self.window_end(now),
-                count: 0,
+                ..*excess
             };
+            excess.count = 0;
         }
         excess.count = excess.count.saturating_add(count);
     }
@@ -306,9 +315,9 @@ fn fill<C: Clock>(mut count: u64, limits: &[&LocalRule<C>]) {
     }
 }
 
-/// What a reload settles once no decision holds the old rules.
+/// What a reload settles before it publishes the new rules.
 pub(crate) enum Handover<C> {
-    /// A changed limit's replacement (closed until settled).
+    /// A changed limit's replacement.
     Limit {
         old: LocalRule<C>,
         new: LocalRule<C>,
@@ -316,42 +325,36 @@ pub(crate) enum Handover<C> {
         snapshot: Snapshot,
     },
     /// A service cap's floors and shared pool, as a whole: the old ones that the new
-    /// rules do not keep go on admitting until the decisions holding them return, and
-    /// the new ones that are not kept stay closed until those late admissions are
-    /// spread into the new ones.
+    /// rules do not keep admit until they are closed, and what they admitted since the
+    /// new ones were given the cap's count is spread into the new ones.
     Cap {
         /// Each old floor or pool not kept, with what it had used when the new ones
         /// were given the cap's count.
         late_from: Vec<(LocalRule<C>, Snapshot)>,
         /// The new floors and pool, in the order `spread` fills them.
         into: Vec<LocalRule<C>>,
-        /// The new ones that were closed for the swap.
-        closed: Vec<LocalRule<C>>,
     },
 }
 
 impl<C: Clock> Handover<C> {
-    /// Moves the admissions the old limiters made since the snapshot into the new ones
-    /// (a permit of a window each while one has some, the rest into excess), then
-    /// opens the new ones.
+    /// Closes the old limiters ([`LocalRule::close`]) and moves what they admitted
+    /// since the snapshot into the new ones (a permit of a window each while one has
+    /// some, the rest into excess). Run before the new ones are published: no decision
+    /// has reached them yet, and none reaches the old ones' permits after.
     pub(crate) fn settle(&self) {
         match self {
             Handover::Limit { old, new, snapshot } => {
+                old.close();
                 new.absorb(old.used_since(*snapshot));
-                new.open();
             }
-            Handover::Cap {
-                late_from,
-                into,
-                closed,
-            } => {
+            Handover::Cap { late_from, into } => {
+                late_from.iter().for_each(|(old, _)| old.close());
                 let late: u64 = late_from
                     .iter()
                     .map(|(old, snapshot)| old.used_since(*snapshot))
                     .sum();
                 let into: Vec<&LocalRule<C>> = into.iter().collect();
                 fill(late, &into);
-                closed.iter().for_each(LocalRule::open);
             }
         }
     }
@@ -359,7 +362,7 @@ impl<C: Clock> Handover<C> {
 
 /// The cap's handover for a reload: `old` are the previous floors and pool with what
 /// each had used when `was` was counted, `new` the new ones (in `spread`'s order). The
-/// new ones that are not old ones kept are closed until it is settled.
+/// old ones that are not new ones kept are closed when it is settled.
 pub(crate) fn cap_handover<C: Clock>(
     old: &[(&LocalRule<C>, Snapshot)],
     new: &[&LocalRule<C>],
@@ -369,31 +372,13 @@ pub(crate) fn cap_handover<C: Clock>(
         .filter(|(o, _)| !new.iter().any(|n| n.same(o)))
         .map(|(o, snapshot)| ((*o).clone(), *snapshot))
         .collect();
-    let closed: Vec<LocalRule<C>> = new
-        .iter()
-        .filter(|n| !old.iter().any(|(o, _)| o.same(n)))
-        .map(|n| (*n).clone())
-        .collect();
-    if late_from.is_empty() && closed.is_empty() {
+    if late_from.is_empty() {
         return None;
     }
-    closed.iter().for_each(LocalRule::close);
     Some(Handover::Cap {
         late_from,
         into: new.iter().map(|n| (*n).clone()).collect(),
-        closed,
     })
-}
-
-/// Waits (yielding) until `old` is the last reference to the rules it holds, that is
-/// until no decision is running on them, for at most [`GRACE`]. `arc-swap` converts the
-/// readers' borrowed references of a swapped-out pointer into counted ones during the
-/// swap, so the strong count sees every decision still running on the old rules.
-pub(crate) fn wait_for_readers<T>(old: &Arc<T>) {
-    let start = Instant::now();
-    while Arc::strong_count(old) > 1 && start.elapsed() < GRACE {
-        std::thread::yield_now();
-    }
 }
 
 #[cfg(all(test, not(loom)))]
@@ -449,36 +434,72 @@ mod tests {
         assert_eq!(new.used(), 10);
     }
 
+    /// The handover closes the replaced limiter: a decision that reaches it after (a
+    /// thread deciding on its cached old rules) is refused, whatever the algorithm, and
+    /// what it admitted before is carried, so the two never exceed the limit. Before,
+    /// the reload waited (at most half a second) for the readers of the old rules, and
+    /// one descheduled longer admitted a permit nobody carried.
     #[test]
-    fn a_replacement_refuses_until_its_handover_is_settled_so_the_two_never_exceed_the_limit() {
+    fn a_replaced_limiter_is_closed_by_its_handover_so_the_two_never_exceed_the_limit() {
         for algorithm in Algorithm::ALL {
             let clock = ManualClock::new();
             clock.set(10);
             let old = LocalRule::new(rule(algorithm, 10, &clock));
             assert_eq!((0..4).filter(|_| old.try_acquire()).count(), 4);
             let (new, h) = LocalRule::replacing(rule(algorithm, 10, &clock), &old);
-            // During the swap: decisions on the new rules are refused while those still
-            // holding the old ones admit. Before, the new limiter gave out 6 more here,
-            // and 13 were kept in a window of 10.
-            assert_eq!(
-                (0..10).filter(|_| new.try_acquire()).count(),
-                0,
-                "{algorithm}"
-            );
-            assert_eq!(new.acquire_stamped(), None, "{algorithm}");
+            // While the new rules are built, decisions on the old ones admit.
             assert_eq!(
                 (0..3).filter(|_| old.try_acquire()).count(),
                 3,
                 "{algorithm}"
             );
             h.settle();
+            assert!(old.is_closed() && !new.is_closed(), "{algorithm}");
+            assert_eq!(old.used(), 7, "{algorithm}: the frozen count");
+            // A stale decision reaching the old limiter, now and windows later.
+            assert!(!old.try_acquire(), "{algorithm}");
+            assert_eq!(old.acquire_stamped(), None, "{algorithm}");
             assert_eq!(
                 (0..10).filter(|_| new.try_acquire()).count(),
                 3,
                 "{algorithm}"
             );
             assert_eq!(new.used(), 10, "{algorithm}");
+            clock.advance(Duration::from_secs(3 * 3600));
+            assert!(!old.try_acquire(), "{algorithm}: closed for good");
+            assert_eq!(old.used(), 0, "{algorithm}: its window is over");
         }
+    }
+
+    /// A closed limit of the same limit is not kept by a later reload (an old floor kept
+    /// aside and closed by the cap's handover, its rule brought back): it is replaced,
+    /// carrying its frozen count. Kept, the rule would refuse for good.
+    #[test]
+    fn a_closed_limit_is_replaced_not_kept_and_carries_its_frozen_count() {
+        use crate::config::compile::rule_limiter::RuleLimiter;
+        let clock = ManualClock::new();
+        clock.set(10);
+        let limit = Limit::per_window(10, Duration::from_secs(3600))
+            .unwrap()
+            .unpaced();
+        let old = LocalRule::new(AnyLimiter::with_clock(
+            Algorithm::FixedWindow,
+            limit,
+            clock.clone(),
+        ));
+        assert_eq!((0..6).filter(|_| old.try_acquire()).count(), 6);
+        old.close();
+        let mut handovers = Vec::new();
+        let back = RuleLimiter::build_local(
+            Algorithm::FixedWindow,
+            limit,
+            &clock,
+            Some(&RuleLimiter::Local(old.clone())),
+            &mut handovers,
+        );
+        handovers.iter().for_each(Handover::settle);
+        assert!(!back.same(&old));
+        assert_eq!((0..10).filter(|_| back.try_acquire()).count(), 4);
     }
 
     #[test]

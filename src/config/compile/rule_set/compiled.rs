@@ -231,7 +231,7 @@ pub(super) struct Tombstone {
 }
 
 impl Tombstone {
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(super) fn name(&self) -> &str {
         &self.name
     }

@@ -107,6 +107,38 @@ impl<C: Clock> RuleSet<C> {
             .and_then(RuleLimiter::fleet)
     }
 
+    /// Every fleet limiter it holds: its rules' and default's limits, floors and the
+    /// cap's pool, and those of rules kept aside.
+    #[cfg(feature = "redis")]
+    fn fleet_limiters(&self) -> impl Iterator<Item = &crate::fleet::FleetLimiter<C>> {
+        let kept_aside = self.retired.iter().filter_map(|a| match a {
+            compiled::Aside::Kept(c) => Some(&**c),
+            compiled::Aside::Forgotten(_) => None,
+        });
+        let rules = self
+            .rules
+            .iter()
+            .chain(self.default.as_ref())
+            .chain(kept_aside);
+        rules
+            .flat_map(|c| c.action.limiter().into_iter().chain(c.floor.as_ref()))
+            .chain(self.shared.as_ref())
+            .filter_map(RuleLimiter::fleet)
+    }
+
+    /// Closes each of its fleet limiters that `next` does not hold (a changed limit's,
+    /// a removed rule's, a change of scope's): it calls Redis no more and refuses every
+    /// later decision, also one reaching it through a thread's cached old rules, as it
+    /// would once dropped. A reload runs it before it publishes `next`.
+    #[cfg(feature = "redis")]
+    pub(crate) fn close_fleet_limiters_not_in(&self, next: &RuleSet<C>) {
+        for old in self.fleet_limiters() {
+            if !next.fleet_limiters().any(|kept| kept.same(old)) {
+                old.close();
+            }
+        }
+    }
+
     /// The rule names, for `Debug`.
     pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
         self.rules
@@ -143,10 +175,10 @@ mod tests {
             .0
     }
 
-    /// A floor removed by a reload while a decision still holding the old rules admits
-    /// through it: that late admission is spread into the new cap (closed until then),
-    /// so the cap's window keeps at most its limit. Before, the new shared pool gave
-    /// out the permit again.
+    /// A floor removed by a reload while decisions on the old rules admit through it:
+    /// those late admissions are spread into the new cap when the handover closes the
+    /// old floor, which refuses from then on, so the cap's window keeps at most its
+    /// limit. Before, the new shared pool gave out the permits again.
     #[test]
     fn a_floor_removed_during_a_swap_keeps_the_cap_exact() {
         let clock = ManualClock::new();
@@ -164,10 +196,11 @@ mod tests {
         let (new, handovers) =
             RuleSet::compile(&v2.service("svc"), &v2.fleet, &clock, Some(&old)).unwrap();
         let pool = new.shared.clone().unwrap();
-        // During the swap: the old floor admits twice more, the new pool refuses.
+        // While the new rules are built: the old floor admits twice more.
         assert!(old_floor.try_acquire() && old_floor.try_acquire());
-        assert!(!pool.try_acquire());
         handovers.iter().for_each(Handover::settle);
+        // Closed: a decision still holding the old rules is refused.
+        assert!(!old_floor.try_acquire() && !old_pool.try_acquire());
         // 10 in the window: 2 before, 2 during the swap, 6 after.
         assert_eq!((0..20).filter(|_| pool.try_acquire()).count(), 6);
     }

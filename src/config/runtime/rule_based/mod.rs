@@ -1,11 +1,35 @@
-//! [`RuleBasedSampler`]: a service's rules applied as an OpenTelemetry sampler, one lock-free
-//! load of the current rule set per decision; replacing the rules is in [`reload`].
+//! [`RuleBasedSampler`]: a service's rules applied as an OpenTelemetry sampler, read
+//! per decision from the thread's own cache of the current rule set; replacing the
+//! rules is in [`reload`].
+//!
+//! # How a decision reads the rules
+//!
+//! The rules in force are an `ArcSwap`; each thread keeps, per sampler (a
+//! `ThreadLocal` of the sampler's, so two samplers in a thread never see each other's
+//! rules), an `arc_swap::Cache` of them: the `Arc` it last read. A decision checks it
+//! against the `ArcSwap`'s pointer with one plain load and decides with it when it is
+//! current; only the first decision after a reload reads the new rules with a counted
+//! load. So a decision writes no memory another thread reads (the cache's `RefCell`
+//! flag is the thread's own, on a cache line of its own), where `ArcSwap::load` took a
+//! debt slot with a locked instruction on every decision.
+//!
+//! A thread that decided with the old rules keeps them in its cache until it decides
+//! again (or the sampler is dropped): their memory, not their permits. The reload does
+//! not wait for such readers; it closes each replaced limiter by its own atomic state
+//! before it publishes the new rules (see `compile::handover`), so a decision that
+//! read the old rules just before the swap and reaches a replaced limiter after it is
+//! refused: its admission would come after what the handover carried. It is not
+//! retried on the new rules: the decision began before the swap and stays on the rules
+//! it began with ("the old rules or the new ones, never a mix"), and telling a closed
+//! limiter from a full one would add a test to every refusal.
 
+use std::cell::RefCell;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, Cache};
+use crossbeam_utils::CachePadded;
 use opentelemetry::trace::{Link, SpanKind, TraceId};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{SamplingResult, ShouldSample};
@@ -42,7 +66,9 @@ pub use reload::ReloadHandle;
 ///   [`AdaptiveSampler`](crate::AdaptiveSampler)'s algorithm with its own estimate and
 ///   cap, counting what that rule is offered.
 /// * The rules can be replaced while the sampler runs ([`reload`](Self::reload)):
-///   decisions read the current rule set through an atomic pointer and never wait.
+///   decisions read the current rule set from their thread's cache, checked against
+///   an atomic pointer with one load, and never wait; a refusal writes no shared
+///   memory.
 ///
 /// Clones share the rules, the limiters and the decision counters
 /// ([`stats`](Self::stats)).
@@ -66,8 +92,32 @@ pub struct RuleBasedSampler<C = MonotonicClock> {
     inner: Arc<Inner<C>>,
 }
 
+/// The rules in force, shared with every thread's cache of them.
+type Rules<C> = Arc<ArcSwap<RuleSet<C>>>;
+
+/// A thread's cache of the rules in force (on a cache line of its own: its `RefCell`
+/// flag is written by every decision of the thread, and by no other thread).
+type ThreadCache<C> = CachePadded<RefCell<Cache<Rules<C>, Arc<RuleSet<C>>>>>;
+
+/// Each thread's cache of the rules, for one sampler (and its clones) alone: a
+/// `ThreadLocal`, behind a trait object only so that the sampler's type needs no
+/// `Clock` bound (`ThreadLocal` wants elements known to be `Send`).
+trait ThreadCaches<C>: Send + Sync {
+    /// This thread's cache, made on its first decision.
+    fn mine(&self, rules: &Rules<C>) -> &ThreadCache<C>;
+}
+
+impl<C: Clock> ThreadCaches<C> for thread_local::ThreadLocal<ThreadCache<C>> {
+    #[inline]
+    fn mine(&self, rules: &Rules<C>) -> &ThreadCache<C> {
+        self.get_or(|| CachePadded::new(RefCell::new(Cache::new(Arc::clone(rules)))))
+    }
+}
+
 struct Inner<C> {
-    rules: ArcSwap<RuleSet<C>>,
+    rules: Rules<C>,
+    /// Each thread's cache of `rules`.
+    caches: Box<dyn ThreadCaches<C>>,
     service: String,
     clock: C,
     /// Reloads that replaced the rules (the generation of the rules in force).
@@ -130,7 +180,8 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
         let (rules, _) = compile(config, service, &clock, None)?;
         Ok(Self {
             inner: Arc::new(Inner {
-                rules: ArcSwap::from_pointee(rules),
+                rules: Arc::new(ArcSwap::from_pointee(rules)),
+                caches: Box::new(thread_local::ThreadLocal::<ThreadCache<C>>::new()),
                 service: service.to_owned(),
                 clock,
                 reloads_succeeded: AtomicU64::new(0),
@@ -260,14 +311,21 @@ impl<C: Clock> ShouldSample for RuleBasedSampler<C> {
         attributes: &[KeyValue],
         _links: &[Link],
     ) -> SamplingResult {
-        // A lock-free read of the current rules (no reference count touched).
-        let rules = self.inner.rules.load();
-        apply_parent_policy(
-            parent_context,
-            rules.remote_parents,
-            Some(&rules.unmatched),
-            |origin, state| rules.decide(origin, trace_id, name, span_kind, attributes, state),
-        )
+        let decide = |rules: &RuleSet<C>| {
+            apply_parent_policy(
+                parent_context,
+                rules.remote_parents,
+                Some(&rules.unmatched),
+                |origin, state| rules.decide(origin, trace_id, name, span_kind, attributes, state),
+            )
+        };
+        match self.inner.caches.mine(&self.inner.rules).try_borrow_mut() {
+            // The thread's own copy, revalidated with one load of the pointer.
+            Ok(mut cache) => decide(cache.load()),
+            // A decision of this sampler inside one of its own on this thread (something
+            // the decision logs creating a span through it): the shared read.
+            Err(_) => decide(&self.inner.rules.load()),
+        }
     }
 }
 
@@ -324,6 +382,103 @@ mod tests {
             (ConfigErrorKind::InvalidLimit, 3, "service[0].rule[0].floor"),
             "{err}"
         );
+    }
+
+    /// A decision that read the rules just before a reload (a thread's cache) and
+    /// reaches a replaced limiter after it is refused: the reload closed it, carrying
+    /// what it admitted. For every kind of limit a rule has (each algorithm, an adaptive
+    /// rule's cap, a lower bound) and the cap's floor and shared pool: the window keeps
+    /// exactly the largest limit in force. Before, the reload waited at most half a
+    /// second for such a reader, and one that waited longer spent a permit twice.
+    #[test]
+    fn a_decision_on_stale_rules_reaching_a_replaced_limiter_is_refused() {
+        use crate::sampler::Origin;
+        use opentelemetry::trace::TraceState;
+        let policies = [
+            "limit = {n}\nwindow = \"1h\"\npaced = false\nalgorithm = \"fixed\"",
+            "limit = {n}\nwindow = \"1h\"\npaced = false\nalgorithm = \"sliding\"",
+            "limit = {n}\nwindow = \"1h\"\npaced = false\nalgorithm = \"sliding-log\"",
+            "limit = {n}\nwindow = \"1h\"\npaced = false\nalgorithm = \"bucketed\"",
+            "adaptive = { limit = {n}, window = \"1h\" }",
+            "probability = 0.0\nat_least = {n}.0",
+        ];
+        for policy in policies {
+            for cap in [false, true] {
+                let file = |n: u32| {
+                    let policy = policy.replace("{n}", &n.to_string());
+                    let (cap, floor) = if cap {
+                        (
+                            format!("cap = {{ limit = {n}, window = \"1h\", paced = false }}\n"),
+                            format!("floor = {}\n", n / 2),
+                        )
+                    } else {
+                        (String::new(), String::new())
+                    };
+                    let text = format!("[default]\nprobability = 0.0\n{cap}[[default.rule]]\nname = \"r\"\nspan_name = \"r\"\n{policy}\n{floor}");
+                    SamplingConfig::from_toml_str(&text, "t.toml").unwrap()
+                };
+                let clock = crate::clock::ManualClock::new();
+                // Part-way into the last tenth of an hour's window and of a second's,
+                // where a paced limit (the adaptive cap and the lower bound, N per
+                // second, are) has released every permit.
+                clock.set(7_200_000_000_000 + 3_500_950_456_789);
+                let s = RuleBasedSampler::with_clock(&file(10), "svc", clock.clone()).unwrap();
+                let decide = |rules: &RuleSet<crate::clock::ManualClock>| {
+                    let id = TraceId::from(u128::MAX);
+                    rules
+                        .decide(
+                            Origin::Root,
+                            id,
+                            "r",
+                            &SpanKind::Server,
+                            &[],
+                            &TraceState::NONE,
+                        )
+                        .decision
+                        == opentelemetry_sdk::trace::SamplingDecision::RecordAndSample
+                };
+                let kept = |rules: &RuleSet<_>, n| (0..n).filter(|_| decide(rules)).count();
+                let stale = s.inner.rules.load_full();
+                assert_eq!(kept(&stale, 4), 4, "{policy}");
+                s.reload(&file(6)).unwrap();
+                let current = s.inner.rules.load_full();
+                assert_eq!(kept(&stale, 10), 0, "{policy}, cap {cap}: stale");
+                assert_eq!(kept(&current, 10), 2, "{policy}, cap {cap}");
+                s.reload(&file(12)).unwrap();
+                let back = s.inner.rules.load_full();
+                assert_eq!(kept(&current, 10), 0, "{policy}, cap {cap}: stale");
+                assert_eq!(kept(&back, 20), 6, "{policy}, cap {cap}");
+            }
+        }
+    }
+
+    /// A reload closes the fleet limiters its rules do not keep (a changed limit's, a
+    /// removed rule's), as dropping them did, and only those: a thread's cached old
+    /// rules no longer keep one leasing from Redis.
+    #[cfg(feature = "redis")]
+    #[test]
+    fn a_reload_closes_the_fleet_limiters_it_does_not_keep() {
+        let file = |shared: u32, other: Option<u32>| {
+            let mut text = format!("[fleet]\nredis = \"redis://127.0.0.1:1\"\n[[service]]\nname = \"a\"\n[[service.rule]]\nname = \"shared\"\nspan_name = \"x\"\nrate = {shared}.0\nscope = \"fleet\"\n");
+            if let Some(rate) = other {
+                text.push_str(&format!("[[service.rule]]\nname = \"other\"\nspan_name = \"y\"\nrate = {rate}.0\nscope = \"fleet\"\n"));
+            }
+            SamplingConfig::from_toml_str(&text, "s.toml").unwrap()
+        };
+        let s = RuleBasedSampler::new(&file(5, Some(3)), "a").unwrap();
+        let (shared, other) = (
+            s.fleet_limiter("shared").unwrap(),
+            s.fleet_limiter("other").unwrap(),
+        );
+        // `other` unchanged: kept, open. `shared` changed: replaced, closed.
+        s.reload(&file(6, Some(3))).unwrap();
+        assert!(shared.is_stopped() && !other.is_stopped());
+        assert!(s.fleet_limiter("other").unwrap().same(&other));
+        let replacement = s.fleet_limiter("shared").unwrap();
+        assert!(!replacement.same(&shared) && !replacement.is_stopped());
+        // `other` removed: closed.
+        s.reload(&file(6, None)).unwrap();
+        assert!(other.is_stopped() && !replacement.is_stopped());
     }
 
     #[cfg(feature = "redis")]

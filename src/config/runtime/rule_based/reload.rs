@@ -8,7 +8,7 @@ use std::sync::{Arc, PoisonError, Weak};
 
 use super::{compile, Inner, RuleBasedSampler};
 use crate::clock::{Clock, MonotonicClock};
-use crate::config::compile::handover::{wait_for_readers, Handover};
+use crate::config::compile::handover::Handover;
 use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
 use crate::config::model::SamplingConfig;
 use crate::stats::RuleBasedStats;
@@ -32,18 +32,23 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     ///   current window, *including* admissions beyond the new limit: lowering 1000/h
     ///   (1000 used) to 500 and restoring 1000 within the hour admits nothing more
     ///   that hour.
-    /// * Decisions running during the swap: a changed limit's new limiter starts
-    ///   closed (it refuses), the new rules are published, the reload waits until no
-    ///   decision holds the old rules (decisions take microseconds; the wait is bounded
-    ///   by half a second), moves what the old limiters admitted since the carry-over
-    ///   into the new ones, and opens them. So the old and the new limiter together
-    ///   admit at most `max(old N, new N)` in the window of the reload; the price is
-    ///   that a changed rule refuses for the microseconds of the swap. A swap that
-    ///   straddles a window boundary carries what the old limiter counted in the new
-    ///   window. Not covered: a decision descheduled on the old rules for longer than
-    ///   that half second (its admission is not carried), and, for the sliding kinds
-    ///   (log, counter, bucketed), what leaves their window during the swap itself
-    ///   (the carried count is that much short). The fixed window is exact.
+    /// * Decisions running during the swap, and threads whose cached rules are the old
+    ///   ones: before it publishes the new rules, the reload *closes* each replaced
+    ///   limiter by its own atomic state (one swap of its word, which freezes the count
+    ///   it carries and makes every later decision on it refuse, as on a full limiter)
+    ///   and moves what it admitted since the carry-over into its replacement. A
+    ///   decision that read the old rules before the swap and reaches a closed limiter
+    ///   after it is refused, not retried on the new rules: it stays on the rules it
+    ///   began with, and the decision path keeps no test for a closed limiter. Nothing
+    ///   waits for readers, however long one is descheduled. So the old and the new
+    ///   limiter together admit at most `max(old N, new N)` in the window of the
+    ///   reload, with no exception; the price is that a changed rule refuses from the
+    ///   close to the publication (microseconds), and so do decisions on the old rules
+    ///   that reach it after. A swap that straddles a window boundary carries what the
+    ///   old limiter counted in the new window. The fixed window's carried count is
+    ///   exact; for the sliding kinds (log, counter, bucketed), what leaves their
+    ///   window while the new rules are compiled is carried short by that much (the
+    ///   carry-over is read before compiling).
     /// * A change of window length or of algorithm is a change of limit like any other.
     ///   Where the new window reaches back before what the old limiter counts (a longer
     ///   window, one cut elsewhere, a sliding one after an aligned one), the new limiter
@@ -94,8 +99,10 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     /// what the fleet was granted in the current window, so the fleet keeps at most
     /// `max(old N, new N)` in the window of the reload and the new N from the next one.
     /// This replica then admits nothing for that limit until its new limiter's first
-    /// Redis round trip, and what the old one held unspent is not used in that window.
-    /// A change of scope starts a new limiter with nothing carried over. Spans
+    /// Redis round trip, and what the old one held unspent is not used in that window:
+    /// the reload closes every fleet limiter the new rules do not keep (its calls to
+    /// Redis stop, and it refuses every decision still reaching it), as dropping it
+    /// did. A change of scope starts a new limiter with nothing carried over. Spans
     /// being decided during the swap use the old rules or the new ones, never a mix,
     /// and never wait.
     ///
@@ -119,13 +126,15 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
             Some(&current),
         )
         .inspect_err(|_| self.count_reload(false))?;
+        // Close the replaced limiters, carrying what they admitted since the new ones
+        // were built, then publish: no decision reaches a new limiter before it holds
+        // that, and none reaches an old one's permits after.
+        handovers.iter().for_each(Handover::settle);
+        #[cfg(feature = "redis")]
+        current.close_fleet_limiters_not_in(&next);
         drop(current);
-        let old = self.inner.rules.swap(Arc::new(next));
+        self.inner.rules.store(Arc::new(next));
         self.count_reload(true);
-        if !handovers.is_empty() {
-            wait_for_readers(&old);
-            handovers.iter().for_each(Handover::settle);
-        }
         Ok(())
     }
 

@@ -32,8 +32,9 @@ impl<C: Clock + Clone> RuleSet<C> {
     /// Compiles `service`'s settings, reusing `previous`'s limiters where a rule (by
     /// name, else by what it matches: see `Build::predecessors`), a floor (by its rule)
     /// or the cap's pool kept its limit, and carrying what was used in the current window over where it changed
-    /// (see [`RuleLimiter::build`]), with the [`Handover`]s to settle once the new set
-    /// is published and no decision holds `previous`. Fleet-scoped limits use `fleet`.
+    /// (see [`RuleLimiter::build`]), with the [`Handover`]s that close `previous`'s
+    /// replaced limiters and settle what they admitted since, to run before the new set
+    /// is published. Fleet-scoped limits use `fleet`.
     pub(crate) fn compile(
         service: &ServiceConfig,
         fleet: &FleetSettings,
@@ -357,7 +358,7 @@ impl<'a, C: Clock + Clone> Build<'a, C> {
 
     /// The cap as a whole: what the old floors and pool used in this window stays
     /// spent, also where a floor was removed, added or resized; and what they admit
-    /// during the swap is spread into the new ones, closed until then.
+    /// until the handover closes the old ones is spread into the new ones.
     fn hand_over_cap(&mut self, rules: &[Compiled<C>], shared: Option<&RuleLimiter<C>>) {
         self.by_cap.clear();
         let Some(previous) = self.previous else {
