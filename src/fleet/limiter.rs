@@ -221,7 +221,9 @@ impl<C: Clock> FleetLimiter<C> {
     #[cfg(feature = "config")]
     pub(crate) fn close(&self) {
         self.inner.member.stop();
-        self.inner.lease.roll_to(super::word::MAX_WINDOW_ID, 0);
+        self.inner
+            .lease
+            .roll_to(crate::limiter::packed::MAX_WINDOW_INDEX, 0);
     }
 
     /// Whether it was closed (or stopped): its worker makes no more calls for it.

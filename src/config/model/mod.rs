@@ -6,10 +6,6 @@ mod config;
 mod key;
 mod load;
 mod report;
-// The glob patterns live below the rule layer, in `crate::pattern`: use that path. This
-// alias is left only for `compile/`, which moves to the real path in its own change;
-// then it goes.
-pub(crate) use crate::pattern;
 mod rule;
 mod service;
 pub(crate) mod values;

@@ -16,10 +16,10 @@ use opentelemetry::trace::SpanKind;
 
 use super::prefix::{self, Prefixes};
 use super::shapes::Conditions;
+use super::span::Span;
 use super::table::{StrTable, Values, MAX_KEYS};
-use super::Span;
-use crate::config::model::pattern::{short_contains, Pattern};
 use crate::config::model::Rule;
+use crate::pattern::{short_contains, Pattern};
 use crate::sampler::Origin;
 
 /// The rules a bitset of a chunk holds.

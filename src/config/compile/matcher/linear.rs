@@ -6,9 +6,9 @@
 use opentelemetry::trace::SpanKind;
 use opentelemetry::{KeyValue, Value};
 
-use super::Span;
-use crate::config::model::pattern::{bytes_eq, Pattern};
+use super::span::Span;
 use crate::config::model::Rule;
+use crate::pattern::{bytes_eq, Pattern};
 use crate::sampler::Origin;
 
 /// The conditions of every rule of a service, in rule order.
@@ -117,7 +117,7 @@ fn find<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a Value> {
 mod tests {
     use super::*;
     use crate::config::compile::matcher::index::Index;
-    use crate::config::compile::matcher::tests::reference;
+    use crate::config::compile::matcher::span::reference;
     use crate::config::model::SamplingConfig;
 
     #[test]

@@ -8,6 +8,7 @@ mod index;
 mod linear;
 mod prefix;
 mod shapes;
+mod span;
 mod table;
 
 use opentelemetry::trace::SpanKind;
@@ -17,18 +18,10 @@ use crate::config::model::Rule;
 use crate::sampler::Origin;
 use index::Index;
 use linear::Linear;
+use span::Span;
 
 /// The conditions of every rule of a service, in rule order.
 pub(crate) struct Matchers(Path);
-
-/// What the rules look at in a span.
-#[derive(Clone, Copy)]
-pub(super) struct Span<'a> {
-    origin: Origin,
-    name: &'a str,
-    kind: &'a SpanKind,
-    attributes: &'a [KeyValue],
-}
 
 // One per rule set, built once: its size does not matter, while a box would put a
 // pointer to follow on every decision.
@@ -74,27 +67,10 @@ pub(super) mod tests {
     use opentelemetry::Value;
     use proptest::prelude::*;
 
+    use super::span::reference;
     use super::*;
-    use crate::config::model::pattern::Pattern;
     use crate::config::model::Policy;
-
-    /// The rule semantics written plainly: every condition, first attribute of a name.
-    pub(in crate::config::compile::matcher) fn reference(
-        r: &Rule,
-        origin: Origin,
-        name: &str,
-        kind: &SpanKind,
-        kvs: &[KeyValue],
-    ) -> bool {
-        r.parent.is_none_or(|p| p == origin)
-            && r.kind.as_ref().is_none_or(|k| k == kind)
-            && r.span_name.as_ref().is_none_or(|p| p.is_match(name))
-            && r.attributes.iter().all(|(key, p)| {
-                kvs.iter()
-                    .find(|kv| kv.key.as_str() == key)
-                    .is_some_and(|kv| p.matches_value(&kv.value))
-            })
-    }
+    use crate::pattern::Pattern;
 
     // Small alphabets, so that random names, keys and values often meet.
     // The last, over 64 bytes, takes `*admin*` through the pattern's searcher.

@@ -13,7 +13,7 @@ use opentelemetry::Value;
 
 use super::prefix::{self, Starts};
 use super::table::{words, Values, IN_WORDS};
-use crate::config::model::pattern::Pattern;
+use crate::pattern::Pattern;
 
 /// The attribute conditions of a chunk.
 pub(super) struct Conditions {

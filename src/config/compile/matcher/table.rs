@@ -8,7 +8,7 @@ use std::collections::HashSet;
 
 use opentelemetry::{KeyValue, Value};
 
-use crate::config::model::pattern::bytes_eq;
+use crate::pattern::bytes_eq;
 
 /// Strings numbered `0..len()` in the order they were first given.
 pub(super) struct StrTable {
