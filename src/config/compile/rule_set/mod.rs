@@ -6,7 +6,7 @@
 //! previous set's limiters, and then decides ([`decide`]) until a reload replaces it;
 //! each rule is a [`compiled::Compiled`].
 
-mod build;
+mod steps;
 mod compiled;
 mod decide;
 
@@ -40,7 +40,7 @@ pub(crate) struct RuleSet<C> {
     /// no limit in this one, kept while their window holds admissions: a rule removed
     /// (or made a probability) and brought back within a window finds its limiter;
     /// after, forgotten (what a rule brought back needs to go on from them, a bounded
-    /// number of them: `build::FORGOTTEN`).
+    /// number of them: `steps::FORGOTTEN`).
     retired: Vec<Aside<C>>,
     cap: Option<LimitSpec>,
     /// Decisions no rule made (followed parents, no match without a default); kept
