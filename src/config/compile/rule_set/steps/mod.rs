@@ -1,7 +1,7 @@
 //! [`RuleSet::compile`] in named steps: refuse windows below the clock's resolution;
 //! compile each rule (its predecessor, its action, its floor); the cap's shared pool;
 //! the cap handed over as a whole; the limits kept aside for rules that went away
-//! (`build/aside.rs`).
+//! (`steps/aside.rs`).
 
 mod aside;
 
