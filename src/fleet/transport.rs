@@ -10,13 +10,14 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
-use redis::{ConnectionInfo, IntoConnectionInfo, Script, Value};
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Script, TlsCertificates, Value};
 
 use super::call_error::CallError;
 use super::lease::Call;
 use super::pipeline::{by_slot, in_order, Answers, Batch};
 use super::script::{CLOCK_LUA, LEASE_LUA};
 use super::stop::Stop;
+use super::tls::ensure_provider;
 use super::wire::{Leave, RuleWire, Scripts};
 
 /// Where Redis is: one server (through a reconnecting `ConnectionManager`) or a cluster.
@@ -35,16 +36,29 @@ impl std::fmt::Debug for Target {
 }
 
 impl Target {
-    /// Parses the URL(s) without any I/O; `Err((url, reason))` for a bad one.
+    /// Parses the URL(s) without any I/O; `Err((url, reason))` for a bad one. `tls`
+    /// (read from the CA and client certificate files) needs `rediss://` URLs.
     pub(crate) fn parse(
         urls: &[String],
         cluster: bool,
-        response_timeout: Duration,
-        connect_timeout: Duration,
+        [response_timeout, connect_timeout]: [Duration; 2],
+        tls: Option<TlsCertificates>,
     ) -> Result<Self, (String, String)> {
         let mut infos = parse_urls(urls)?;
+        if infos
+            .iter()
+            .any(|i| matches!(i.addr(), ConnectionAddr::TcpTls { .. }))
+        {
+            // Before any TLS client exists: the redis crate asks rustls for the
+            // process default.
+            ensure_provider();
+        }
         if cluster {
-            let client = ClusterClientBuilder::new(infos)
+            let mut builder = ClusterClientBuilder::new(infos);
+            if let Some(tls) = tls {
+                builder = builder.certs(tls);
+            }
+            let client = builder
                 .connection_timeout(connect_timeout)
                 .response_timeout(response_timeout)
                 .retries(1)
@@ -55,7 +69,11 @@ impl Target {
             let info = infos
                 .pop()
                 .ok_or_else(|| (String::new(), "no URL".to_owned()))?;
-            let client = redis::Client::open(info).map_err(|e| (urls[0].clone(), e.to_string()))?;
+            let client = match tls {
+                Some(tls) => redis::Client::build_with_tls(info, tls),
+                None => redis::Client::open(info),
+            }
+            .map_err(|e| (urls[0].clone(), e.to_string()))?;
             // No response timeout of its own: the worker bounds each round by the
             // timeouts of the rules in it, which may differ.
             let config = ConnectionManagerConfig::new()
@@ -71,15 +89,33 @@ impl Target {
     }
 }
 
-/// The URLs' connection settings; `Err((url, reason))` for a bad one.
+/// The URLs' connection settings; `Err((url, reason))` for a bad one, or for a
+/// `rediss://` URL that turns certificate checks off (`#insecure`): there is no way to.
 fn parse_urls(urls: &[String]) -> Result<Vec<ConnectionInfo>, (String, String)> {
     urls.iter()
         .map(|url| {
-            url.as_str()
+            let info = url
+                .as_str()
                 .into_connection_info()
-                .map_err(|e| (url.clone(), e.to_string()))
+                .map_err(|e| (url.clone(), e.to_string()))?;
+            if matches!(info.addr(), ConnectionAddr::TcpTls { insecure: true, .. }) {
+                return Err((
+                    url.clone(),
+                    "`#insecure` would turn certificate verification off, which this crate \
+                     does not do; give the CA that signed the server's certificate instead"
+                        .to_owned(),
+                ));
+            }
+            Ok(info)
         })
         .collect()
+}
+
+/// Whether every URL is `rediss://` (TLS); `Err((url, reason))` for a bad one.
+pub(crate) fn all_tls(urls: &[String]) -> Result<bool, (String, String)> {
+    Ok(parse_urls(urls)?
+        .iter()
+        .all(|i| matches!(i.addr(), ConnectionAddr::TcpTls { .. })))
 }
 
 /// What the URL(s) connect to, spelling aside (`redis://h:6379` and `redis://h:6379/0`

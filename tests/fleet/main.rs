@@ -19,6 +19,9 @@ mod many_rules;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod partition;
+// The TLS tests' CA and certificates (rcgen).
+#[path = "../support/pki.rs"]
+mod pki;
 mod pool;
 mod proxy;
 mod server;
@@ -27,3 +30,4 @@ mod single;
 #[cfg(feature = "tracing")]
 mod skip_dropped;
 mod time_steps;
+mod tls;
