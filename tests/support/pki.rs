@@ -59,10 +59,10 @@ impl Pki {
         std::fs::create_dir_all(&dir).expect("PKI dir");
         let ca = ca_issuer("otel-rate-sampler test CA");
         let other = ca_issuer("a CA nobody trusts");
-        let leaf = |name: &str, sans: &[&str], usage, expired: bool| {
+        let leaf = |name: &str, sans: &[&str], usage: Vec<_>, expired: bool| {
             let sans: Vec<String> = sans.iter().map(|s| s.to_string()).collect();
             let mut params = CertificateParams::new(sans).expect("leaf params");
-            params.extended_key_usages = vec![usage];
+            params.extended_key_usages = usage;
             if expired {
                 params.not_before = date_time_ymd(2019, 1, 1);
                 params.not_after = date_time_ymd(2020, 1, 1);
@@ -74,13 +74,24 @@ impl Pki {
                 key: write(&dir, &format!("{name}.key"), &key.serialize_pem()),
             }
         };
-        let server_auth = ExtendedKeyUsagePurpose::ServerAuth;
+        // A server's certificate is also its client certificate on a TLS cluster bus.
+        let server_auth = || {
+            vec![
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ]
+        };
         let local = ["127.0.0.1", "localhost"];
         Self {
-            server: leaf("server", &local, server_auth.clone(), false),
-            wrong_host: leaf("wrong-host", &["wrong.example"], server_auth.clone(), false),
-            expired: leaf("expired", &local, server_auth, true),
-            client: leaf("client", &[], ExtendedKeyUsagePurpose::ClientAuth, false),
+            server: leaf("server", &local, server_auth(), false),
+            wrong_host: leaf("wrong-host", &["wrong.example"], server_auth(), false),
+            expired: leaf("expired", &local, server_auth(), true),
+            client: leaf(
+                "client",
+                &[],
+                vec![ExtendedKeyUsagePurpose::ClientAuth],
+                false,
+            ),
             ca: write(&dir, "ca.pem", &ca.pem()),
             other_ca: write(&dir, "other-ca.pem", &other.pem()),
             dir,
