@@ -11,13 +11,14 @@ use super::limiter::{FleetLimiter, Inner, DEFAULT_FLEET_PREFIX};
 use super::pool::{self, PoolKey};
 use super::stats::StatCells;
 use super::time::TimeMap;
-use super::tls::TlsFiles;
+use super::tls;
 use super::transport::{all_tls, target_identity, Target};
 use super::wire::{Naming, RuleWire};
 use super::word::LeaseWord;
 use super::worker::{Member, RuleWorker};
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::Limit;
+use crate::tls_files::TlsFiles;
 
 /// One Redis URL or several (the seed nodes of a cluster), for
 /// [`FleetLimiter::builder`]. Implemented for `&str`, `String`, and slices, arrays and
@@ -221,7 +222,7 @@ impl<C: Clock> FleetLimiterBuilder<C> {
         let tls = if self.tls.is_empty() {
             None
         } else if all_tls(&self.urls).map_err(bad_url)? {
-            Some(self.tls.load()?)
+            Some(tls::load(&self.tls)?)
         } else {
             return Err(FleetError::InvalidOption {
                 option: "tls_ca_file / tls_client_cert",
@@ -231,7 +232,7 @@ impl<C: Clock> FleetLimiterBuilder<C> {
         let timeouts = [response_timeout, connect_timeout];
         let target = Target::parse(&self.urls, cluster, timeouts, tls).map_err(bad_url)?;
         let mut identity = target_identity(&self.urls).map_err(bad_url)?;
-        identity.push(self.tls.identity());
+        identity.push(tls::identity(&self.tls));
         let naming = naming(self.prefix, self.key.clone(), self.instance_id, cluster);
         if bad_part(&naming.instance_id) {
             return Err(FleetError::InvalidOption {

@@ -7,89 +7,42 @@
 //! ring, the one it names, as the default when the process has none yet; a default the
 //! application installed first is kept (a FIPS provider, say).
 
-use std::path::{Path, PathBuf};
-
 use redis::{ClientTlsConfig, RedisError, TlsCertificates};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::error::FleetError;
 use super::stats::FleetFailure;
+use crate::tls_files::{self, TlsFiles};
 
-/// The TLS files given to the builder (paths as given, for messages and the worker's
-/// identity).
-#[derive(Clone, Debug, Default)]
-pub(crate) struct TlsFiles {
-    pub(crate) ca: Option<PathBuf>,
-    pub(crate) client: Option<(PathBuf, PathBuf)>,
+/// What tells two workers' TLS settings apart.
+pub(crate) fn identity(files: &TlsFiles) -> String {
+    format!("ca={:?} client={:?}", files.ca, files.client)
 }
 
-impl TlsFiles {
-    pub(crate) fn is_empty(&self) -> bool {
-        self.ca.is_none() && self.client.is_none()
-    }
-
-    /// What tells two workers' TLS settings apart.
-    pub(crate) fn identity(&self) -> String {
-        format!("ca={:?} client={:?}", self.ca, self.client)
-    }
-
-    /// Reads and checks the files: the CA file must hold at least one certificate, the
-    /// client certificate file one or more, the key file a private key.
-    pub(crate) fn load(&self) -> Result<TlsCertificates, FleetError> {
-        let root_cert = match &self.ca {
-            Some(path) => Some(certificates(path)?),
-            None => None,
-        };
-        let client_tls = match &self.client {
-            Some((cert, key)) => Some(ClientTlsConfig {
-                client_cert: certificates(cert)?,
-                client_key: private_key(key)?,
-            }),
-            None => None,
-        };
-        Ok(TlsCertificates {
-            client_tls,
-            root_cert,
-        })
-    }
-}
-
-fn read(path: &Path) -> Result<Vec<u8>, FleetError> {
-    std::fs::read(path).map_err(|e| FleetError::TlsFile {
-        path: path.to_owned(),
-        reason: e.to_string(),
-    })
-}
-
-/// The PEM file's bytes, checked to hold at least one certificate.
-fn certificates(path: &Path) -> Result<Vec<u8>, FleetError> {
-    let pem = read(path)?;
-    let bad = |reason: String| FleetError::TlsFile {
-        path: path.to_owned(),
-        reason,
+/// Reads and checks the files for the redis crate: the CA file must hold at least one
+/// certificate, the client certificate file one or more, the key file a private key.
+pub(crate) fn load(files: &TlsFiles) -> Result<TlsCertificates, FleetError> {
+    let bad = |path: &std::path::Path| {
+        let path = path.to_owned();
+        move |e: tls_files::FileError| FleetError::TlsFile {
+            path,
+            reason: e.to_string(),
+        }
     };
-    let mut count = 0;
-    for cert in CertificateDer::pem_slice_iter(&pem) {
-        cert.map_err(|e| bad(format!("not a PEM certificate: {e}")))?;
-        count += 1;
-    }
-    if count == 0 {
-        return Err(bad(
-            "holds no PEM certificate (BEGIN CERTIFICATE)".to_owned()
-        ));
-    }
-    Ok(pem)
-}
-
-/// The PEM file's bytes, checked to hold a private key.
-fn private_key(path: &Path) -> Result<Vec<u8>, FleetError> {
-    let pem = read(path)?;
-    PrivateKeyDer::from_pem_slice(&pem).map_err(|e| FleetError::TlsFile {
-        path: path.to_owned(),
-        reason: format!("holds no PEM private key: {e}"),
-    })?;
-    Ok(pem)
+    let root_cert = match &files.ca {
+        Some(ca) => Some(tls_files::certificates(ca).map_err(bad(ca))?.0),
+        None => None,
+    };
+    let client_tls = match &files.client {
+        Some((cert, key)) => Some(ClientTlsConfig {
+            client_cert: tls_files::certificates(cert).map_err(bad(cert))?.0,
+            client_key: tls_files::private_key(key).map_err(bad(key))?.0,
+        }),
+        None => None,
+    };
+    Ok(TlsCertificates {
+        client_tls,
+        root_cert,
+    })
 }
 
 /// Installs ring as the process's default crypto provider unless one is installed
@@ -199,30 +152,5 @@ mod tests {
         for (message, cause) in cases {
             assert_eq!(cause_in(message), cause, "{message}");
         }
-    }
-
-    #[test]
-    fn a_missing_or_empty_file_is_refused_in_build() {
-        let missing = TlsFiles {
-            ca: Some(PathBuf::from("/nonexistent/ca.pem")),
-            client: None,
-        };
-        assert!(matches!(missing.load(), Err(FleetError::TlsFile { .. })));
-        let dir = std::env::temp_dir().join(format!("otel-tls-unit-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let empty = dir.join("empty.pem");
-        std::fs::write(&empty, "not a certificate\n").unwrap();
-        let files = TlsFiles {
-            ca: Some(empty.clone()),
-            client: None,
-        };
-        let error = files.load().unwrap_err();
-        assert!(error.to_string().contains("no PEM certificate"), "{error}");
-        let files = TlsFiles {
-            ca: None,
-            client: Some((empty.clone(), empty)),
-        };
-        assert!(matches!(files.load(), Err(FleetError::TlsFile { .. })));
-        let _ = std::fs::remove_dir_all(dir);
     }
 }
