@@ -4,11 +4,13 @@
 //! (unknown CA, host name, expired, client certificate refused), logged, never a
 //! fallback to plain text; what cannot work is refused by `build`.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use otel_rate_sampler::{FleetError, FleetFailure, FleetLimiter};
 
 use crate::auth::wait_for;
+use crate::demo::demo_run::{run_demo, stderr};
+use crate::demo::{assert_shared, run_fleet_with, HANG_GUARD};
 use crate::load::{self, assert_capped, drive, inner_windows, limit, INTERVAL, N, WINDOW};
 use crate::pki::{Pair, Pki};
 use crate::server::{free_port, Server};
@@ -228,6 +230,67 @@ fn tls_misconfiguration_is_refused_by_build() {
         matches!(key_as_cert, FleetError::TlsFile { .. }),
         "{key_as_cert}"
     );
+}
+
+/// Issue 32's done-when: three demos over `rediss://` with `--redis-ca` share one
+/// limit (N or under per fleet window, at least 90 % of N kept in saturated windows).
+#[test]
+fn demos_over_rediss_with_redis_ca_share_one_limit() {
+    let pki = Pki::new("demo-share");
+    let server = TlsServer::start(&pki, &pki.server, false);
+    let url = server.url();
+    let ca = pki.ca.to_str().expect("UTF-8 path");
+    let runs = run_fleet_with(&[&url; 3], &["--redis-ca", ca], "demo-tls", "4s", || {});
+    assert_shared(&runs, "demo-tls");
+}
+
+/// With a CA that did not sign the server's certificate, the demo exits 1 at once
+/// with a line naming the certificate problem (not "no answer" after its wait).
+#[test]
+fn a_demo_with_the_wrong_ca_exits_1_naming_the_certificate() {
+    let pki = Pki::new("demo-wrong-ca");
+    let server = TlsServer::start(&pki, &pki.server, false);
+    let ca = pki.other_ca.to_str().expect("UTF-8 path");
+    let started = Instant::now();
+    let args = [
+        "--redis",
+        &server.url(),
+        "--redis-ca",
+        ca,
+        "--duration",
+        "1s",
+    ];
+    let output = run_demo(&args, &[], HANG_GUARD);
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{err}");
+    assert!(err.contains("not signed by a trusted CA"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(15), "{err}");
+    // With a client certificate asked for and none given, the same at once.
+    let mtls = TlsServer::start(&pki, &pki.server, true);
+    let ca = pki.ca.to_str().expect("UTF-8 path");
+    let args = ["--redis", &mtls.url(), "--redis-ca", ca, "--duration", "1s"];
+    let output = run_demo(&args, &[], HANG_GUARD);
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("refused this client's TLS certificate"),
+        "{err}"
+    );
+    let (cert, key) = (&pki.client.cert, &pki.client.key);
+    let args = [
+        "--redis",
+        &mtls.url(),
+        "--redis-ca",
+        ca,
+        "--redis-client-cert",
+        cert.to_str().expect("UTF-8 path"),
+        "--redis-client-key",
+        key.to_str().expect("UTF-8 path"),
+        "--duration",
+        "1s",
+    ];
+    let output = run_demo(&args, &[], HANG_GUARD);
+    assert!(output.status.success(), "{}", stderr(&output));
 }
 
 /// A 3-node cluster over TLS only for clients and the cluster bus (`--tls-cluster`):
