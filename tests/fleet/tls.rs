@@ -324,3 +324,25 @@ fn a_cluster_over_tls_stays_under_n() {
         .collect();
     two_share_one_cap(&urls, "tls-cluster", &pki.ca);
 }
+
+/// A rule file's `[fleet] redis = "rediss://…"` connects over TLS and verifies the
+/// server against the platform's roots: the test CA is not among them, so the rule's
+/// limiter reports `TlsUnknownCa` (and nothing reached Redis in the clear).
+#[cfg(feature = "config")]
+#[test]
+fn a_rule_files_rediss_url_is_verified_against_the_platform_roots() {
+    use otel_rate_sampler::{RuleBasedSampler, SamplingConfig};
+
+    let pki = Pki::new("rule-file");
+    let server = TlsServer::start(&pki, &pki.server, false);
+    let text = format!(
+        "[fleet]\nredis = \"{}\"\nsync_interval = \"50ms\"\n\n[default]\nprobability = 0.0\n\n\
+         [[service]]\nname = \"checkout\"\n\n[[service.rule]]\nname = \"all\"\nlimit = 10\n\
+         window = \"1s\"\nscope = \"fleet\"\n",
+        server.url()
+    );
+    let config = SamplingConfig::from_toml_str(&text, "tls.toml").expect("rule file");
+    let sampler = RuleBasedSampler::new(&config, "checkout").expect("sampler");
+    let limiter = sampler.fleet_limiter("all").expect("a fleet limiter");
+    assert_refused(&limiter, FleetFailure::TlsUnknownCa, &server);
+}
