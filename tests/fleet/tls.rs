@@ -299,30 +299,46 @@ fn a_demo_with_the_wrong_ca_exits_1_naming_the_certificate() {
 #[test]
 fn a_cluster_over_tls_stays_under_n() {
     let pki = Pki::new("cluster");
+    let (_nodes, urls) = tls_cluster(&pki);
+    two_share_one_cap(&urls, "tls-cluster", &pki.ca);
+    // A CA that did not sign the nodes' certificates: typed as on one server.
+    let l = builder(urls, "tls-cluster-unknown-ca", &pki.other_ca)
+        .build()
+        .expect("build");
+    let stats = wait_for(&l, |s| s.failures(FleetFailure::TlsUnknownCa) >= 3);
+    assert_eq!(
+        stats.last_failure,
+        Some(FleetFailure::TlsUnknownCa),
+        "{stats:?}"
+    );
+    assert!(!stats.clock_synced, "{stats:?}");
+}
+
+/// Three cluster nodes serving the PKI's server certificate on TLS ports (clients and
+/// the cluster bus), and their `rediss://` seed URLs.
+fn tls_cluster(pki: &Pki) -> (Vec<Server>, Vec<String>) {
     let tls_ports = [free_port(), free_port(), free_port()];
     let extra = tls_ports.map(|port| {
-        let mut args = tls_args(&pki, &pki.server, port, false);
+        let mut args = tls_args(pki, &pki.server, port, false);
         args.extend(["--tls-cluster".to_owned(), "yes".to_owned()]);
         args
     });
     let path = |p: &std::path::Path| p.to_str().expect("UTF-8 path").to_owned();
     let cli = [
-        "--tls",
-        "--cacert",
-        &path(&pki.ca),
-        "--cert",
-        &path(&pki.server.cert),
-    ]
-    .into_iter()
-    .map(str::to_owned)
-    .chain(["--key".to_owned(), path(&pki.server.key)])
-    .collect::<Vec<_>>();
-    let _nodes = crate::cluster::start_cluster_with(&extra, &cli, Some(&tls_ports));
-    let urls: Vec<String> = tls_ports
+        "--tls".to_owned(),
+        "--cacert".to_owned(),
+        path(&pki.ca),
+        "--cert".to_owned(),
+        path(&pki.server.cert),
+        "--key".to_owned(),
+        path(&pki.server.key),
+    ];
+    let nodes = crate::cluster::start_cluster_with(&extra, &cli, Some(&tls_ports));
+    let urls = tls_ports
         .iter()
         .map(|p| format!("rediss://127.0.0.1:{p}"))
         .collect();
-    two_share_one_cap(&urls, "tls-cluster", &pki.ca);
+    (nodes, urls)
 }
 
 /// A rule file whose `[fleet]` table is `fleet` (TOML lines), with one fleet rule.
