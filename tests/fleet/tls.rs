@@ -64,13 +64,16 @@ fn builder(
         .tls_ca_file(ca)
 }
 
-/// The handshake fails as `kind` on every attempt, no other kind is counted, nothing
-/// is admitted and the server never saw a command.
+/// The handshake fails as `kind` on every attempt (or, on a loaded machine, times
+/// out), no other kind is counted, nothing is admitted and the server never saw a
+/// command.
 fn assert_refused(l: &FleetLimiter, kind: FleetFailure, server: &TlsServer) {
-    let stats = wait_for(l, |s| s.failures(kind) >= 3);
+    let stats = wait_for(l, |s| {
+        s.failures(kind) >= 3 && s.last_failure.is_some_and(|f| f != FleetFailure::Timeout)
+    });
     assert_eq!(stats.last_failure, Some(kind), "{stats:?}");
     for other in FleetFailure::ALL {
-        if other != kind {
+        if other != kind && other != FleetFailure::Timeout {
             assert_eq!(stats.failures(other), 0, "{other:?}: {stats:?}");
         }
     }
@@ -251,6 +254,8 @@ fn a_demo_with_the_wrong_ca_exits_1_naming_the_certificate() {
     let pki = Pki::new("demo-wrong-ca");
     let server = TlsServer::start(&pki, &pki.server, false);
     let ca = pki.other_ca.to_str().expect("UTF-8 path");
+    // Built first: the 15 s are the demo's, not cargo's.
+    crate::demo::demo_run::demo_binary();
     let started = Instant::now();
     let args = [
         "--redis",
@@ -305,7 +310,12 @@ fn a_cluster_over_tls_stays_under_n() {
     let l = builder(urls, "tls-cluster-unknown-ca", &pki.other_ca)
         .build()
         .expect("build");
-    let stats = wait_for(&l, |s| s.failures(FleetFailure::TlsUnknownCa) >= 3);
+    // (A loaded machine may time out a handshake: the last failure is read after one
+    // that did not.)
+    let stats = wait_for(&l, |s| {
+        s.failures(FleetFailure::TlsUnknownCa) >= 3
+            && s.last_failure.is_some_and(|f| f != FleetFailure::Timeout)
+    });
     assert_eq!(
         stats.last_failure,
         Some(FleetFailure::TlsUnknownCa),
@@ -347,7 +357,7 @@ fn rule_file(
     fleet: &str,
 ) -> Result<otel_rate_sampler::SamplingConfig, otel_rate_sampler::ConfigError> {
     let text = format!(
-        "[fleet]\n{fleet}\nsync_interval = \"50ms\"\n\n[default]\nprobability = 0.0\n\n\
+        "[fleet]\n{fleet}\nsync_interval = \"200ms\"\n\n[default]\nprobability = 0.0\n\n\
          [[service]]\nname = \"checkout\"\n\n[[service.rule]]\nname = \"all\"\nlimit = 10\n\
          window = \"1s\"\nscope = \"fleet\"\n"
     );
