@@ -31,3 +31,7 @@ mod single;
 mod skip_dropped;
 mod time_steps;
 mod tls;
+// `rediss://` from a rule file (feature `config`), TLS failures in the metrics
+// (feature `metrics`).
+#[cfg(any(feature = "config", feature = "metrics"))]
+mod tls_layers;

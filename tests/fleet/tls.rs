@@ -17,7 +17,7 @@ use crate::server::{free_port, Server};
 
 /// A server with a plain port (for the test's own `redis-cli`) and a TLS port serving
 /// `cert`, trusting `ca` for client certificates, which it asks for if `auth_clients`.
-struct TlsServer {
+pub(crate) struct TlsServer {
     server: Server,
     tls_port: u16,
 }
@@ -40,7 +40,7 @@ fn tls_args(pki: &Pki, cert: &Pair, tls_port: u16, auth_clients: bool) -> Vec<St
 }
 
 impl TlsServer {
-    fn start(pki: &Pki, cert: &Pair, auth_clients: bool) -> Self {
+    pub(crate) fn start(pki: &Pki, cert: &Pair, auth_clients: bool) -> Self {
         let tls_port = free_port();
         let args = tls_args(pki, cert, tls_port, auth_clients);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -48,12 +48,13 @@ impl TlsServer {
         Self { server, tls_port }
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("rediss://127.0.0.1:{}", self.tls_port)
     }
 }
 
-fn builder(
+/// A limiter on `url` for `key` trusting `ca`, with the tests' short intervals.
+pub(crate) fn builder(
     url: impl otel_rate_sampler::RedisUrls,
     key: &str,
     ca: &std::path::Path,
@@ -67,7 +68,7 @@ fn builder(
 /// The handshake fails as `kind` on every attempt (or, on a loaded machine, times
 /// out), no other kind is counted, nothing is admitted and the server never saw a
 /// command.
-fn assert_refused(l: &FleetLimiter, kind: FleetFailure, server: &TlsServer) {
+pub(crate) fn assert_refused(l: &FleetLimiter, kind: FleetFailure, server: &TlsServer) {
     let stats = wait_for(l, |s| {
         s.failures(kind) >= 3 && s.last_failure.is_some_and(|f| f != FleetFailure::Timeout)
     });
@@ -349,64 +350,4 @@ fn tls_cluster(pki: &Pki) -> (Vec<Server>, Vec<String>) {
         .map(|p| format!("rediss://127.0.0.1:{p}"))
         .collect();
     (nodes, urls)
-}
-
-/// A rule file whose `[fleet]` table is `fleet` (TOML lines), with one fleet rule.
-#[cfg(feature = "config")]
-fn rule_file(
-    fleet: &str,
-) -> Result<otel_rate_sampler::SamplingConfig, otel_rate_sampler::ConfigError> {
-    let text = format!(
-        "[fleet]\n{fleet}\nsync_interval = \"200ms\"\n\n[default]\nprobability = 0.0\n\n\
-         [[service]]\nname = \"checkout\"\n\n[[service.rule]]\nname = \"all\"\nlimit = 10\n\
-         window = \"1s\"\nscope = \"fleet\"\n"
-    );
-    otel_rate_sampler::SamplingConfig::from_toml_str(&text, "tls.toml")
-}
-
-/// The fleet rule's limiter of a sampler for that file.
-#[cfg(feature = "config")]
-fn rule_limiter(config: &otel_rate_sampler::SamplingConfig) -> FleetLimiter {
-    let sampler = otel_rate_sampler::RuleBasedSampler::new(config, "checkout").expect("sampler");
-    sampler.fleet_limiter("all").expect("a fleet limiter")
-}
-
-/// A rule file's `[fleet] redis = "rediss://…"` connects over TLS and verifies the
-/// server against the platform's roots: the test CA is not among them, so the rule's
-/// limiter reports `TlsUnknownCa` (and nothing reached Redis in the clear). With
-/// `tls_ca_file`, and a client certificate for a server that asks for one, it leases.
-#[cfg(feature = "config")]
-#[test]
-fn a_rule_files_fleet_table_takes_rediss_a_ca_and_a_client_certificate() {
-    let pki = Pki::new("rule-file");
-    let server = TlsServer::start(&pki, &pki.server, true);
-    let redis = format!("redis = \"{}\"", server.url());
-    let limiter = rule_limiter(&rule_file(&redis).expect("rule file"));
-    assert_refused(&limiter, FleetFailure::TlsUnknownCa, &server);
-    let quoted = |p: &std::path::Path| format!("{:?}", p.to_str().expect("UTF-8 path"));
-    let with_ca = format!("{redis}\ntls_ca_file = {}", quoted(&pki.ca));
-    let limiter = rule_limiter(&rule_file(&with_ca).expect("rule file"));
-    assert_refused(&limiter, FleetFailure::TlsClientCert, &server);
-    let cert = format!("tls_client_cert = {}", quoted(&pki.client.cert));
-    let key = format!("tls_client_key = {}", quoted(&pki.client.key));
-    let with_client = format!("{with_ca}\n{cert}\n{key}");
-    let limiter = rule_limiter(&rule_file(&with_client).expect("rule file"));
-    let stats = wait_for(&limiter, |s| s.clock_synced && s.instances == 1);
-    assert_eq!(stats.last_failure, None, "{stats:?}");
-    // A certificate without its key (or the reverse) is refused at load.
-    let error = rule_file(&format!("{with_ca}\n{cert}")).unwrap_err();
-    assert_eq!(
-        error.kind(),
-        otel_rate_sampler::ConfigErrorKind::MissingKey,
-        "{error}"
-    );
-    // A file that cannot be read fails the rule's limiter, so the sampler's build.
-    let missing = rule_file(&format!("{redis}\ntls_ca_file = \"/nonexistent/ca.pem\""));
-    let missing = missing.expect("the file is read when the limiter is built");
-    let error = otel_rate_sampler::RuleBasedSampler::new(&missing, "checkout").unwrap_err();
-    assert_eq!(
-        error.kind(),
-        otel_rate_sampler::ConfigErrorKind::Fleet,
-        "{error}"
-    );
 }
