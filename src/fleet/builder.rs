@@ -12,7 +12,7 @@ use super::pool::{self, PoolKey};
 use super::stats::StatCells;
 use super::time::TimeMap;
 use super::tls;
-use super::transport::{all_tls, target_identity, Target};
+use super::transport::{all_tls, target_identity, Target, TargetTls};
 use super::wire::{Naming, RuleWire};
 use super::word::LeaseWord;
 use super::worker::{Member, RuleWorker};
@@ -219,15 +219,19 @@ impl<C: Clock> FleetLimiterBuilder<C> {
             url: redact(&url),
             reason,
         };
-        let tls = if self.tls.is_empty() {
-            None
-        } else if all_tls(&self.urls).map_err(bad_url)? {
-            Some(tls::load(&self.tls)?)
+        let tls = if cluster || !all_tls(&self.urls).map_err(bad_url)? {
+            if !self.tls.is_empty() && !all_tls(&self.urls).map_err(bad_url)? {
+                return Err(FleetError::InvalidOption {
+                    option: "tls_ca_file / tls_client_cert",
+                    reason: "TLS files need rediss:// URLs (redis:// is plain text)",
+                });
+            }
+            let certs = (!self.tls.is_empty())
+                .then(|| tls::load(&self.tls))
+                .transpose()?;
+            TargetTls::RedisCrate(certs)
         } else {
-            return Err(FleetError::InvalidOption {
-                option: "tls_ca_file / tls_client_cert",
-                reason: "TLS files need rediss:// URLs (redis:// is plain text)",
-            });
+            TargetTls::Single(tls::Connector::new(&self.urls[0], &self.tls)?)
         };
         let timeouts = [response_timeout, connect_timeout];
         let target = Target::parse(&self.urls, cluster, timeouts, tls).map_err(bad_url)?;

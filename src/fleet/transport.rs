@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Script, TlsCertificates, Value};
@@ -17,12 +17,15 @@ use super::lease::Call;
 use super::pipeline::{by_slot, in_order, Answers, Batch};
 use super::script::{CLOCK_LUA, LEASE_LUA};
 use super::stop::Stop;
-use super::tls::ensure_provider;
+use super::tls::{ensure_provider, Connector};
 use super::wire::{Leave, RuleWire, Scripts};
 
 /// Where Redis is: one server (through a reconnecting `ConnectionManager`) or a cluster.
 pub(crate) enum Target {
     Single(redis::Client, ConnectionManagerConfig),
+    /// One server over TLS, connected by our own handshake (ring named explicitly),
+    /// within the connect timeout.
+    SingleTls(Arc<Connector>, Duration),
     Cluster(ClusterClient),
 }
 
@@ -30,6 +33,7 @@ impl std::fmt::Debug for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Self::Single(..) => "Single",
+            Self::SingleTls(..) => "SingleTls",
             Self::Cluster(..) => "Cluster",
         })
     }
@@ -37,14 +41,21 @@ impl std::fmt::Debug for Target {
 
 impl Target {
     /// Parses the URL(s) without any I/O; `Err((url, reason))` for a bad one. `tls`
-    /// (read from the CA and client certificate files) needs `rediss://` URLs.
+    /// (read from the CA and client certificate files) needs `rediss://` URLs: a
+    /// cluster's certificates, or one server's connector.
     pub(crate) fn parse(
         urls: &[String],
         cluster: bool,
         [response_timeout, connect_timeout]: [Duration; 2],
-        tls: Option<TlsCertificates>,
+        tls: TargetTls,
     ) -> Result<Self, (String, String)> {
         let mut infos = parse_urls(urls)?;
+        let tls = match tls {
+            TargetTls::Single(connector) => {
+                return Ok(Self::SingleTls(Arc::new(connector), connect_timeout))
+            }
+            TargetTls::RedisCrate(certs) => certs,
+        };
         if infos
             .iter()
             .any(|i| matches!(i.addr(), ConnectionAddr::TcpTls { .. }))
@@ -138,9 +149,18 @@ pub(crate) fn target_identity(urls: &[String]) -> Result<Vec<String>, (String, S
         .collect())
 }
 
+/// The TLS part of a [`Target`]: one `rediss://` server's connector, or what the redis
+/// crate connects with itself: a cluster's certificates (`None`: the platform's roots,
+/// or plain text).
+pub(crate) enum TargetTls {
+    Single(Connector),
+    RedisCrate(Option<TlsCertificates>),
+}
+
 #[derive(Clone)]
 enum Connection {
     Single(ConnectionManager),
+    SingleTls(MultiplexedConnection),
     Cluster(ClusterConnection),
 }
 
@@ -224,6 +244,9 @@ impl Transport {
                 Connection::Single(mut c) => {
                     tokio::time::timeout(leave.bound, zrem.query_async::<()>(&mut c)).await
                 }
+                Connection::SingleTls(mut c) => {
+                    tokio::time::timeout(leave.bound, zrem.query_async::<()>(&mut c)).await
+                }
                 Connection::Cluster(mut c) => {
                     tokio::time::timeout(leave.bound, zrem.query_async::<()>(&mut c)).await
                 }
@@ -244,6 +267,15 @@ impl Transport {
                 ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
                     .map_err(CallError::connect)?,
             ),
+            Target::SingleTls(connector, timeout) => {
+                Connection::SingleTls(connector.connect(*timeout).await.map_err(|e| {
+                    if e.is_timeout() {
+                        CallError::Timeout(*timeout)
+                    } else {
+                        CallError::connect(e)
+                    }
+                })?)
+            }
             Target::Cluster(client) => Connection::Cluster(
                 client
                     .get_async_connection()
@@ -259,15 +291,24 @@ impl Transport {
         let failed = |e| CallError::redis(e, response_timeout.unwrap_or_default());
         let scripts = Arc::clone(&self.scripts);
         match self.connect().await? {
-            Connection::Single(mut c) => {
-                let all: Vec<usize> = (0..batch.len()).collect();
-                let pairs = Batch::new(batch, &all, &scripts)
-                    .send(&mut c, &scripts)
-                    .await
-                    .map_err(failed)?;
-                Ok(in_order(batch.len(), pairs))
+            Connection::Single(mut c) => one_server(&mut c, batch, &scripts).await.map_err(failed),
+            Connection::SingleTls(mut c) => {
+                one_server(&mut c, batch, &scripts).await.map_err(failed)
             }
             Connection::Cluster(c) => by_slot(&c, batch, scripts).await.map_err(failed),
         }
     }
+}
+
+/// A round to one server: every call in one pipeline, the answers in the batch's order.
+async fn one_server<C: redis::aio::ConnectionLike>(
+    connection: &mut C,
+    batch: &[(&RuleWire, Call)],
+    scripts: &Scripts,
+) -> Result<Answers, redis::RedisError> {
+    let all: Vec<usize> = (0..batch.len()).collect();
+    let pairs = Batch::new(batch, &all, scripts)
+        .send(connection, scripts)
+        .await?;
+    Ok(in_order(batch.len(), pairs))
 }
