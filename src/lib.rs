@@ -69,6 +69,8 @@ mod pattern;
 mod sampler;
 pub mod stats;
 mod sync;
+#[cfg(any(feature = "redis", feature = "jaeger-remote"))]
+mod tls_files;
 #[cfg(feature = "tracing")]
 mod tracing_layer;
 

@@ -107,6 +107,19 @@ struct Args {
     #[arg(long, value_name = "KEY", default_value = "demo", requires = "redis")]
     redis_key: String,
 
+    /// The PEM file of the CA that signed the Redis server's certificate, for a
+    /// rediss:// --redis (default: the platform's roots).
+    #[arg(long, value_name = "FILE", requires = "redis")]
+    redis_ca: Option<PathBuf>,
+
+    /// A client certificate (PEM) for a rediss:// --redis that asks for one.
+    #[arg(long, value_name = "FILE", requires_all = ["redis", "redis_client_key"])]
+    redis_client_cert: Option<PathBuf>,
+
+    /// The client certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "redis_client_cert")]
+    redis_client_key: Option<PathBuf>,
+
     /// Sample with the rules of --service in this rule file (TOML, Jaeger JSON, YAML)
     /// instead of --algorithm, --limit and --window; the windows reported are those of
     /// the service's cap, else of its default limit. Needs --features config. With
@@ -159,11 +172,16 @@ pub(crate) struct Config {
     pub(crate) rules: Option<crate::rules::RulesSource>,
 }
 
-/// `--redis URL --redis-key KEY`.
+/// `--redis URL --redis-key KEY`, and the TLS files of a `rediss://` URL.
 #[derive(Debug, Clone)]
 pub(crate) struct FleetTarget {
     pub(crate) url: String,
     pub(crate) key: String,
+    // Read by the fleet's limiter, built with the redis feature only.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) ca: Option<PathBuf>,
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) client: Option<(PathBuf, PathBuf)>,
 }
 
 impl FleetTarget {
@@ -246,6 +264,8 @@ impl Args {
         let fleet = self.redis.map(|url| FleetTarget {
             url,
             key: self.redis_key,
+            ca: self.redis_ca,
+            client: self.redis_client_cert.zip(self.redis_client_key),
         });
         if self.plain_layer && self.via != Via::Tracing {
             return Err(invalid("--plain-layer applies to --via tracing".into()));

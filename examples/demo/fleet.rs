@@ -46,7 +46,14 @@ impl Fleet {
         limit: Limit,
         clock: AlignedClock,
     ) -> Result<Self, String> {
-        let limiter = FleetLimiter::builder(target.url.as_str(), target.key.as_str(), limit)
+        let mut builder = FleetLimiter::builder(target.url.as_str(), target.key.as_str(), limit);
+        if let Some(ca) = &target.ca {
+            builder = builder.tls_ca_file(ca);
+        }
+        if let Some((cert, key)) = &target.client {
+            builder = builder.tls_client_cert(cert, key);
+        }
+        let limiter = builder
             .clock(clock)
             .build()
             .map_err(|e| format!("--redis: {e}"))?;
@@ -56,8 +63,17 @@ impl Fleet {
             if stats.clock_synced {
                 break;
             }
-            // A refused password will not go away by waiting: say so at once.
-            if let Some(failure @ FleetFailure::Auth) = stats.last_failure {
+            // A refused password or certificate will not go away by waiting: say so at
+            // once.
+            if let Some(
+                failure @ (FleetFailure::Auth
+                | FleetFailure::TlsUnknownCa
+                | FleetFailure::TlsHostName
+                | FleetFailure::TlsExpired
+                | FleetFailure::TlsClientCert
+                | FleetFailure::Tls),
+            ) = stats.last_failure
+            {
                 return Err(format!("--redis {}: {failure}", target.shown_url()));
             }
             if Instant::now() >= deadline {

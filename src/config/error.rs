@@ -49,6 +49,11 @@ pub enum ConfigErrorKind {
     /// A fleet-scoped limiter could not be built (a bad Redis URL, or its thread could
     /// not start).
     Fleet,
+    /// (Feature `jaeger-remote`) the TLS handshake with an `https://` sampling endpoint
+    /// failed; the message names the cause: a certificate not signed by a trusted CA,
+    /// one that does not name the host, an expired one, or this client's certificate
+    /// (or its absence) refused. Never retried over plain HTTP.
+    Tls,
     /// A service's limiters would take more memory than the budget
     /// ([`SamplingConfig::DEFAULT_MEMORY_BUDGET`](crate::SamplingConfig::DEFAULT_MEMORY_BUDGET),
     /// or the file's `[limits] memory_budget`).

@@ -1,6 +1,7 @@
 //! [`FleetLimiterBuilder`]: the options of a [`FleetLimiter`], checked once in `build`.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
@@ -10,12 +11,14 @@ use super::limiter::{FleetLimiter, Inner, DEFAULT_FLEET_PREFIX};
 use super::pool::{self, PoolKey};
 use super::stats::StatCells;
 use super::time::TimeMap;
-use super::transport::{target_identity, Target};
+use super::tls;
+use super::transport::{all_tls, target_identity, Target, TargetTls};
 use super::wire::{Naming, RuleWire};
 use super::word::LeaseWord;
 use super::worker::{Member, RuleWorker};
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::Limit;
+use crate::tls_files::TlsFiles;
 
 /// One Redis URL or several (the seed nodes of a cluster), for
 /// [`FleetLimiter::builder`]. Implemented for `&str`, `String`, and slices, arrays and
@@ -67,6 +70,7 @@ pub struct FleetLimiterBuilder<C = MonotonicClock> {
     response_timeout: Option<Duration>,
     connect_timeout: Option<Duration>,
     instance_id: Option<String>,
+    tls: TlsFiles,
     clock: C,
 }
 
@@ -82,6 +86,7 @@ impl FleetLimiterBuilder {
             response_timeout: None,
             connect_timeout: None,
             instance_id: None,
+            tls: TlsFiles::default(),
             clock: MonotonicClock::new(),
         }
     }
@@ -123,6 +128,23 @@ impl<C: Clock> FleetLimiterBuilder<C> {
         self
     }
 
+    /// The PEM file of the CA(s) that signed the server's certificate, for `rediss://`
+    /// URLs, trusted instead of the platform's roots. The certificate is always
+    /// verified (chain, dates, and the URL's host name): there is no way to turn that
+    /// off. A failed handshake shows as a `Tls*` [`FleetFailure`](crate::FleetFailure)
+    /// in [`stats`](FleetLimiter::stats), never as a fallback to plain text.
+    pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.tls.ca = Some(path.into());
+        self
+    }
+
+    /// A client certificate (PEM, the chain from the leaf) and its private key (PEM),
+    /// for a server that asks for one (Redis does by default: `tls-auth-clients yes`).
+    pub fn tls_client_cert(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        self.tls.client = Some((cert.into(), key.into()));
+        self
+    }
+
     /// Treats the URL(s) as seed nodes of a Redis Cluster (implied by several URLs).
     pub fn cluster(mut self, cluster: bool) -> Self {
         self.cluster = cluster;
@@ -145,6 +167,7 @@ impl<C: Clock> FleetLimiterBuilder<C> {
             response_timeout: self.response_timeout,
             connect_timeout: self.connect_timeout,
             instance_id: self.instance_id,
+            tls: self.tls,
             clock,
         }
     }
@@ -157,8 +180,10 @@ impl<C: Clock> FleetLimiterBuilder<C> {
     ///
     /// [`FleetError::NoUrl`], [`FleetError::InvalidUrl`], [`FleetError::InvalidKey`] (or
     /// a bad prefix),
-    /// [`FleetError::InvalidOption`] for a zero interval or timeout, and
-    /// [`FleetError::Spawn`] if the thread cannot start.
+    /// [`FleetError::InvalidOption`] for a zero interval or timeout, or TLS files with a
+    /// URL that is not `rediss://`, [`FleetError::TlsFile`] for a TLS file that cannot
+    /// be read or holds no PEM certificate (or key), and [`FleetError::Spawn`] if the
+    /// thread cannot start.
     pub fn build(self) -> Result<FleetLimiter<C>, FleetError> {
         if self.urls.is_empty() {
             return Err(FleetError::NoUrl);
@@ -194,9 +219,24 @@ impl<C: Clock> FleetLimiterBuilder<C> {
             url: redact(&url),
             reason,
         };
-        let target = Target::parse(&self.urls, cluster, response_timeout, connect_timeout)
-            .map_err(bad_url)?;
-        let identity = target_identity(&self.urls).map_err(bad_url)?;
+        let tls = if cluster || !all_tls(&self.urls).map_err(bad_url)? {
+            if !self.tls.is_empty() && !all_tls(&self.urls).map_err(bad_url)? {
+                return Err(FleetError::InvalidOption {
+                    option: "tls_ca_file / tls_client_cert",
+                    reason: "TLS files need rediss:// URLs (redis:// is plain text)",
+                });
+            }
+            let certs = (!self.tls.is_empty())
+                .then(|| tls::load(&self.tls))
+                .transpose()?;
+            TargetTls::RedisCrate(certs)
+        } else {
+            TargetTls::Single(tls::Connector::new(&self.urls[0], &self.tls)?)
+        };
+        let timeouts = [response_timeout, connect_timeout];
+        let target = Target::parse(&self.urls, cluster, timeouts, tls).map_err(bad_url)?;
+        let mut identity = target_identity(&self.urls).map_err(bad_url)?;
+        identity.push(tls::identity(&self.tls));
         let naming = naming(self.prefix, self.key.clone(), self.instance_id, cluster);
         if bad_part(&naming.instance_id) {
             return Err(FleetError::InvalidOption {
@@ -249,6 +289,7 @@ impl<C: fmt::Debug> fmt::Debug for FleetLimiterBuilder<C> {
             .field("response_timeout", &self.response_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("instance_id", &self.instance_id)
+            .field("tls", &self.tls)
             .field("clock", &self.clock)
             .finish()
     }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use redis::RedisError;
 
 use super::stats::FleetFailure;
+use super::tls::tls_cause;
 
 /// Why a call to Redis gave no usable answer.
 #[derive(Clone, Debug, thiserror::Error)]
@@ -25,6 +26,10 @@ pub(crate) enum CallError {
     /// No answer within the connect and response timeouts.
     #[error("no answer from Redis within {0:?}")]
     Timeout(Duration),
+    /// The TLS handshake failed, for the cause named (a [`FleetFailure`] `Tls*` kind).
+    /// Never followed by plain text.
+    #[error("TLS with Redis failed ({0}): {1}")]
+    Tls(FleetFailure, #[source] RedisError),
     /// The lease script answered something it never answers.
     #[error("unexpected lease script reply {0:?}")]
     BadReply(Vec<i64>),
@@ -42,6 +47,7 @@ impl CallError {
             Self::Auth(_) => FleetFailure::Auth,
             Self::Redis(_) => FleetFailure::Redis,
             Self::Timeout(_) => FleetFailure::Timeout,
+            Self::Tls(kind, _) => *kind,
             Self::BadReply(_) => FleetFailure::BadReply,
             Self::Foreign(_) => FleetFailure::Foreign,
         }
@@ -50,12 +56,17 @@ impl CallError {
     /// Whether the connection failed (or Redis refused it): the next round makes a
     /// fresh one.
     pub(super) fn is_connection(&self) -> bool {
-        matches!(self, Self::Connect(_) | Self::Auth(_) | Self::Timeout(_))
+        matches!(
+            self,
+            Self::Connect(_) | Self::Auth(_) | Self::Timeout(_) | Self::Tls(..)
+        )
     }
 
     /// A failed connection attempt: `Auth` if Redis refused the credentials.
     pub(super) fn connect(error: RedisError) -> Self {
-        if is_auth(&error) {
+        if let Some(kind) = tls_cause(&error) {
+            Self::Tls(kind, error)
+        } else if is_auth(&error) {
             Self::Auth(error)
         } else {
             Self::Connect(error)
@@ -70,6 +81,10 @@ impl CallError {
         // Redis 7 keeps a script's error code; before, it was `ERR` with the message.
         if error.code() == Some("WRONGTYPE") || error.to_string().contains("WRONGTYPE") {
             Self::Foreign(error.to_string())
+        } else if let Some(kind) = tls_cause(&error) {
+            // Before `Io`: the manager connects inside a call, so a refused handshake
+            // comes back as the call's I/O error.
+            Self::Tls(kind, error)
         } else if is_auth(&error) {
             Self::Auth(error)
         } else if error.is_timeout() {

@@ -39,6 +39,15 @@ pub enum FleetError {
         /// What is accepted.
         reason: &'static str,
     },
+    /// A TLS file (CA, client certificate or key) could not be read or holds no PEM
+    /// certificate (or key).
+    #[error("TLS file {path:?}: {reason}")]
+    TlsFile {
+        /// The file given.
+        path: std::path::PathBuf,
+        /// What was wrong with it.
+        reason: String,
+    },
     /// The background thread could not be started.
     #[error("could not start the fleet thread: {0}")]
     Spawn(#[source] io::Error),

@@ -7,6 +7,8 @@
 //! * `time.rs`: Redis `TIME` mapped onto the local clock.
 //! * `lease.rs`: the lease state machine (planning, window roll, fallback, accounting),
 //!   without I/O or a clock of its own.
+//! * `tls.rs`: `rediss://`: the CA and client certificate files, the crypto provider,
+//!   a refused handshake's cause.
 //! * `transport.rs`: the connection to Redis and one call, with typed errors.
 //! * `wire.rs`: one rule's keys and arguments, its calls as script commands, their
 //!   replies read back.
@@ -51,6 +53,8 @@ mod stats;
 mod stop;
 #[cfg(feature = "redis")]
 mod time;
+#[cfg(feature = "redis")]
+mod tls;
 #[cfg(feature = "redis")]
 mod transport;
 #[cfg(feature = "redis")]

@@ -29,11 +29,24 @@ pub enum FleetFailure {
     /// calls (`WRONGTYPE`) until the key is removed; the other rules go on. The rule
     /// spends no fallback share meanwhile, only what Redis granted it.
     Foreign,
+    /// TLS (`rediss://`): the server's certificate is not signed by a trusted CA (the
+    /// CA file given, else the platform's roots). Never a fallback to plain text.
+    TlsUnknownCa,
+    /// TLS: the server's certificate does not name the host of the Redis URL.
+    TlsHostName,
+    /// TLS: the server's certificate has expired.
+    TlsExpired,
+    /// TLS: the server refused this client's certificate, or its absence (a server
+    /// started with `--tls-auth-clients yes` and no client certificate given).
+    TlsClientCert,
+    /// TLS failed for another reason (a server speaking plain text to `rediss://`, an
+    /// unsupported version or algorithm).
+    Tls,
 }
 
 impl FleetFailure {
     /// Every kind, in the order of [`as_str`](Self::as_str)'s values.
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 12] = [
         Self::Connect,
         Self::Auth,
         Self::Redis,
@@ -41,9 +54,15 @@ impl FleetFailure {
         Self::BadReply,
         Self::Late,
         Self::Foreign,
+        Self::TlsUnknownCa,
+        Self::TlsHostName,
+        Self::TlsExpired,
+        Self::TlsClientCert,
+        Self::Tls,
     ];
 
-    /// `connect`, `auth`, `redis`, `timeout`, `bad_reply`, `late` or `foreign_key`.
+    /// `connect`, `auth`, `redis`, `timeout`, `bad_reply`, `late`, `foreign_key`,
+    /// `tls_unknown_ca`, `tls_host_name`, `tls_expired`, `tls_client_cert` or `tls`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::Connect => "connect",
@@ -53,6 +72,11 @@ impl FleetFailure {
             Self::BadReply => "bad_reply",
             Self::Late => "late",
             Self::Foreign => "foreign_key",
+            Self::TlsUnknownCa => "tls_unknown_ca",
+            Self::TlsHostName => "tls_host_name",
+            Self::TlsExpired => "tls_expired",
+            Self::TlsClientCert => "tls_client_cert",
+            Self::Tls => "tls",
         }
     }
 
@@ -79,6 +103,17 @@ impl fmt::Display for FleetFailure {
                 "a key of the rule holds a value of another type (another program wrote \
                  it): remove the key"
             }
+            Self::TlsUnknownCa => {
+                "Redis's TLS certificate is not signed by a trusted CA: give the CA that \
+                 signed it (tls_ca_file)"
+            }
+            Self::TlsHostName => "Redis's TLS certificate does not name the host of the Redis URL",
+            Self::TlsExpired => "Redis's TLS certificate has expired",
+            Self::TlsClientCert => {
+                "Redis refused this client's TLS certificate (or its absence): give a \
+                 client certificate its CA trusts (tls_client_cert)"
+            }
+            Self::Tls => "the TLS handshake with Redis failed",
         })
     }
 }
@@ -122,7 +157,7 @@ impl StatCells {
         self.redis_calls.fetch_add(1, Ordering::Relaxed);
         self.lease_errors.fetch_add(1, Ordering::Relaxed);
         self.failures[kind.index()].fetch_add(1, Ordering::Relaxed);
-        // `index() < 7`: the cast cannot truncate.
+        // `index() < 12`: the cast cannot truncate.
         #[allow(clippy::cast_possible_truncation)]
         self.last_failure
             .store(kind.index() as u8 + 1, Ordering::Relaxed);

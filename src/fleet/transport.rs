@@ -7,21 +7,25 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
-use redis::{ConnectionInfo, IntoConnectionInfo, Script, Value};
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Script, TlsCertificates, Value};
 
 use super::call_error::CallError;
 use super::lease::Call;
 use super::pipeline::{by_slot, in_order, Answers, Batch};
 use super::script::{CLOCK_LUA, LEASE_LUA};
 use super::stop::Stop;
+use super::tls::{ensure_provider, Connector};
 use super::wire::{Leave, RuleWire, Scripts};
 
 /// Where Redis is: one server (through a reconnecting `ConnectionManager`) or a cluster.
 pub(crate) enum Target {
     Single(redis::Client, ConnectionManagerConfig),
+    /// One server over TLS, connected by our own handshake (ring named explicitly),
+    /// within the connect timeout.
+    SingleTls(Arc<Connector>, Duration),
     Cluster(ClusterClient),
 }
 
@@ -29,22 +33,43 @@ impl std::fmt::Debug for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Self::Single(..) => "Single",
+            Self::SingleTls(..) => "SingleTls",
             Self::Cluster(..) => "Cluster",
         })
     }
 }
 
 impl Target {
-    /// Parses the URL(s) without any I/O; `Err((url, reason))` for a bad one.
+    /// Parses the URL(s) without any I/O; `Err((url, reason))` for a bad one. `tls`
+    /// (read from the CA and client certificate files) needs `rediss://` URLs: a
+    /// cluster's certificates, or one server's connector.
     pub(crate) fn parse(
         urls: &[String],
         cluster: bool,
-        response_timeout: Duration,
-        connect_timeout: Duration,
+        [response_timeout, connect_timeout]: [Duration; 2],
+        tls: TargetTls,
     ) -> Result<Self, (String, String)> {
         let mut infos = parse_urls(urls)?;
+        let tls = match tls {
+            TargetTls::Single(connector) => {
+                return Ok(Self::SingleTls(Arc::new(connector), connect_timeout))
+            }
+            TargetTls::RedisCrate(certs) => certs,
+        };
+        if infos
+            .iter()
+            .any(|i| matches!(i.addr(), ConnectionAddr::TcpTls { .. }))
+        {
+            // Before any TLS client exists: the redis crate asks rustls for the
+            // process default.
+            ensure_provider();
+        }
         if cluster {
-            let client = ClusterClientBuilder::new(infos)
+            let mut builder = ClusterClientBuilder::new(infos);
+            if let Some(tls) = tls {
+                builder = builder.certs(tls);
+            }
+            let client = builder
                 .connection_timeout(connect_timeout)
                 .response_timeout(response_timeout)
                 .retries(1)
@@ -55,7 +80,11 @@ impl Target {
             let info = infos
                 .pop()
                 .ok_or_else(|| (String::new(), "no URL".to_owned()))?;
-            let client = redis::Client::open(info).map_err(|e| (urls[0].clone(), e.to_string()))?;
+            let client = match tls {
+                Some(tls) => redis::Client::build_with_tls(info, tls),
+                None => redis::Client::open(info),
+            }
+            .map_err(|e| (urls[0].clone(), e.to_string()))?;
             // No response timeout of its own: the worker bounds each round by the
             // timeouts of the rules in it, which may differ.
             let config = ConnectionManagerConfig::new()
@@ -71,15 +100,33 @@ impl Target {
     }
 }
 
-/// The URLs' connection settings; `Err((url, reason))` for a bad one.
+/// The URLs' connection settings; `Err((url, reason))` for a bad one, or for a
+/// `rediss://` URL that turns certificate checks off (`#insecure`): there is no way to.
 fn parse_urls(urls: &[String]) -> Result<Vec<ConnectionInfo>, (String, String)> {
     urls.iter()
         .map(|url| {
-            url.as_str()
+            let info = url
+                .as_str()
                 .into_connection_info()
-                .map_err(|e| (url.clone(), e.to_string()))
+                .map_err(|e| (url.clone(), e.to_string()))?;
+            if matches!(info.addr(), ConnectionAddr::TcpTls { insecure: true, .. }) {
+                return Err((
+                    url.clone(),
+                    "`#insecure` would turn certificate verification off, which this crate \
+                     does not do; give the CA that signed the server's certificate instead"
+                        .to_owned(),
+                ));
+            }
+            Ok(info)
         })
         .collect()
+}
+
+/// Whether every URL is `rediss://` (TLS); `Err((url, reason))` for a bad one.
+pub(crate) fn all_tls(urls: &[String]) -> Result<bool, (String, String)> {
+    Ok(parse_urls(urls)?
+        .iter()
+        .all(|i| matches!(i.addr(), ConnectionAddr::TcpTls { .. })))
 }
 
 /// What the URL(s) connect to, spelling aside (`redis://h:6379` and `redis://h:6379/0`
@@ -102,9 +149,18 @@ pub(crate) fn target_identity(urls: &[String]) -> Result<Vec<String>, (String, S
         .collect())
 }
 
+/// The TLS part of a [`Target`]: one `rediss://` server's connector, or what the redis
+/// crate connects with itself: a cluster's certificates (`None`: the platform's roots,
+/// or plain text).
+pub(crate) enum TargetTls {
+    Single(Connector),
+    RedisCrate(Option<TlsCertificates>),
+}
+
 #[derive(Clone)]
 enum Connection {
     Single(ConnectionManager),
+    SingleTls(MultiplexedConnection),
     Cluster(ClusterConnection),
 }
 
@@ -188,6 +244,9 @@ impl Transport {
                 Connection::Single(mut c) => {
                     tokio::time::timeout(leave.bound, zrem.query_async::<()>(&mut c)).await
                 }
+                Connection::SingleTls(mut c) => {
+                    tokio::time::timeout(leave.bound, zrem.query_async::<()>(&mut c)).await
+                }
                 Connection::Cluster(mut c) => {
                     tokio::time::timeout(leave.bound, zrem.query_async::<()>(&mut c)).await
                 }
@@ -208,6 +267,15 @@ impl Transport {
                 ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
                     .map_err(CallError::connect)?,
             ),
+            Target::SingleTls(connector, timeout) => {
+                Connection::SingleTls(connector.connect(*timeout).await.map_err(|e| {
+                    if e.is_timeout() {
+                        CallError::Timeout(*timeout)
+                    } else {
+                        CallError::connect(e)
+                    }
+                })?)
+            }
             Target::Cluster(client) => Connection::Cluster(
                 client
                     .get_async_connection()
@@ -223,15 +291,24 @@ impl Transport {
         let failed = |e| CallError::redis(e, response_timeout.unwrap_or_default());
         let scripts = Arc::clone(&self.scripts);
         match self.connect().await? {
-            Connection::Single(mut c) => {
-                let all: Vec<usize> = (0..batch.len()).collect();
-                let pairs = Batch::new(batch, &all, &scripts)
-                    .send(&mut c, &scripts)
-                    .await
-                    .map_err(failed)?;
-                Ok(in_order(batch.len(), pairs))
+            Connection::Single(mut c) => one_server(&mut c, batch, &scripts).await.map_err(failed),
+            Connection::SingleTls(mut c) => {
+                one_server(&mut c, batch, &scripts).await.map_err(failed)
             }
             Connection::Cluster(c) => by_slot(&c, batch, scripts).await.map_err(failed),
         }
     }
+}
+
+/// A round to one server: every call in one pipeline, the answers in the batch's order.
+async fn one_server<C: redis::aio::ConnectionLike>(
+    connection: &mut C,
+    batch: &[(&RuleWire, Call)],
+    scripts: &Scripts,
+) -> Result<Answers, redis::RedisError> {
+    let all: Vec<usize> = (0..batch.len()).collect();
+    let pairs = Batch::new(batch, &all, scripts)
+        .send(connection, scripts)
+        .await?;
+    Ok(in_order(batch.len(), pairs))
 }

@@ -239,6 +239,11 @@ impl RuleState {
             tracing::error!(target: "otel_rate_sampler::fleet", key = %key, errors, %error,
                 "Redis refused authentication: this replica leases nothing until the \
                  password (or user) in the Redis URL matches the server's");
+        } else if matches!(error, CallError::Tls(..)) {
+            // Retrying cannot help either: name the certificate problem.
+            tracing::error!(target: "otel_rate_sampler::fleet", key = %key, errors, %error,
+                "this replica leases nothing until the TLS certificates \
+                 are fixed (never a fallback to plain text)");
         } else if error.kind() == FleetFailure::Foreign {
             tracing::error!(target: "otel_rate_sampler::fleet", key = %key, errors, %error,
                 "a key of this fleet rule holds a value another program wrote: this rule \
@@ -319,5 +324,12 @@ fn fallback_cause(cause: Option<FleetFailure>) -> &'static str {
         }
         Some(FleetFailure::Redis | FleetFailure::BadReply) => "Redis answers with errors",
         Some(FleetFailure::Foreign) => "a key of the rule holds a value another program wrote",
+        Some(
+            FleetFailure::TlsUnknownCa
+            | FleetFailure::TlsHostName
+            | FleetFailure::TlsExpired
+            | FleetFailure::TlsClientCert
+            | FleetFailure::Tls,
+        ) => "the TLS handshake with Redis fails (see the TLS error)",
     }
 }

@@ -37,7 +37,7 @@ impl SamplerMetrics {
     /// Attribute of every fleet instrument: the limiter's rule key.
     pub const FLEET_KEY: &'static str = "otel_rate_sampler.fleet.key";
     /// Attribute of the failure counter: [`FleetFailure::as_str`] (`connect`, `auth`,
-    /// `redis`, `timeout`, `bad_reply`, `late`, `foreign_key`).
+    /// `redis`, `timeout`, `bad_reply`, `late`, `foreign_key`, and the TLS kinds `tls_*`).
     pub const ERROR_TYPE: &'static str = "error.type";
     /// Attribute of the leased permits: `redis` (granted by Redis) or `fallback` (the
     /// local share spent while Redis could not be reached).
@@ -51,7 +51,7 @@ impl SamplerMetrics {
     /// | `otel_rate_sampler.fleet.replicas` | gauge | `{replica}` | key |
     /// | `otel_rate_sampler.fleet.fallback` | gauge (0 or 1) | `1` | key |
     /// | `otel_rate_sampler.fleet.calls` | counter | `{call}` | key |
-    /// | `otel_rate_sampler.fleet.call.failures` | counter | `{call}` | key, `error.type` (`connect`, `auth`, `redis`, `timeout`, `bad_reply`, `late`, `foreign_key`) |
+    /// | `otel_rate_sampler.fleet.call.failures` | counter | `{call}` | key, `error.type` (`connect`, `auth`, `redis`, `timeout`, `bad_reply`, `late`, `foreign_key`, `tls_unknown_ca`, `tls_host_name`, `tls_expired`, `tls_client_cert`, `tls`) |
     /// | `otel_rate_sampler.fleet.call.time` | counter | `s` | key |
     /// | `otel_rate_sampler.fleet.call.last_duration` | gauge | `s` | key |
     /// | `otel_rate_sampler.fleet.permits.leased` | counter | `{permit}` | key, `otel_rate_sampler.fleet.source` (`redis`, `fallback`) |

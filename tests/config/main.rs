@@ -22,10 +22,16 @@ mod fleet_scope;
 mod formats;
 #[cfg(feature = "jaeger-remote")]
 mod jaeger_remote;
+// `https://` endpoints, with the test PKI (rcgen).
+#[cfg(feature = "jaeger-remote")]
+mod jaeger_tls;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod model;
 mod pacing;
+#[cfg(feature = "jaeger-remote")]
+#[path = "../support/pki.rs"]
+mod pki;
 #[cfg(all(feature = "reload", unix))]
 mod reload_burst;
 mod reload_cache;

@@ -21,7 +21,7 @@ fn limiter(url: String, key: &str) -> FleetLimiter {
 }
 
 /// Waits (at most 10 s) until `pred` holds for the limiter's stats; returns them.
-fn wait_for(l: &FleetLimiter, pred: impl Fn(&FleetStats) -> bool) -> FleetStats {
+pub(crate) fn wait_for(l: &FleetLimiter, pred: impl Fn(&FleetStats) -> bool) -> FleetStats {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let stats = l.stats();

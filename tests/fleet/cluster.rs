@@ -9,21 +9,32 @@ use crate::many_rules::{command_calls, script_calls};
 use crate::server::{free_port, Server};
 
 fn start_cluster() -> Vec<Server> {
-    let nodes: Vec<Server> = (0..3)
-        .map(|_| {
+    start_cluster_with(&[vec![], vec![], vec![]], &[], None)
+}
+
+/// Three nodes, node `i` started with `extra[i]` besides the cluster's arguments, made
+/// one cluster by `redis-cli <cli_args> --cluster create` on their `ports` (their plain
+/// ports by default).
+pub(crate) fn start_cluster_with(
+    extra: &[Vec<String>; 3],
+    cli_args: &[String],
+    ports: Option<&[u16; 3]>,
+) -> Vec<Server> {
+    let nodes: Vec<Server> = extra
+        .iter()
+        .map(|extra| {
             let port = free_port();
             let conf = format!("nodes-{port}.conf");
-            Server::start_with(
-                port,
-                &["--cluster-enabled", "yes", "--cluster-config-file", &conf],
-            )
+            let mut args = vec!["--cluster-enabled", "yes", "--cluster-config-file", &conf];
+            args.extend(extra.iter().map(String::as_str));
+            Server::start_with(port, &args)
         })
         .collect();
-    let addrs: Vec<String> = nodes
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.port))
+    let addrs: Vec<String> = (0..3)
+        .map(|i| format!("127.0.0.1:{}", ports.map_or(nodes[i].port, |p| p[i])))
         .collect();
     let out = Command::new("redis-cli")
+        .args(cli_args)
         .arg("--cluster")
         .arg("create")
         .args(&addrs)

@@ -53,10 +53,22 @@ fn run_fleet_at(
     duration: &str,
     during: impl FnOnce(),
 ) -> Vec<DemoRun> {
+    run_fleet_with(urls, &[], key, duration, during)
+}
+
+/// [`run_fleet_at`], each demo also given `extra` arguments.
+pub(crate) fn run_fleet_with(
+    urls: &[&str; PROCESSES],
+    extra: &[&str],
+    key: &str,
+    duration: &str,
+    during: impl FnOnce(),
+) -> Vec<DemoRun> {
     let demos: Vec<_> = urls
         .iter()
         .map(|url| {
-            let args = demo_args(url, key, duration, "2000");
+            let mut args = demo_args(url, key, duration, "2000");
+            args.extend(extra.iter().map(|a| a.to_string()));
             thread::spawn(move || {
                 let args: Vec<&str> = args.iter().map(String::as_str).collect();
                 run_demo(&args, &[], HANG_GUARD)
@@ -198,8 +210,14 @@ pub(crate) fn wait_for_clients(server: &Server, clients: usize) {
 fn three_demos_share_the_fleet_limit_per_window() {
     let server = Server::start();
     let runs = run_fleet(&server.url(), "demo-share", "4s", || {});
-    let total = summed(&runs);
-    let max = assert_capped(&total, &runs, "three demos");
+    assert_shared(&runs, "demo-share");
+}
+
+/// Three demos' runs on `key`: under N in every fleet window, at least 90 % of N kept
+/// in the windows all three saturated, every demo saw the three and never fell back.
+pub(crate) fn assert_shared(runs: &[DemoRun], key: &str) {
+    let total = summed(runs);
+    let max = assert_capped(&total, runs, "three demos");
     // A Redis grants nothing in the first two fleet windows it sees (their accounting
     // might have been lost to a restart); the demos' first calls fall in or before the
     // earliest window any of them reports.
@@ -223,10 +241,10 @@ fn three_demos_share_the_fleet_limit_per_window() {
             "fleet window @{w}, saturated by all three, kept {n} < 90 % of {N}: {total:?}"
         );
     }
-    for run in &runs {
+    for run in runs {
         let s = &run.summary;
         assert_eq!(s["algorithm"], "fleet", "{s}");
-        assert_eq!(s["redis_key"], "demo-share", "{s}");
+        assert_eq!(s["redis_key"], key, "{s}");
         assert!(s["redis_calls"].as_u64() > Some(0), "{s}");
         assert_eq!(s["instances_seen"].as_u64(), Some(PROCESSES as u64), "{s}");
         assert_eq!(s["fallback_seen"], false, "{s}");

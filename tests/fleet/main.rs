@@ -19,6 +19,9 @@ mod many_rules;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod partition;
+// The TLS tests' CA and certificates (rcgen).
+#[path = "../support/pki.rs"]
+mod pki;
 mod pool;
 mod proxy;
 mod server;
@@ -27,3 +30,8 @@ mod single;
 #[cfg(feature = "tracing")]
 mod skip_dropped;
 mod time_steps;
+mod tls;
+// `rediss://` from a rule file (feature `config`), TLS failures in the metrics
+// (feature `metrics`).
+#[cfg(any(feature = "config", feature = "metrics"))]
+mod tls_layers;

@@ -47,7 +47,7 @@ fn points(exporter: &InMemoryMetricExporter, name: &str) -> Vec<(Vec<KeyValue>, 
 }
 
 /// The value of the one point of `name` whose attributes include `filter`.
-fn value(exporter: &InMemoryMetricExporter, name: &str, filter: &[(&str, &str)]) -> f64 {
+pub(crate) fn value(exporter: &InMemoryMetricExporter, name: &str, filter: &[(&str, &str)]) -> f64 {
     let matching: Vec<f64> = points(exporter, name)
         .into_iter()
         .filter(|(attrs, _)| {

@@ -224,6 +224,12 @@ impl<C: Clock + Clone> FleetRule<C> {
         if let Some(interval) = settings.sync_interval {
             builder = builder.sync_interval(interval);
         }
+        if let Some(ca) = &settings.tls_ca_file {
+            builder = builder.tls_ca_file(ca);
+        }
+        if let Some((cert, key)) = &settings.tls_client {
+            builder = builder.tls_client_cert(cert, key);
+        }
         if let Some(old) = old {
             builder = builder.instance_id(old.limiter.instance_id());
         }

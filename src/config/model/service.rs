@@ -1,6 +1,7 @@
 //! One service's settings, and where fleet-scoped limits are shared.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::config::model::{LimitSpec, Policy, Rule};
@@ -19,6 +20,9 @@ pub(crate) struct FleetSettings {
     pub(crate) prefix: Option<String>,
     /// Heartbeats and retries (`None`: the fleet limiter's default).
     pub(crate) sync_interval: Option<Duration>,
+    /// `rediss://`: the CA file, and the client certificate and key files, as written.
+    pub(crate) tls_ca_file: Option<PathBuf>,
+    pub(crate) tls_client: Option<(PathBuf, PathBuf)>,
 }
 
 /// One service's settings (or the file default's, whose name is empty).
@@ -79,6 +83,8 @@ impl fmt::Debug for FleetSettings {
             .field("cluster", &self.cluster)
             .field("prefix", &self.prefix)
             .field("sync_interval", &self.sync_interval)
+            .field("tls_ca_file", &self.tls_ca_file)
+            .field("tls_client", &self.tls_client)
             .finish()
     }
 }

@@ -292,11 +292,26 @@ impl Ctx<'_> {
             Some(i) => Some(self.check(i, "fleet.sync_interval", |i| values::sync_interval(i))?),
             None => None,
         };
+        let path = |p: &Spanned<String>| std::path::PathBuf::from(p.get_ref());
+        let tls_client = match (&raw.tls_client_cert, &raw.tls_client_key) {
+            (Some(cert), Some(key)) => Some((path(cert), path(key))),
+            (None, None) => None,
+            (Some(one), None) | (None, Some(one)) => {
+                return Err(self.new_error(
+                    ConfigErrorKind::MissingKey,
+                    one.span(),
+                    "fleet.tls_client_cert",
+                    "a client certificate needs both tls_client_cert and tls_client_key (PEM files)".into(),
+                ));
+            }
+        };
         Ok(FleetSettings {
             urls,
             cluster: raw.cluster.as_ref().is_some_and(|c| *c.get_ref()),
             prefix,
             sync_interval,
+            tls_ca_file: raw.tls_ca_file.as_ref().map(path),
+            tls_client,
         })
     }
 }

@@ -41,6 +41,9 @@ pub(super) struct RawFleet {
     pub(super) cluster: Option<Spanned<bool>>,
     pub(super) prefix: Option<Spanned<String>>,
     pub(super) sync_interval: Option<Spanned<String>>,
+    pub(super) tls_ca_file: Option<Spanned<String>>,
+    pub(super) tls_client_cert: Option<Spanned<String>>,
+    pub(super) tls_client_key: Option<Spanned<String>>,
 }
 
 /// `redis = "redis://a:1"` or `redis = ["redis://a:1", "redis://b:2"]`.

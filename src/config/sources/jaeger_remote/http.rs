@@ -1,4 +1,4 @@
-//! The one HTTP call: `GET endpoint?service=NAME` over plain HTTP (`ureq`), with a
+//! The one HTTP call: `GET endpoint?service=NAME` over HTTP or HTTPS (`ureq`), with a
 //! whole-request time limit and a size limit on the answer.
 
 use std::net::IpAddr;
@@ -6,6 +6,9 @@ use std::time::Duration;
 
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
+use ureq::tls::TlsConfig;
+
+use super::tls;
 use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
 
 /// The largest answer read: a strategy with a few thousand operations is well below.
@@ -26,21 +29,18 @@ pub(crate) struct Client {
 }
 
 impl Client {
-    /// The client for `endpoint` (an `http://` URL with its path) asking for `service`.
+    /// The client for `endpoint` (an `http://` or `https://` URL with its path) asking
+    /// for `service`, with `tls` for an `https://` one; `tls_files` says whether TLS
+    /// files were given (they need `https://`).
     ///
     /// `Err` is the reason the endpoint is refused, for people.
-    pub(crate) fn new(endpoint: &str, service: &str, timeout: Duration) -> Result<Self, String> {
-        let uri: ureq::http::Uri = endpoint
-            .parse()
-            .map_err(|e| format!("{endpoint:?} is not a URL ({e}); use http://host:port/path, such as http://jaeger-collector:14268/api/sampling"))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => return Err(format!("{endpoint:?}: https needs TLS, which this crate's HTTP client is built without; use an http:// endpoint (an agent or collector inside the cluster)")),
-            _ => return Err(format!("{endpoint:?} is not an http:// URL; use http://host:port/path, such as http://jaeger-collector:14268/api/sampling")),
-        }
-        if uri.host().is_none_or(str::is_empty) {
-            return Err(format!("{endpoint:?} has no host"));
-        }
+    pub(crate) fn new(
+        endpoint: &str,
+        service: &str,
+        timeout: Duration,
+        (tls, tls_files): (TlsConfig, bool),
+    ) -> Result<Self, String> {
+        let uri = Self::check(endpoint, tls_files)?;
         let mut url = endpoint.to_owned();
         match uri.query() {
             None => url.push('?'),
@@ -55,6 +55,7 @@ impl Client {
                 ureq::Proxy::try_from_env(),
             ))
             .timeout_global(Some(timeout))
+            .tls_config(tls)
             .http_status_as_error(true)
             // A fresh connection per poll: a pooled one may have been closed by the
             // server or a proxy in the minute between polls, which would fail a poll.
@@ -65,6 +66,24 @@ impl Client {
             url,
             timeout,
         })
+    }
+
+    /// The endpoint parsed, if it is an `http://` or `https://` URL with a host
+    /// (`https://` if `tls_files`); `Err` is the reason it is refused, for people.
+    pub(crate) fn check(endpoint: &str, tls_files: bool) -> Result<ureq::http::Uri, String> {
+        let uri: ureq::http::Uri = endpoint
+            .parse()
+            .map_err(|e| format!("{endpoint:?} is not a URL ({e}); use http://host:port/path, such as http://jaeger-collector:14268/api/sampling"))?;
+        match uri.scheme_str() {
+            Some("https") => {}
+            Some("http") if !tls_files => {}
+            Some("http") => return Err(format!("{endpoint:?} is plain http:// but TLS files were given; use https:// (verification is always on)")),
+            _ => return Err(format!("{endpoint:?} is not an http:// or https:// URL; use http://host:port/path, such as http://jaeger-collector:14268/api/sampling")),
+        }
+        if uri.host().is_none_or(str::is_empty) {
+            return Err(format!("{endpoint:?} has no host"));
+        }
+        Ok(uri)
     }
 
     /// The URL asked, with its `service` query.
@@ -78,12 +97,16 @@ impl Client {
     ///
     /// A [`ConfigError`] of kind [`Io`](ConfigErrorKind::Io) naming the URL: no
     /// connection, no whole answer within the time limit, a status other than 2xx, an
-    /// answer over [`MAX_BODY_BYTES`]; of kind [`Syntax`](ConfigErrorKind::Syntax) for
-    /// an answer that is not UTF-8.
+    /// answer over [`MAX_BODY_BYTES`]; of kind [`Tls`](ConfigErrorKind::Tls) for a
+    /// failed TLS handshake (its cause named); of kind
+    /// [`Syntax`](ConfigErrorKind::Syntax) for an answer that is not UTF-8.
     pub(crate) fn get(&self) -> Result<String, ConfigError> {
         let io = |what: String, e: ureq::Error| {
-            ConfigError::new(ConfigErrorKind::Io, &self.url, Pos::default(), "", what)
-                .with_source(e)
+            let (kind, what) = match tls::describe(&e) {
+                Some(tls) => (ConfigErrorKind::Tls, tls),
+                None => (ConfigErrorKind::Io, what),
+            };
+            ConfigError::new(kind, &self.url, Pos::default(), "", what).with_source(e)
         };
         let describe = |e: &ureq::Error| match e {
             ureq::Error::StatusCode(code) => format!("the endpoint answered HTTP status {code}"),
@@ -143,7 +166,8 @@ mod tests {
     use super::*;
 
     fn url(endpoint: &str, service: &str) -> Result<String, String> {
-        Client::new(endpoint, service, Duration::from_secs(1)).map(|c| c.url)
+        let tls = tls::config(&crate::tls_files::TlsFiles::default()).unwrap();
+        Client::new(endpoint, service, Duration::from_secs(1), (tls, false)).map(|c| c.url)
     }
 
     #[test]
@@ -175,14 +199,9 @@ mod tests {
     }
 
     #[test]
-    fn only_plain_http_urls_are_accepted() {
-        for bad in [
-            "https://collector/api/sampling",
-            "collector:14268",
-            "ftp://x/",
-            "http://",
-            "not a url",
-        ] {
+    fn only_http_and_https_urls_are_accepted() {
+        assert!(url("https://collector/api/sampling", "svc").is_ok());
+        for bad in ["collector:14268", "ftp://x/", "http://", "not a url"] {
             assert!(url(bad, "svc").is_err(), "{bad}");
         }
     }

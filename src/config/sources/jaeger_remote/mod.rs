@@ -7,6 +7,7 @@
 mod http;
 mod poller;
 mod response;
+mod tls;
 mod wire;
 
 pub use poller::{JaegerRemote, JaegerRemotePoller, RemoteUpdate};

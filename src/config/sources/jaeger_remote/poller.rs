@@ -4,6 +4,7 @@
 use std::fmt;
 use std::hash::{BuildHasher, RandomState};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread;
 use std::time::Duration;
@@ -15,19 +16,24 @@ use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
 use crate::config::log;
 use crate::config::model::ServiceConfig;
 use crate::config::runtime::rule_based::RuleBasedSampler;
+use crate::tls_files::TlsFiles;
 
 /// Where to poll a Jaeger sampling strategy from, and how often: the settings of
 /// [`RuleBasedSampler::poll_jaeger_remote`].
 ///
-/// The endpoint is a plain `http://` URL with its path; the poller adds
+/// The endpoint is an `http://` or `https://` URL with its path; the poller adds
 /// `service=NAME` to its query:
 ///
 /// * a Jaeger collector: `http://jaeger-collector:14268/api/sampling`;
 /// * an agent, a Jaeger v2 `remote_sampling` extension or an OpenTelemetry Collector's
 ///   Jaeger receiver: `http://localhost:5778/sampling`.
 ///
-/// `https` is not supported (the HTTP client is built without TLS). The environment's
-/// `HTTP_PROXY` and `NO_PROXY` apply, except to a loopback endpoint.
+/// `https://` is verified against Mozilla's roots, or the CA file given
+/// ([`tls_ca_file`](Self::tls_ca_file)), with an optional client certificate
+/// ([`tls_client_cert`](Self::tls_client_cert)); verification cannot be turned off, and
+/// a failed handshake is a [`Tls`](ConfigErrorKind::Tls) error naming the cause, never
+/// a retry over plain HTTP. The environment's `HTTP_PROXY` and `NO_PROXY` apply, except
+/// to a loopback endpoint.
 ///
 /// ```
 /// use std::time::Duration;
@@ -63,6 +69,7 @@ pub struct JaegerRemote {
     interval: Duration,
     jitter: Option<Duration>,
     timeout: Duration,
+    tls: TlsFiles,
 }
 
 impl JaegerRemote {
@@ -81,6 +88,7 @@ impl JaegerRemote {
             interval: Self::DEFAULT_INTERVAL,
             jitter: None,
             timeout: Self::DEFAULT_TIMEOUT,
+            tls: TlsFiles::default(),
         }
     }
 
@@ -102,6 +110,20 @@ impl JaegerRemote {
     /// an endpoint that accepts and never answers costs at most this.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// The PEM file of the CA(s) that signed an `https://` endpoint's certificate,
+    /// trusted instead of Mozilla's roots.
+    pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.tls.ca = Some(path.into());
+        self
+    }
+
+    /// A client certificate (PEM, the chain from the leaf) and its private key (PEM),
+    /// for an `https://` endpoint that asks for one.
+    pub fn tls_client_cert(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        self.tls.client = Some((cert.into(), key.into()));
         self
     }
 
@@ -267,26 +289,32 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     ///
     /// A [`ConfigError`] naming the endpoint, before any request: of kind
     /// [`UnknownValue`](ConfigErrorKind::UnknownValue) for an endpoint that is not an
-    /// `http://` URL with a host (`https` is not supported), of kind
+    /// `http://` or `https://` URL with a host (or `http://` with TLS files), of kind
     /// [`InvalidLimit`](ConfigErrorKind::InvalidLimit) for an interval under 1 ms, a
     /// jitter over the interval or a zero timeout, of kind [`Io`](ConfigErrorKind::Io)
-    /// if the thread cannot be started.
+    /// if the thread cannot be started or a TLS file read, of kind
+    /// [`Tls`](ConfigErrorKind::Tls) for a TLS file with no PEM certificate (or key).
     pub fn poll_jaeger_remote(
         &self,
         remote: JaegerRemote,
         on_update: impl Fn(Result<RemoteUpdate, ConfigError>) + Send + 'static,
     ) -> Result<JaegerRemotePoller, ConfigError> {
         remote.check()?;
+        let refused = |message| {
+            ConfigError::new(
+                ConfigErrorKind::UnknownValue,
+                &remote.endpoint,
+                Pos::default(),
+                "endpoint",
+                message,
+            )
+        };
+        // The endpoint before the TLS files: a plain URL with them is the mistake.
+        let files = !remote.tls.is_empty();
+        Client::check(&remote.endpoint, files).map_err(refused)?;
+        let tls = (super::tls::config(&remote.tls)?, files);
         let client =
-            Client::new(&remote.endpoint, self.service(), remote.timeout).map_err(|message| {
-                ConfigError::new(
-                    ConfigErrorKind::UnknownValue,
-                    &remote.endpoint,
-                    Pos::default(),
-                    "endpoint",
-                    message,
-                )
-            })?;
+            Client::new(&remote.endpoint, self.service(), remote.timeout, tls).map_err(refused)?;
         let url = client.url().to_owned();
         let shared = Arc::new(Shared::default());
         let poll = Poll {
@@ -455,8 +483,13 @@ mod tests {
             kind(ok().timeout(Duration::ZERO)),
             Err((ConfigErrorKind::InvalidLimit, "timeout".into()))
         );
+        // TLS files need https:// (no silent plain text).
         assert_eq!(
-            kind(JaegerRemote::new("https://collector:14268/api/sampling")),
+            kind(ok().tls_ca_file("/etc/hostname")),
+            Err((ConfigErrorKind::UnknownValue, "endpoint".into()))
+        );
+        assert_eq!(
+            kind(JaegerRemote::new("ftp://collector:14268/api/sampling")),
             Err((ConfigErrorKind::UnknownValue, "endpoint".into()))
         );
     }
