@@ -275,26 +275,4 @@ mod tests {
             assert_eq!(cause_in(message), cause, "{message}");
         }
     }
-
-    /// One server over TLS names ring itself: building its limiter and failing to
-    /// connect leave the process without a default provider (no other test of this
-    /// binary makes a TLS client through the redis crate).
-    #[test]
-    fn one_server_over_tls_leaves_the_process_default_provider_alone() {
-        let limit = crate::Limit::per_second(1.0).unwrap();
-        let limiter = crate::FleetLimiter::builder("rediss://127.0.0.1:1", "tls-provider", limit)
-            .sync_interval(Duration::from_millis(10))
-            .build()
-            .unwrap();
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while limiter.stats().lease_errors == 0 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{:?}",
-                limiter.stats()
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        assert!(rustls::crypto::CryptoProvider::get_default().is_none());
-    }
 }

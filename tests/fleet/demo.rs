@@ -310,6 +310,8 @@ fn a_wrong_password_is_named_at_once() {
     // waiting never mends.
     let server = Server::start_with(crate::server::free_port(), &["--requirepass", "s3cret"]);
     let url = format!("redis://:wrong@127.0.0.1:{}", server.port);
+    // Built first: the time asserted is the demo's, not its build's.
+    demo_run::demo_binary();
     let started = Instant::now();
     let output = run_demo(&["--redis", &url, "--duration", "1s"], &[], HANG_GUARD);
     let err = stderr(&output);

@@ -61,6 +61,9 @@ pub(crate) fn demo_binary() -> &'static PathBuf {
             ("redis", cfg!(feature = "redis")),
             ("metrics", cfg!(feature = "metrics")),
             ("tracing", cfg!(feature = "tracing")),
+            // Not used by the demo, but with it `--all-features` builds the demo from the
+            // library `cargo test` built already, instead of the library again.
+            ("jaeger-remote", cfg!(feature = "jaeger-remote")),
         ]
         .into_iter()
         .filter_map(|(name, on)| on.then_some(name))

@@ -6,9 +6,9 @@
 //! previous set's limiters, and then decides ([`decide`]) until a reload replaces it;
 //! each rule is a [`compiled::Compiled`].
 
-mod steps;
 mod compiled;
 mod decide;
+mod steps;
 
 use std::sync::Arc;
 
