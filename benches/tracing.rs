@@ -207,33 +207,97 @@ fn bench_threads(c: &mut Criterion) {
     let mut g = c.benchmark_group("tracing_threads_dropping");
     g.warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    let (dispatch, _provider) = pipeline(Via::Skip, refusing(), NoopSpanExporter::new());
-    // The global default, as a service sets it: a scoped dispatcher is reference
-    // counted, and every span would move that one count on both threads.
-    let scoped = tracing::dispatcher::set_global_default(dispatch.clone()).is_err();
-    tracing::dispatcher::with_default(&dispatch, || trace(-1, 3));
-    for threads in [1usize, 2] {
-        g.throughput(Throughput::Elements(threads as u64));
-        let param = format!("{threads}_thread{}", if threads == 1 { "" } else { "s" });
-        g.bench_function(BenchmarkId::new("layer_dropping", &param), |b| {
-            b.iter_custom(|iters| concurrent(iters, threads, scoped.then_some(&dispatch)))
-        });
+    // The registry alone beside the layer: how two threads scale is first the
+    // registry's. Both through the global default, as a service sets it (a scoped
+    // dispatcher is reference counted, and every span moves that count on both
+    // threads): one global `Switch` that forwards to the case being measured.
+    let (registry, _registry_provider) =
+        pipeline(Via::Registry, refusing(), NoopSpanExporter::new());
+    let (layer, _layer_provider) = pipeline(Via::Skip, refusing(), NoopSpanExporter::new());
+    let global =
+        tracing::dispatcher::set_global_default(tracing::Dispatch::new(Switch([registry, layer])))
+            .is_ok();
+    for (case, name) in ["registry_only", "layer_dropping"].into_iter().enumerate() {
+        // Relaxed: set between measurements, while no thread makes spans.
+        CASE.store(case, Ordering::Relaxed);
+        trace(-1, 3); // spends the refusing sampler's permit
+        for threads in [1usize, 2] {
+            g.throughput(Throughput::Elements(threads as u64));
+            let param = format!("{threads}_thread{}", if threads == 1 { "" } else { "s" });
+            g.bench_function(BenchmarkId::new(name, &param), |b| {
+                b.iter_custom(|iters| concurrent(iters, threads))
+            });
+        }
     }
+    assert!(
+        global,
+        "the bench sets the global default dispatcher once, here"
+    );
     g.finish();
-    // The provider stays: the global default keeps its tracer for the process's life.
+}
+
+/// Which of [`Switch`]'s dispatchers spans go to.
+static CASE: AtomicUsize = AtomicUsize::new(0);
+
+/// A subscriber forwarding everything to one of two dispatchers, chosen by [`CASE`]
+/// (changed only while no span is alive): the global default can be set only once.
+struct Switch([tracing::Dispatch; 2]);
+
+impl Switch {
+    fn now(&self) -> &tracing::Dispatch {
+        // Relaxed: see `CASE`.
+        &self.0[CASE.load(Ordering::Relaxed)]
+    }
+}
+
+impl tracing::Subscriber for Switch {
+    fn register_callsite(
+        &self,
+        metadata: &'static tracing::Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        // Both may be asked later: never cache a verdict.
+        let _ = metadata;
+        tracing::subscriber::Interest::sometimes()
+    }
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        self.now().enabled(metadata)
+    }
+    fn new_span(&self, span: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        self.now().new_span(span)
+    }
+    fn record(&self, span: &tracing::span::Id, values: &tracing::span::Record<'_>) {
+        self.now().record(span, values);
+    }
+    fn record_follows_from(&self, span: &tracing::span::Id, follows: &tracing::span::Id) {
+        self.now().record_follows_from(span, follows);
+    }
+    fn event(&self, event: &tracing::Event<'_>) {
+        self.now().event(event);
+    }
+    fn enter(&self, span: &tracing::span::Id) {
+        self.now().enter(span);
+    }
+    fn exit(&self, span: &tracing::span::Id) {
+        self.now().exit(span);
+    }
+    fn clone_span(&self, id: &tracing::span::Id) -> tracing::span::Id {
+        self.now().clone_span(id)
+    }
+    fn try_close(&self, id: tracing::span::Id) -> bool {
+        self.now().try_close(id)
+    }
 }
 
 /// `threads` threads each running `iters` dropped traces through the global default
-/// dispatcher (or `scoped`, set as each thread's default, where another was global
-/// already), started together by spinning (a barrier's wake-up through the kernel would
-/// fall inside the measured time); the wall time from the first start to the last end.
-fn concurrent(iters: u64, threads: usize, scoped: Option<&tracing::Dispatch>) -> Duration {
+/// dispatcher, started together by spinning (a barrier's wake-up through the kernel
+/// would fall inside the measured time); the wall time from the first start to the last
+/// end.
+fn concurrent(iters: u64, threads: usize) -> Duration {
     let arrived = AtomicUsize::new(0);
     let spans: Vec<(Instant, Instant)> = thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
                 scope.spawn(|| {
-                    let _default = scoped.map(tracing::dispatcher::set_default);
                     // Only the count matters (no data is handed over); AcqRel/Acquire
                     // keep every start after every arrival.
                     arrived.fetch_add(1, Ordering::AcqRel);
