@@ -12,10 +12,9 @@
 //! bench checks what reached it: nothing for the dropping cases, every span for the
 //! keeping ones.
 
-use std::hint::{black_box, spin_loop};
+use std::hint::black_box;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{criterion_main, BenchmarkId, Criterion, Throughput};
 use opentelemetry::trace::TracerProvider as _;
@@ -25,6 +24,10 @@ use opentelemetry_sdk::trace::{
 };
 use otel_rate_sampler::{Limit, ManualClock, RateLimitingSampler, SkipDropped};
 use tracing_subscriber::layer::SubscriberExt as _;
+
+#[path = "support/mod.rs"]
+#[allow(dead_code)] // the threads' meeting only
+mod support;
 
 /// One request: a root span and `children` children, five fields each.
 fn trace(i: i64, children: i64) {
@@ -289,34 +292,13 @@ impl tracing::Subscriber for Switch {
 }
 
 /// `threads` threads each running `iters` dropped traces through the global default
-/// dispatcher, started together by spinning (a barrier's wake-up through the kernel
-/// would fall inside the measured time); the wall time from the first start to the last
-/// end.
+/// dispatcher, started together (`support::concurrent`: they meet by spinning); the
+/// wall time from the first start to the last end.
 fn concurrent(iters: u64, threads: usize) -> Duration {
-    let arrived = AtomicUsize::new(0);
-    let spans: Vec<(Instant, Instant)> = thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                scope.spawn(|| {
-                    // Only the count matters (no data is handed over); AcqRel/Acquire
-                    // keep every start after every arrival.
-                    arrived.fetch_add(1, Ordering::AcqRel);
-                    while arrived.load(Ordering::Acquire) < threads {
-                        spin_loop();
-                    }
-                    let start = Instant::now();
-                    for i in 0..iters {
-                        trace(i as i64, 3);
-                    }
-                    (start, Instant::now())
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    let first = spans.iter().map(|s| s.0).min().unwrap();
-    let last = spans.iter().map(|s| s.1).max().unwrap();
-    last - first
+    support::concurrent(iters, threads, &(), |()| {
+        trace(1, 3);
+        false // nothing is admitted: every root is refused
+    })
 }
 
 // `criterion_group!` makes an undocumented `pub fn`.
