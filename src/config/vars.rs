@@ -2,6 +2,8 @@
 //! environment entry points and the declarative file share. Public through
 //! [`env`](crate::env).
 
+use std::path::PathBuf;
+
 use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
 use crate::sampler::env::{service_name, var, EnvError};
 
@@ -16,6 +18,19 @@ pub const OTEL_RATE_SAMPLER_CONFIG: &str = "OTEL_RATE_SAMPLER_CONFIG";
 /// environment. Read by [`RuleBasedSampler::from_env`](crate::RuleBasedSampler::from_env)
 /// only; a fleet-scoped limit with no URL in the file or here is a [`ConfigError`].
 pub const OTEL_RATE_SAMPLER_REDIS: &str = "OTEL_RATE_SAMPLER_REDIS";
+
+/// This crate's variable naming the CA file (PEM) that a `rediss://` Redis's certificate
+/// is checked against, instead of the platform's roots: replaces the rule file's
+/// `[fleet] tls_ca_file` where set, as [`OTEL_RATE_SAMPLER_REDIS`] replaces its URLs.
+/// Empty is the same as unset.
+pub const OTEL_RATE_SAMPLER_REDIS_CA: &str = "OTEL_RATE_SAMPLER_REDIS_CA";
+/// This crate's variable naming the client certificate file (PEM) for a `rediss://`
+/// Redis that asks for one, with [`OTEL_RATE_SAMPLER_REDIS_CLIENT_KEY`] (both or
+/// neither): replaces the rule file's `[fleet] tls_client_cert` and `tls_client_key`.
+pub const OTEL_RATE_SAMPLER_REDIS_CLIENT_CERT: &str = "OTEL_RATE_SAMPLER_REDIS_CLIENT_CERT";
+/// This crate's variable naming the client key file (PEM) of
+/// [`OTEL_RATE_SAMPLER_REDIS_CLIENT_CERT`].
+pub const OTEL_RATE_SAMPLER_REDIS_CLIENT_KEY: &str = "OTEL_RATE_SAMPLER_REDIS_CLIENT_KEY";
 
 /// The standard variable naming an OpenTelemetry declarative configuration file
 /// (`file_format: "1.0"`), read by `DeclarativeSampler::from_env` (feature `yaml`).
@@ -33,6 +48,59 @@ pub(crate) fn redis_urls(lookup: &dyn Fn(&str) -> Option<String>) -> Option<Vec<
                 .collect::<Vec<_>>()
         })
         .filter(|urls| !urls.is_empty())
+}
+
+/// What the environment says of the fleet's Redis: its URLs and its TLS files, each
+/// replacing the rule file's where set.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct FleetEnv {
+    /// [`OTEL_RATE_SAMPLER_REDIS`].
+    pub(crate) urls: Option<Vec<String>>,
+    /// [`OTEL_RATE_SAMPLER_REDIS_CA`].
+    pub(crate) tls_ca_file: Option<PathBuf>,
+    /// [`OTEL_RATE_SAMPLER_REDIS_CLIENT_CERT`] and [`OTEL_RATE_SAMPLER_REDIS_CLIENT_KEY`].
+    pub(crate) tls_client: Option<(PathBuf, PathBuf)>,
+}
+
+impl FleetEnv {
+    /// The fleet's variables as `lookup` reads them.
+    ///
+    /// # Errors
+    ///
+    /// A client certificate without its key, or a key without its certificate.
+    pub(crate) fn read(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let path = |name| var(lookup, name).map(PathBuf::from);
+        let tls_client = match (
+            path(OTEL_RATE_SAMPLER_REDIS_CLIENT_CERT),
+            path(OTEL_RATE_SAMPLER_REDIS_CLIENT_KEY),
+        ) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            (cert, _) => {
+                let (set, missing) = if cert.is_some() {
+                    (
+                        OTEL_RATE_SAMPLER_REDIS_CLIENT_CERT,
+                        OTEL_RATE_SAMPLER_REDIS_CLIENT_KEY,
+                    )
+                } else {
+                    (
+                        OTEL_RATE_SAMPLER_REDIS_CLIENT_KEY,
+                        OTEL_RATE_SAMPLER_REDIS_CLIENT_CERT,
+                    )
+                };
+                return Err(env_error(
+                    ConfigErrorKind::MissingKey,
+                    missing,
+                    format!("{set} is set and {missing} is not: a client certificate needs its key, and a key its certificate"),
+                ));
+            }
+        };
+        Ok(Self {
+            urls: redis_urls(lookup),
+            tls_ca_file: path(OTEL_RATE_SAMPLER_REDIS_CA),
+            tls_client,
+        })
+    }
 }
 
 /// `service`, or the environment's service name when `service` is empty.

@@ -105,3 +105,85 @@ fn a_tls_failure_is_counted_by_kind_in_the_fleet_metrics() {
     assert_eq!(counted(FleetFailure::Connect), 0.0);
     assert_eq!(FleetFailure::TlsUnknownCa.as_str(), "tls_unknown_ca");
 }
+
+/// The environment's TLS files replace the rule file's, from `from_env` (here
+/// `from_lookup`) and through a reload: the file names no CA (the server's is not among
+/// the platform's roots), `OTEL_RATE_SAMPLER_REDIS_CA` and the client certificate
+/// variables make the rule's limiter lease; a certificate without its key is refused.
+#[cfg(feature = "config")]
+#[test]
+fn the_environment_s_tls_files_replace_the_file_s_and_survive_a_reload() {
+    use std::collections::HashMap;
+
+    use crate::auth::wait_for;
+    use otel_rate_sampler::env::{
+        OTEL_RATE_SAMPLER_CONFIG, OTEL_RATE_SAMPLER_REDIS, OTEL_RATE_SAMPLER_REDIS_CA,
+        OTEL_RATE_SAMPLER_REDIS_CLIENT_CERT, OTEL_RATE_SAMPLER_REDIS_CLIENT_KEY,
+    };
+    use otel_rate_sampler::RuleBasedSampler;
+
+    let pki = Pki::new("env");
+    let server = TlsServer::start(&pki, &pki.server, true);
+    let dir =
+        std::env::temp_dir().join(format!("otel-rate-sampler-tls-env-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("rules.toml");
+    // The file's Redis is plain and wrong: the environment's URL replaces it.
+    std::fs::write(
+        &file,
+        "[fleet]\nredis = \"redis://127.0.0.1:1\"\nsync_interval = \"200ms\"\n\n[default]\n\
+         probability = 0.0\n\n[[service]]\nname = \"checkout\"\n\n[[service.rule]]\n\
+         name = \"all\"\nlimit = 10\nwindow = \"1s\"\nscope = \"fleet\"\n",
+    )
+    .unwrap();
+    let path = |p: &std::path::Path| p.to_str().expect("UTF-8 path").to_owned();
+    let vars: HashMap<&str, String> = HashMap::from([
+        (OTEL_RATE_SAMPLER_CONFIG, path(&file)),
+        (OTEL_RATE_SAMPLER_REDIS, server.url()),
+        (OTEL_RATE_SAMPLER_REDIS_CA, path(&pki.ca)),
+        (OTEL_RATE_SAMPLER_REDIS_CLIENT_CERT, path(&pki.client.cert)),
+        (OTEL_RATE_SAMPLER_REDIS_CLIENT_KEY, path(&pki.client.key)),
+    ]);
+    // First, before anything reaches the server: without the client certificate it
+    // refuses, as the file alone would be.
+    let mut no_client = vars.clone();
+    no_client.remove(OTEL_RATE_SAMPLER_REDIS_CLIENT_CERT);
+    no_client.remove(OTEL_RATE_SAMPLER_REDIS_CLIENT_KEY);
+    let sampler = RuleBasedSampler::from_lookup("checkout", |name| no_client.get(name).cloned())
+        .unwrap()
+        .unwrap();
+    assert_refused(
+        &sampler.fleet_limiter("all").unwrap(),
+        FleetFailure::TlsClientCert,
+        &server,
+    );
+    // A certificate without its key is a configuration error naming the missing one.
+    let mut half = vars.clone();
+    half.remove(OTEL_RATE_SAMPLER_REDIS_CLIENT_KEY);
+    let error =
+        RuleBasedSampler::from_lookup("checkout", |name| half.get(name).cloned()).unwrap_err();
+    assert_eq!(
+        error.kind(),
+        otel_rate_sampler::ConfigErrorKind::MissingKey,
+        "{error}"
+    );
+    assert!(
+        error
+            .to_string()
+            .contains(OTEL_RATE_SAMPLER_REDIS_CLIENT_KEY),
+        "{error}"
+    );
+    // With every variable, the rule's limiter leases.
+    let sampler = RuleBasedSampler::from_lookup("checkout", |name| vars.get(name).cloned())
+        .expect("the environment's sampler")
+        .expect("a rule file is named");
+    let limiter = sampler.fleet_limiter("all").expect("a fleet limiter");
+    let stats = wait_for(&limiter, |s| s.clock_synced && s.instances == 1);
+    assert_eq!(stats.last_failure, None, "{stats:?}");
+    // A reload of the same file keeps the environment's URL and TLS files.
+    sampler.reload_from_path(&file).expect("reload");
+    let limiter = sampler.fleet_limiter("all").expect("a fleet limiter");
+    let stats = wait_for(&limiter, |s| s.clock_synced && s.instances >= 1);
+    assert_eq!(stats.last_failure, None, "{stats:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

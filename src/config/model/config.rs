@@ -3,6 +3,7 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::config::model::{FleetSettings, Rule, ServiceConfig};
+use crate::config::vars::FleetEnv;
 use crate::limit::Limit;
 use crate::sampler::RemoteParents;
 
@@ -129,6 +130,18 @@ pub struct SamplingConfig {
 }
 
 impl SamplingConfig {
+    /// This configuration with the environment's TLS files for its fleet's Redis, each
+    /// replacing the file's where set (its URLs are replaced as the file is read).
+    pub(crate) fn with_fleet_env(mut self, env: &FleetEnv) -> Self {
+        if let Some(ca) = &env.tls_ca_file {
+            self.fleet.tls_ca_file = Some(ca.clone());
+        }
+        if let Some(client) = &env.tls_client {
+            self.fleet.tls_client = Some(client.clone());
+        }
+        self
+    }
+
     /// One limit for every service, a fixed window.
     pub(crate) fn single_limit(limit: Limit, remote_parents: RemoteParents, source: &str) -> Self {
         Self::new(

@@ -6,7 +6,9 @@
 //!   [`PARENTBASED_RATELIMITING`] with `OTEL_TRACES_SAMPLER_ARG`, read by
 //!   [`RateLimitingSampler::from_env`](crate::RateLimitingSampler::from_env).
 //! * Feature `config`: also a rule file ([`OTEL_RATE_SAMPLER_CONFIG`]) and a Redis for
-//!   its fleet-scoped limits ([`OTEL_RATE_SAMPLER_REDIS`]), read by
+//!   its fleet-scoped limits ([`OTEL_RATE_SAMPLER_REDIS`], and for TLS
+//!   [`OTEL_RATE_SAMPLER_REDIS_CA`], [`OTEL_RATE_SAMPLER_REDIS_CLIENT_CERT`],
+//!   [`OTEL_RATE_SAMPLER_REDIS_CLIENT_KEY`]), read by
 //!   [`RuleBasedSampler::from_env`], which takes the service name from
 //!   [`OTEL_SERVICE_NAME`] (then `service.name` in [`OTEL_RESOURCE_ATTRIBUTES`]) when the
 //!   application gives none.
@@ -19,9 +21,11 @@ use crate::clock::MonotonicClock;
 use crate::config::error::{ConfigError, ConfigErrorKind};
 use crate::config::model::SamplingConfig;
 use crate::config::runtime::rule_based::RuleBasedSampler;
-use crate::config::vars::{env_error, from_env_error, redis_urls, resolve_service};
+use crate::config::vars::{env_error, from_env_error, resolve_service, FleetEnv};
 pub use crate::config::vars::{
     OTEL_CONFIG_FILE, OTEL_RATE_SAMPLER_CONFIG, OTEL_RATE_SAMPLER_REDIS,
+    OTEL_RATE_SAMPLER_REDIS_CA, OTEL_RATE_SAMPLER_REDIS_CLIENT_CERT,
+    OTEL_RATE_SAMPLER_REDIS_CLIENT_KEY,
 };
 pub use crate::sampler::env::*;
 use crate::sampler::env::{chosen, default_limit, rate_limit, var};
@@ -41,7 +45,9 @@ impl RuleBasedSampler {
     ///
     /// * `OTEL_RATE_SAMPLER_CONFIG=FILE`: the rules of `FILE` for the service; its
     ///   fleet-scoped limits use [`OTEL_RATE_SAMPLER_REDIS`] if set, else the file's
-    ///   `[fleet] redis`.
+    ///   `[fleet] redis`, and for a `rediss://` Redis [`OTEL_RATE_SAMPLER_REDIS_CA`],
+    ///   [`OTEL_RATE_SAMPLER_REDIS_CLIENT_CERT`] and [`OTEL_RATE_SAMPLER_REDIS_CLIENT_KEY`]
+    ///   where set, else the file's `tls_*` keys (reloads keep all four).
     /// * else `OTEL_TRACES_SAMPLER=ratelimiting` or `parentbased_ratelimiting` (any
     ///   case), with `OTEL_TRACES_SAMPLER_ARG` = traces per second (fractional allowed,
     ///   default [`DEFAULT_TRACES_PER_SECOND`]): one limit for every root.
@@ -106,10 +112,11 @@ impl RuleBasedSampler {
                     ));
                 }
             }
-            let redis = redis_urls(lookup);
-            let config = SamplingConfig::from_path_with(path.as_ref(), redis.as_deref())?;
+            let fleet = FleetEnv::read(lookup)?;
+            let config = SamplingConfig::from_path_with(path.as_ref(), fleet.urls.as_deref())?
+                .with_fleet_env(&fleet);
             let service = resolve_service(service, lookup)?;
-            return Self::from_env_config(&config, &service, redis).map(Some);
+            return Self::from_env_config(&config, &service, fleet).map(Some);
         }
         let Some(remote_parents) = ours else {
             return Ok(None);

@@ -17,7 +17,7 @@ use crate::config::formats::declarative::{is_declarative, read_tree, Branches, L
 use crate::config::formats::{is_yaml_path, read_file};
 use crate::config::model::SamplingConfig;
 use crate::config::runtime::rule_based::RuleBasedSampler;
-use crate::config::vars::{redis_urls, resolve_service, OTEL_CONFIG_FILE};
+use crate::config::vars::{resolve_service, FleetEnv, OTEL_CONFIG_FILE};
 use crate::limit::Limit;
 use crate::sampler::env::{default_limit, var, DEFAULT_TRACES_PER_SECOND, UNKNOWN_SERVICE};
 use crate::sampler::RemoteParents;
@@ -231,8 +231,8 @@ impl<C: Clock + Clone> DeclarativeSampler<C> {
         lookup: Lookup<'_>,
         clock: C,
     ) -> Result<Self, ConfigError> {
-        let redis = redis_urls(lookup);
-        let read = read_tree(text, file, service, redis.as_deref(), lookup, &clock)?;
+        let fleet = FleetEnv::read(lookup)?;
+        let read = read_tree(text, file, service, fleet.urls.as_deref(), lookup, &clock)?;
         let Some((tree, service)) = read else {
             return Ok(Self {
                 root: Node::ParentBased(Box::new(Branches::with_root(Node::Sdk(
@@ -243,7 +243,8 @@ impl<C: Clock + Clone> DeclarativeSampler<C> {
         // Every block's sampler is built: `read_tree` has held them and the composite
         // rate limiters to the budget together.
         let root = tree.try_map(&mut |block| {
-            RuleBasedSampler::build(&block.config, &service, clock.clone(), redis.clone())
+            let config = block.config.clone().with_fleet_env(&fleet);
+            RuleBasedSampler::build(&config, &service, clock.clone(), fleet.clone())
         })?;
         Ok(Self { root })
     }

@@ -42,6 +42,7 @@ use crate::config::error::{ConfigError, ConfigErrorKind};
 #[cfg(all(test, not(loom)))]
 use crate::config::model::LimitSpec;
 use crate::config::model::SamplingConfig;
+use crate::config::vars::FleetEnv;
 use crate::sampler::apply_parent_policy;
 
 mod reload;
@@ -128,8 +129,9 @@ struct Inner<C> {
     /// one at a time, each carrying over from the rules the previous one published.
     reloading: Mutex<()>,
     /// The Redis URLs from the environment (`OTEL_RATE_SAMPLER_REDIS`) this sampler was
-    /// built with, which replace a reloaded file's `[fleet] redis` too.
-    redis: Option<Vec<String>>,
+    /// built with, and its TLS files for them, which replace a reloaded file's `[fleet]`
+    /// ones too.
+    fleet: FleetEnv,
 }
 
 impl RuleBasedSampler {
@@ -144,14 +146,14 @@ impl RuleBasedSampler {
         Self::with_clock(config, service, MonotonicClock::new())
     }
 
-    /// [`new`](Self::new), remembering the environment's Redis URLs (`redis`, already
+    /// [`new`](Self::new), remembering the environment's Redis settings (`fleet`, already
     /// applied to `config`) for [`reload_from_path`](Self::reload_from_path).
     pub(crate) fn from_env_config(
         config: &SamplingConfig,
         service: &str,
-        redis: Option<Vec<String>>,
+        fleet: FleetEnv,
     ) -> Result<Self, ConfigError> {
-        Self::build(config, service, MonotonicClock::new(), redis)
+        Self::build(config, service, MonotonicClock::new(), fleet)
     }
 }
 
@@ -166,7 +168,7 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
         service: &str,
         clock: C,
     ) -> Result<Self, ConfigError> {
-        Self::build(config, service, clock, None)
+        Self::build(config, service, clock, FleetEnv::default())
     }
 
     /// [`from_env_config`](RuleBasedSampler::from_env_config), with the limiters reading
@@ -175,7 +177,7 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
         config: &SamplingConfig,
         service: &str,
         clock: C,
-        redis: Option<Vec<String>>,
+        fleet: FleetEnv,
     ) -> Result<Self, ConfigError> {
         let (rules, _) = compile(config, service, &clock, None)?;
         Ok(Self {
@@ -187,7 +189,7 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
                 reloads_succeeded: AtomicU64::new(0),
                 reloads_failed: AtomicU64::new(0),
                 reloading: Mutex::new(()),
-                redis,
+                fleet,
             }),
         })
     }

@@ -198,7 +198,8 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
         &self,
         path: &std::path::Path,
     ) -> Result<SamplingConfig, ConfigError> {
-        SamplingConfig::from_path_with(path, self.inner.redis.as_deref())
+        let fleet = &self.inner.fleet;
+        SamplingConfig::from_path_with(path, fleet.urls.as_deref()).map(|c| c.with_fleet_env(fleet))
     }
 
     /// Loads `bytes`, read from `path`, as [`load_for_reload`](Self::load_for_reload)
@@ -213,7 +214,9 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
             let e = std::io::Error::new(std::io::ErrorKind::InvalidData, e);
             crate::config::formats::unreadable(&path.display().to_string(), e)
         })?;
-        SamplingConfig::from_file_text(path, &text, self.inner.redis.as_deref())
+        let fleet = &self.inner.fleet;
+        SamplingConfig::from_file_text(path, &text, fleet.urls.as_deref())
+            .map(|c| c.with_fleet_env(fleet))
     }
 }
 
