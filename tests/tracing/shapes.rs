@@ -379,3 +379,35 @@ fn a_context_attached_inside_a_dropped_trace_starts_nothing_new() {
         .collect();
     assert_eq!(names, ["spends the permit"]);
 }
+
+#[test]
+fn a_skipped_span_closed_outside_its_trace_s_scope_exports_nothing() {
+    // The docs: its close reaches the inner layer (checking would cost every kept span
+    // a lookup), which finds nothing of it; nothing of the dropped trace is exported.
+    let provider = Provider::new(first(1));
+    let counts = Counts::default();
+    let layer = SkipDropped::new(Counting {
+        inner: provider.layer(),
+        counts: counts.clone(),
+    });
+    let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+    tracing::dispatcher::with_default(&dispatch, || {
+        tracing::info_span!("spends the permit").in_scope(|| ());
+        let root = tracing::info_span!("request");
+        let late = root.in_scope(|| tracing::info_span!("late"));
+        drop(root);
+        // Closed on another thread, under the same dispatcher, out of every scope.
+        let dispatch = tracing::dispatcher::get_default(Clone::clone);
+        std::thread::scope(|s| {
+            s.spawn(move || tracing::dispatcher::with_default(&dispatch, move || drop(late)));
+        });
+    });
+    assert_eq!(counts.get("new_span", "late"), 0);
+    assert_eq!(counts.get("close", "late"), 1, "its close is forwarded");
+    let names: Vec<_> = provider
+        .spans()
+        .iter()
+        .map(|s| s.name.to_string())
+        .collect();
+    assert_eq!(names, ["spends the permit"]);
+}
