@@ -55,32 +55,37 @@ const HOUR: Duration = Duration::from_secs(3600);
 
 type Group<'a> = criterion::BenchmarkGroup<'a, criterion::measurement::WallTime>;
 
-/// `$sampler.$method(...)` with the arguments the SDK passes for a server span named
-/// `GET /api/orders` under `$parent`: `should_sample` and `sampling_intent` take the same.
-macro_rules! ask {
-    ($sampler:expr, $method:ident, $parent:expr, $id:expr) => {
-        black_box($sampler).$method(
-            Some(black_box($parent)),
-            $id,
+/// One `should_sample` for `id` under `parent`, with the arguments the SDK passes for a
+/// server span named `GET /api/orders`: whether the span is sampled.
+#[inline]
+fn sample(sampler: &dyn ShouldSample, parent: &Context, id: TraceId) -> bool {
+    black_box(sampler)
+        .should_sample(
+            Some(black_box(parent)),
+            id,
             "GET /api/orders",
             &SpanKind::Server,
             NO_ATTRIBUTES,
             NO_LINKS,
         )
-    };
+        .decision
+        == SamplingDecision::RecordAndSample
 }
 
-/// One `should_sample` for `id` under `parent`: whether the span is sampled.
-#[inline]
-fn sample(sampler: &dyn ShouldSample, parent: &Context, id: TraceId) -> bool {
-    ask!(sampler, should_sample, parent, id).decision == SamplingDecision::RecordAndSample
-}
-
-/// One intent for `id` under `parent`: whether it keeps the span.
+/// One intent for the same span (the same arguments but the trace id, which an intent
+/// is not given): whether its threshold keeps the randomness of `id`.
 #[inline]
 fn intent(sampler: &dyn ComposableSampler, parent: &Context, id: TraceId) -> bool {
     let randomness = (u128::from_be_bytes(id.to_bytes()) as u64) & ((1 << 56) - 1);
-    ask!(sampler, sampling_intent, parent, id).keeps(randomness)
+    black_box(sampler)
+        .sampling_intent(
+            Some(black_box(parent)),
+            "GET /api/orders",
+            &SpanKind::Server,
+            NO_ATTRIBUTES,
+            NO_LINKS,
+        )
+        .keeps(randomness)
 }
 
 /// Times `should_sample` on one sampler, asserting every decision is `kept`.
@@ -130,7 +135,8 @@ fn annotating() -> ComposableAnnotating<ComposableProbability> {
 
 /// `ComposableRateLimiting` of `permits` per hour over `ComposableAlwaysOn` on a
 /// `ManualClock` that does not move unless `measured`: then 10 000 spans are offered over
-/// an hour first, so its threshold keeps about 1 in 10 from the next hour on.
+/// an hour first (through a `CompositeSampler`, which asks its cap and counts them), so
+/// its threshold keeps about 1 in 10 from the next hour on.
 fn rate_limiting(
     permits: u32,
     measured: bool,
@@ -140,11 +146,12 @@ fn rate_limiting(
     let s = ComposableRateLimiting::with_clock(ComposableAlwaysOn, limit, clock.clone());
     if measured {
         let root = Context::new();
+        let composite = CompositeSampler::new(s.clone());
         for i in 0..10_000u64 {
             let id = TraceId::from_bytes(
                 u128::from(i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 8).to_be_bytes(),
             );
-            intent(&s, &root, id);
+            sample(&composite, &root, id);
             clock.advance(HOUR / 10_000);
         }
         clock.advance(HOUR);

@@ -1,17 +1,20 @@
 //! `ComposableAlwaysOn` and `ComposableAlwaysOff`.
 
-use opentelemetry::trace::{Link, SpanKind, TraceId};
+use opentelemetry::trace::{Link, SpanKind};
 use opentelemetry::{Context, KeyValue};
 
 use crate::composable::{ComposableSampler, SamplingIntent, Threshold};
 
-/// Keeps every span (the specification's `ComposableAlwaysOn`): threshold 0, reliable,
-/// no attributes. Kept spans carry `th:0`.
+/// Keeps every span (the specification's `ComposableAlwaysOn`): "Always returns a
+/// `SamplingIntent` with threshold set to sample all spans (threshold = 0)", "Sets
+/// `adjusted_count_reliable` to `true`", "Does not add any attributes". Kept spans carry
+/// `th:0`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ComposableAlwaysOn;
 
-/// Drops every span (the specification's `ComposableAlwaysOff`): no threshold, not
-/// reliable, no attributes.
+/// Drops every span (the specification's `ComposableAlwaysOff`): "Always returns a
+/// `SamplingIntent` with no threshold, indicating all spans should be dropped", "Sets
+/// `adjusted_count_reliable` to `false`", "Does not add any attributes".
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ComposableAlwaysOff;
 
@@ -20,7 +23,6 @@ impl ComposableSampler for ComposableAlwaysOn {
     fn sampling_intent(
         &self,
         _: Option<&Context>,
-        _: TraceId,
         _: &str,
         _: &SpanKind,
         _: &[KeyValue],
@@ -35,7 +37,6 @@ impl ComposableSampler for ComposableAlwaysOff {
     fn sampling_intent(
         &self,
         _: Option<&Context>,
-        _: TraceId,
         _: &str,
         _: &SpanKind,
         _: &[KeyValue],
@@ -54,9 +55,9 @@ mod tests {
 
     #[test]
     fn always_on_keeps_everything_with_th_0_reliably() {
-        let i = intent(&ComposableAlwaysOn, None, 0, &[]);
+        let i = intent(&ComposableAlwaysOn, None, &[]);
         assert_eq!(i.threshold(), Some(Threshold::ALWAYS));
-        assert!(i.threshold_reliable() && i.attributes_provider().is_none());
+        assert!(i.adjusted_count_reliable() && i.attributes_provider().is_none());
         let r = decide(&ComposableAlwaysOn, None, 0, &[]);
         assert_eq!(
             (r.decision, r.trace_state.header()),
@@ -73,9 +74,9 @@ mod tests {
 
     #[test]
     fn always_off_drops_everything_without_a_threshold() {
-        let i = intent(&ComposableAlwaysOff, None, 0, &[]);
+        let i = intent(&ComposableAlwaysOff, None, &[]);
         assert_eq!(i.threshold(), None);
-        assert!(!i.threshold_reliable() && i.attributes_provider().is_none());
+        assert!(!i.adjusted_count_reliable() && i.attributes_provider().is_none());
         let p = parent(true, true, "ot=th:0");
         let r = decide(&ComposableAlwaysOff, Some(&p), (1 << 56) - 1, &[]);
         assert_eq!(r.decision, Drop);

@@ -2,19 +2,22 @@
 
 use std::sync::Arc;
 
-use opentelemetry::trace::{Link, SpanKind, TraceId};
+use opentelemetry::trace::{Link, SpanKind};
 use opentelemetry::{Context, KeyValue};
 
-use crate::composable::parent::trace_randomness;
 use crate::composable::{AttributesProvider, ComposableSampler, SamplingIntent};
 
 /// Adds attributes to the spans its delegate keeps (the specification's
-/// `ComposableAnnotating`): the delegate's intent (threshold, reliability, trace-state
-/// updater) with these attributes after the delegate's own.
+/// `ComposableAnnotating`): "Delegates the sampling decision to another sampler but adds
+/// attributes to sampled spans", "Returns a `SamplingIntent` that combines the
+/// delegate's threshold with additional attributes": the delegate's intent (threshold,
+/// `adjusted_count_reliable`, trace-state updater) with these attributes after the
+/// delegate's own.
 ///
-/// Allocates nothing for a span that will be dropped: when the delegate has no
-/// attributes of its own, the intent shares these; when it has, the two are chained
-/// (one small allocation) only if the intent keeps the span.
+/// Allocates nothing when the delegate has no attributes of its own (the intent shares
+/// these) or no threshold (the span is dropped); when it has both, the two are chained,
+/// one small allocation. (The intent is made without the trace's randomness, so it
+/// cannot tell a keep from a drop.)
 #[derive(Clone, Debug)]
 pub struct ComposableAnnotating<D> {
     attributes: Arc<dyn AttributesProvider>,
@@ -45,7 +48,6 @@ impl<D: ComposableSampler> ComposableSampler for ComposableAnnotating<D> {
     fn sampling_intent(
         &self,
         parent: Option<&Context>,
-        trace_id: TraceId,
         name: &str,
         kind: &SpanKind,
         attributes: &[KeyValue],
@@ -53,15 +55,13 @@ impl<D: ComposableSampler> ComposableSampler for ComposableAnnotating<D> {
     ) -> SamplingIntent {
         let mut intent = self
             .delegate
-            .sampling_intent(parent, trace_id, name, kind, attributes, links);
+            .sampling_intent(parent, name, kind, attributes, links);
         let own = Arc::clone(&self.attributes);
         match intent.take_attributes() {
             None => intent.with_attributes(own),
-            // The randomness the CompositeSampler will compare: chain only for a keep.
-            Some(theirs) if intent.keeps(trace_randomness(parent, trace_id)) => {
-                intent.with_attributes(Arc::new(Chain(theirs, own)))
-            }
-            Some(theirs) => intent.with_attributes(theirs),
+            // No threshold: dropped, no attributes asked.
+            Some(theirs) if intent.threshold().is_none() => intent.with_attributes(theirs),
+            Some(theirs) => intent.with_attributes(Arc::new(Chain(theirs, own))),
         }
     }
 }
@@ -91,9 +91,9 @@ mod tests {
             [KeyValue::new("sampler", "half")],
             ComposableProbability::new(0.5).unwrap(),
         );
-        let i = intent(&s, None, 0, &[]);
+        let i = intent(&s, None, &[]);
         assert_eq!(i.threshold(), Threshold::from_value(1 << 55));
-        assert!(i.threshold_reliable());
+        assert!(i.adjusted_count_reliable());
         let kept = decide(&s, None, 1 << 55, &[]);
         assert_eq!(kept.decision, RecordAndSample);
         assert_eq!(kept.attributes, vec![KeyValue::new("sampler", "half")]);

@@ -2,29 +2,44 @@
 
 use std::borrow::Cow;
 
-use opentelemetry::trace::{Link, SpanKind, TraceId, TraceState};
+use opentelemetry::trace::{Link, SpanContext, SpanKind, TraceId, TraceState};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult, ShouldSample};
 
-use crate::composable::parent::{trace_state, with_span_context};
+use crate::composable::fresh;
+use crate::composable::parent::{origin, trace_state, with_span_context};
 use crate::composable::{ComposableSampler, SamplingIntent};
 use crate::sampler::{erase_threshold, randomness, with_threshold};
 
 /// The [`ShouldSample`] over a [`ComposableSampler`] (the specification's
-/// `CompositeSampler`). For each span it:
+/// `CompositeSampler`). For each span it takes the specification's steps, in order
+/// (each quoted, and checked by a test of that name in `composite/tests.rs`):
 ///
-/// 1. asks the delegate for its [`SamplingIntent`];
-/// 2. reads the trace's randomness: the `rv` sub-key of the parent's `ot` trace-state
-///    entry when it is 14 hex digits, else the low 56 bits of the trace id;
-/// 3. keeps the span (`RecordAndSample`) iff the intent has a threshold and the
-///    randomness is at least that threshold; otherwise drops it (`Drop`, never
-///    `RecordOnly`);
-/// 4. gives a kept span the intent's attributes, and the parent's trace state passed
-///    through the intent's updater, with `th` set to the threshold when the threshold
-///    is reliable and erased when it is not (`rv` and other sub-keys and vendors'
-///    entries stay);
-/// 5. gives a dropped span no attributes and the parent's trace state (through the
-///    updater, if the intent has one) with `th` erased.
+/// 1. "The sampler calls `GetSamplingIntent` on the delegate": its
+///    [`sampling_intent`](ComposableSampler::sampling_intent), without the trace id.
+/// 2. "If the received THRESHOLD value is `null`, the sampling decision is `DROP`".
+/// 3. "The sampler checks the received `adjusted_count_reliable`, and in case of `true`
+///    derives the Randomness value R from the TraceState or TraceId": the `rv` sub-key
+///    of the parent's `ot` trace-state entry when it is 14 hex digits, else the low 56
+///    bits of the trace id; "and in case of `false` it generates a new Randomness value
+///    R by hex-encoding a new random 56-bit number" (a thread's own stream: no shared
+///    write).
+/// 4. "The sampler compares [...] the received THRESHOLD value with the Randomness
+///    value R to arrive at the final sampling `Decision`": kept (`RecordAndSample`) iff
+///    R ≥ THRESHOLD, else dropped (`Drop`, never `RecordOnly`). Ours, after the
+///    comparison: a hard cap the intent carries (from
+///    [`ComposableRateLimiting`](crate::ComposableRateLimiting)) may still drop a span
+///    the threshold keeps.
+/// 5. "The sampler calls the received `trace_state_provider` function passing the parent
+///    `Tracestate` and the final sampling `Decision`" (the intent's
+///    [`TraceStateUpdater`](crate::TraceStateUpdater), kept or dropped).
+/// 6. "In case of positive sampling decision": the intent's attributes, and "if the
+///    `adjusted_count_reliable` is `true` it modifies the `th` value for the `ot` key in
+///    the `Tracestate` according to the received THRESHOLD; if the returned value was
+///    `false`, it removes the `th` value" (`rv`, the other sub-keys and vendors'
+///    entries stay).
+/// 7. "In case of negative sampling decision, it removes the `th` value for the `ot`
+///    key from the `Tracestate`"; no attributes.
 ///
 /// A drop allocates nothing when the parent's trace state is empty (every root) and
 /// the intent has no trace-state updater (no built-in has one): the intent is made of
@@ -69,58 +84,73 @@ impl<C: ComposableSampler + Clone + 'static> ShouldSample for CompositeSampler<C
         attributes: &[KeyValue],
         links: &[Link],
     ) -> SamplingResult {
-        let intent = self.delegate.sampling_intent(
-            parent_context,
-            trace_id,
-            name,
-            span_kind,
-            attributes,
-            links,
-        );
-        with_span_context(parent_context, |sc| {
-            decide(&intent, trace_id, trace_state(sc))
-        })
+        // Step 1: no trace id for the delegate.
+        let intent =
+            self.delegate
+                .sampling_intent(parent_context, name, span_kind, attributes, links);
+        with_span_context(parent_context, |sc| decide(&intent, trace_id, sc))
     }
 }
 
-/// Steps 2 to 5 of [`CompositeSampler`]'s docs.
+/// Steps 2 to 7 of [`CompositeSampler`]'s docs, under the parent's span context `sc`.
 #[inline]
-pub(crate) fn decide(
-    intent: &SamplingIntent,
-    trace_id: TraceId,
-    parent_state: &TraceState,
-) -> SamplingResult {
-    let kept = intent
-        .threshold()
-        .filter(|t| t.keeps(randomness(trace_id, parent_state)));
-    let Some(threshold) = kept else {
-        return SamplingResult {
-            decision: SamplingDecision::Drop,
-            attributes: Vec::new(),
-            trace_state: erase_threshold(&updated(intent, parent_state)),
+fn decide(intent: &SamplingIntent, trace_id: TraceId, sc: Option<&SpanContext>) -> SamplingResult {
+    let parent_state = trace_state(sc);
+    let reliable = intent.adjusted_count_reliable();
+    // Step 2: no threshold, no randomness read.
+    let kept = intent.threshold().is_some_and(|threshold| {
+        // Step 3.
+        let r = if reliable {
+            randomness(trace_id, parent_state)
+        } else {
+            fresh::randomness()
         };
+        // Step 4.
+        threshold.keeps(r)
+    });
+    let kept = match intent.admission() {
+        Some(admission) => admission.admit(kept, origin(sc)),
+        None => kept,
     };
-    let mut attributes = Vec::new();
-    if let Some(provider) = intent.attributes_provider() {
-        provider.provide(&mut attributes);
-    }
-    let state = updated(intent, parent_state);
-    let trace_state = if intent.threshold_reliable() {
-        with_threshold(&state, threshold.0)
+    let decision = if kept {
+        SamplingDecision::RecordAndSample
     } else {
-        erase_threshold(&state)
+        SamplingDecision::Drop
+    };
+    // Step 5.
+    let state = updated(intent, parent_state, decision.clone());
+    // Steps 6 and 7.
+    let (attributes, trace_state) = match intent.threshold() {
+        Some(threshold) if kept => {
+            let mut attributes = Vec::new();
+            if let Some(provider) = intent.attributes_provider() {
+                provider.provide(&mut attributes);
+            }
+            let state = if reliable {
+                with_threshold(&state, threshold.0)
+            } else {
+                erase_threshold(&state)
+            };
+            (attributes, state)
+        }
+        _ => (Vec::new(), erase_threshold(&state)),
     };
     SamplingResult {
-        decision: SamplingDecision::RecordAndSample,
+        decision,
         attributes,
         trace_state,
     }
 }
 
-/// The parent's trace state after the intent's updater (borrowed when there is none).
-fn updated<'a>(intent: &SamplingIntent, parent_state: &'a TraceState) -> Cow<'a, TraceState> {
+/// The parent's trace state after the intent's updater, told the final `decision`
+/// (borrowed when there is none).
+fn updated<'a>(
+    intent: &SamplingIntent,
+    parent_state: &'a TraceState,
+    decision: SamplingDecision,
+) -> Cow<'a, TraceState> {
     match intent.trace_state_updater() {
-        Some(updater) => Cow::Owned(updater.update(parent_state.clone())),
+        Some(updater) => Cow::Owned(updater.update(parent_state.clone(), decision)),
         None => Cow::Borrowed(parent_state),
     }
 }

@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use opentelemetry::trace::TraceState;
 use opentelemetry::KeyValue;
+use opentelemetry_sdk::trace::SamplingDecision;
 
+use crate::composable::admission::{Admission, Both};
 use crate::composable::Threshold;
 
 /// The specification's `attributes_provider`: the attributes a kept span gets. Asked
@@ -29,18 +31,39 @@ impl AttributesProvider for [KeyValue] {
 
 /// The specification's `trace_state_provider`: a change to the span's trace state.
 ///
-/// It MUST NOT change the `ot` entry (the specification's rule): the
-/// [`CompositeSampler`](crate::CompositeSampler) writes or erases `th` in `ot` after it,
-/// and explicit randomness (`rv`) is never changed.
+/// "The sampler calls the received `trace_state_provider` function passing the parent
+/// `Tracestate` and the final sampling `Decision` to get the new `Tracestate` to be
+/// associated with the `Span`" (the specification's `CompositeSampler`): it is called
+/// for a kept span and for a dropped one, `decision` says which (`RecordAndSample` or
+/// `Drop`).
+///
+/// "ComposableSamplers MUST NOT modify the OpenTelemetry TraceState (i.e., the `ot`
+/// sub-key of TraceState)": the [`CompositeSampler`](crate::CompositeSampler) writes or
+/// erases `th` in `ot` after it, and explicit randomness (`rv`) is never changed.
 pub trait TraceStateUpdater: fmt::Debug + Send + Sync {
-    /// The trace state given `trace_state`, the parent's.
-    fn update(&self, trace_state: TraceState) -> TraceState;
+    /// The trace state given `trace_state`, the parent's, and the final `decision`.
+    fn update(&self, trace_state: TraceState, decision: SamplingDecision) -> TraceState;
 }
 
-/// A composable sampler's preference for a span (the specification's `SamplingIntent`):
-/// an optional rejection [`Threshold`] (none: drop), whether that threshold is
-/// reliable (may be written as `th` and used for adjusted counts), an optional
-/// [`AttributesProvider`] and an optional [`TraceStateUpdater`].
+/// A composable sampler's preference for a span (the specification's `SamplingIntent`,
+/// "the sampler's preference for sampling a Span, without actually making the final
+/// decision"):
+///
+/// * [`threshold`](Self::threshold): "The sampling threshold value. A lower threshold
+///   increases the likelihood of sampling." None: the span is dropped.
+/// * [`adjusted_count_reliable`](Self::adjusted_count_reliable): "A boolean indicating
+///   if the threshold can be reliably used for Span-to-Metrics estimation". When it is
+///   `true` the [`CompositeSampler`](crate::CompositeSampler) compares the threshold
+///   with the trace's randomness and writes it as `th`; when `false`, with a fresh
+///   random value, and erases `th`.
+/// * [`attributes_provider`](Self::attributes_provider): "An optional provider of
+///   attributes to be added to the span if it is sampled."
+/// * [`trace_state_updater`](Self::trace_state_updater): "An optional provider of a
+///   modified TraceState."
+///
+/// A decorator changes its delegate's intent (as the built-ins do) rather than build a
+/// new one: an intent from [`ComposableRateLimiting`](crate::ComposableRateLimiting)
+/// also carries its hard cap, which the `CompositeSampler` applies after the threshold.
 ///
 /// Built from constants and shared providers: making, cloning and dropping an intent
 /// allocates nothing (a provider is an [`Arc`], cloned by a reference count).
@@ -48,9 +71,10 @@ pub trait TraceStateUpdater: fmt::Debug + Send + Sync {
 #[must_use]
 pub struct SamplingIntent {
     threshold: Option<Threshold>,
-    threshold_reliable: bool,
+    adjusted_count_reliable: bool,
     attributes: Option<Arc<dyn AttributesProvider>>,
     trace_state: Option<Arc<dyn TraceStateUpdater>>,
+    admission: Option<Arc<dyn Admission>>,
 }
 
 impl SamplingIntent {
@@ -59,14 +83,15 @@ impl SamplingIntent {
     /// [`ComposableRuleBased`](crate::ComposableRuleBased) return).
     pub const NON_SAMPLING: SamplingIntent = SamplingIntent::new(None, false);
 
-    /// An intent with this threshold and reliability, no attributes and no trace-state
-    /// change.
-    pub const fn new(threshold: Option<Threshold>, threshold_reliable: bool) -> Self {
+    /// An intent with this threshold and `adjusted_count_reliable`, no attributes and no
+    /// trace-state change.
+    pub const fn new(threshold: Option<Threshold>, adjusted_count_reliable: bool) -> Self {
         Self {
             threshold,
-            threshold_reliable,
+            adjusted_count_reliable,
             attributes: None,
             trace_state: None,
+            admission: None,
         }
     }
 
@@ -87,9 +112,19 @@ impl SamplingIntent {
         self.threshold
     }
 
-    /// Whether the threshold may be written as `th` and used to estimate counts.
+    /// Whether the threshold "can be reliably used for Span-to-Metrics estimation": the
+    /// [`CompositeSampler`](crate::CompositeSampler) then compares it with the trace's
+    /// randomness and writes it as `th` on a kept span; otherwise it compares it with a
+    /// fresh random value and erases `th`.
+    pub fn adjusted_count_reliable(&self) -> bool {
+        self.adjusted_count_reliable
+    }
+
+    /// The former name of [`adjusted_count_reliable`](Self::adjusted_count_reliable)
+    /// (the specification's first draft called the flag `threshold_reliable`).
+    #[deprecated(note = "the specification names it `adjusted_count_reliable`; use that")]
     pub fn threshold_reliable(&self) -> bool {
-        self.threshold_reliable
+        self.adjusted_count_reliable
     }
 
     /// The attributes a kept span gets, if any.
@@ -102,16 +137,33 @@ impl SamplingIntent {
         self.trace_state.as_ref()
     }
 
-    /// Whether a trace with this randomness is kept: a threshold that keeps it.
+    /// Whether the threshold keeps a trace with this randomness: a threshold that keeps
+    /// it. (A hard cap the intent carries may still drop the span: the
+    /// [`CompositeSampler`](crate::CompositeSampler) makes the decision.)
     #[inline]
     pub fn keeps(&self, randomness: u64) -> bool {
         self.threshold.is_some_and(|t| t.keeps(randomness))
     }
 
-    /// This intent with another threshold and reliability (providers kept).
-    pub(crate) fn with_threshold(mut self, threshold: Option<Threshold>, reliable: bool) -> Self {
+    /// This intent with another threshold (providers, admission and reliability kept).
+    pub(crate) fn with_threshold(mut self, threshold: Option<Threshold>) -> Self {
         self.threshold = threshold;
-        self.threshold_reliable = reliable;
+        self
+    }
+
+    /// What the `CompositeSampler` asks after the threshold, if anything.
+    #[inline]
+    pub(crate) fn admission(&self) -> Option<&Arc<dyn Admission>> {
+        self.admission.as_ref()
+    }
+
+    /// This intent with `admission` asked after the threshold (after the one it has, if
+    /// any: both must admit a span).
+    pub(crate) fn with_admission(mut self, admission: Arc<dyn Admission>) -> Self {
+        self.admission = Some(match self.admission.take() {
+            None => admission,
+            Some(theirs) => Arc::new(Both(theirs, admission)),
+        });
         self
     }
 

@@ -9,10 +9,12 @@
 //! their types: [`ComposableRateLimiting`], [`Predicate`] (the configuration schema's rule conditions as a
 //! [`SamplingPredicate`]) and the [`Threshold`] type's constructors.
 
+mod admission;
 mod always;
 mod annotating;
 mod composite;
 mod error;
+mod fresh;
 mod intent;
 mod parent;
 mod parent_threshold;

@@ -1,10 +1,9 @@
-//! What the composables read from the parent context: its span context, where it came
-//! from, and the trace's randomness.
+//! What the composables read from the parent context: its span context, its trace
+//! state and where it came from.
 
-use opentelemetry::trace::{SpanContext, TraceContextExt, TraceId, TraceState};
+use opentelemetry::trace::{SpanContext, TraceContextExt, TraceState};
 use opentelemetry::Context;
 
-use crate::sampler::randomness;
 use crate::stats::ParentOrigin;
 
 /// Runs `f` on the parent's span context (`None` without a parent context; the SDK
@@ -40,11 +39,4 @@ pub(crate) fn origin(span_context: Option<&SpanContext>) -> ParentOrigin {
         Some(sc) if sc.is_valid() => ParentOrigin::Local,
         _ => ParentOrigin::Root,
     }
-}
-
-/// The trace's 56 random bits, as the [`CompositeSampler`](crate::CompositeSampler)
-/// reads them: `rv` from the parent's `ot` entry, else the trace id's low 56 bits.
-#[inline]
-pub(crate) fn trace_randomness(parent: Option<&Context>, trace_id: TraceId) -> u64 {
-    with_span_context(parent, |sc| randomness(trace_id, trace_state(sc)))
 }

@@ -1,13 +1,14 @@
 //! `ComposableProbability`.
 
-use opentelemetry::trace::{Link, SpanKind, TraceId};
+use opentelemetry::trace::{Link, SpanKind};
 use opentelemetry::{Context, KeyValue};
 
 use crate::composable::{ComposableError, ComposableSampler, SamplingIntent, Threshold};
 
 /// Keeps spans with a fixed probability (the specification's `ComposableProbability`,
-/// earlier `ComposableTraceIDRatioBased`): the threshold of the ratio
-/// (`2^56 − round(ratio · 2^56)`), reliable, no attributes. Two processes with the same
+/// earlier `ComposableTraceIDRatioBased`): "Returns a `SamplingIntent` with threshold
+/// determined by the configured sampling ratio" (`2^56 − round(ratio · 2^56)`), "Sets
+/// `adjusted_count_reliable` to `true`", "Does not add any attributes". Two processes with the same
 /// ratio keep the same traces; a lower ratio keeps a subset of a higher one's.
 ///
 /// A ratio of 0 is non-probabilistic, and behaves as
@@ -50,7 +51,6 @@ impl ComposableSampler for ComposableProbability {
     fn sampling_intent(
         &self,
         _: Option<&Context>,
-        _: TraceId,
         _: &str,
         _: &SpanKind,
         _: &[KeyValue],
@@ -71,12 +71,12 @@ mod tests {
     #[test]
     fn the_ratio_becomes_the_specifications_threshold_reliably() {
         let tenth = ComposableProbability::new(0.1).unwrap();
-        let i = intent(&tenth, None, 0, &[]);
+        let i = intent(&tenth, None, &[]);
         assert_eq!(
             i.threshold().map(Threshold::value),
             Some(0xe6_6666_6666_6666)
         );
-        assert!(i.threshold_reliable());
+        assert!(i.adjusted_count_reliable());
         let kept = decide(&tenth, None, 0xe6_6666_6666_6666, &[]);
         assert_eq!(kept.decision, RecordAndSample);
         assert_eq!(kept.trace_state.header(), "ot=th:e6666666666666");
@@ -96,11 +96,11 @@ mod tests {
     #[test]
     fn zero_is_always_off_and_bad_ratios_are_errors() {
         let zero = ComposableProbability::new(0.0).unwrap();
-        let i = intent(&zero, None, 0, &[]);
-        let off = intent(&ComposableAlwaysOff, None, 0, &[]);
+        let i = intent(&zero, None, &[]);
+        let off = intent(&ComposableAlwaysOff, None, &[]);
         assert_eq!(
-            (i.threshold(), i.threshold_reliable()),
-            (off.threshold(), off.threshold_reliable())
+            (i.threshold(), i.adjusted_count_reliable()),
+            (off.threshold(), off.adjusted_count_reliable())
         );
         assert_eq!(decide(&zero, None, (1 << 56) - 1, &[]).decision, Drop);
         for bad in [-0.1, 1.0001, f64::NAN, 1e-20] {

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use opentelemetry::trace::{Link, SpanKind, TraceId};
+use opentelemetry::trace::{Link, SpanKind};
 use opentelemetry::{Context, KeyValue};
 
 use crate::composable::SamplingIntent;
@@ -12,16 +12,22 @@ use crate::composable::SamplingIntent;
 /// `ComposableSampler`, operation `GetSamplingIntent`), to be composed with others and
 /// decided by a [`CompositeSampler`](crate::CompositeSampler).
 ///
-/// The inputs are those of [`ShouldSample`](opentelemetry_sdk::trace::ShouldSample)
-/// (the SDK passes a parent context for a root too, whose span context is invalid). A
-/// composable sampler MUST NOT change what it hands its delegates, and MUST NOT change
-/// the `ot` trace-state entry (the specification's rules).
+/// The specification's arguments: "All of the original Sampler API parameters except
+/// `traceId` are included": those of
+/// [`ShouldSample`](opentelemetry_sdk::trace::ShouldSample) but the trace id (the SDK
+/// passes a parent context for a root too, whose span context is invalid). The trace id
+/// often carries the trace's randomness, and the threshold must not depend on it; the
+/// `CompositeSampler` alone compares the two.
+///
+/// "ComposableSamplers MUST NOT modify the parameters passed to delegate
+/// GetSamplingIntent methods, as they are considered read-only state", and MUST NOT
+/// change the `ot` trace-state entry (see [`TraceStateUpdater`](crate::TraceStateUpdater)).
 pub trait ComposableSampler: fmt::Debug + Send + Sync {
-    /// The intent for the span about to start.
+    /// The intent for the span about to start (the specification's
+    /// `GetSamplingIntent`).
     fn sampling_intent(
         &self,
         parent: Option<&Context>,
-        trace_id: TraceId,
         name: &str,
         kind: &SpanKind,
         attributes: &[KeyValue],
@@ -36,13 +42,12 @@ macro_rules! forward {
             fn sampling_intent(
                 &self,
                 parent: Option<&Context>,
-                trace_id: TraceId,
                 name: &str,
                 kind: &SpanKind,
                 attributes: &[KeyValue],
                 links: &[Link],
             ) -> SamplingIntent {
-                (**self).sampling_intent(parent, trace_id, name, kind, attributes, links)
+                (**self).sampling_intent(parent, name, kind, attributes, links)
             }
         }
     )*};

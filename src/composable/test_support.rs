@@ -13,8 +13,14 @@ pub(crate) fn id(r: u64) -> TraceId {
     TraceId::from(u128::from(r) | (0xabcd_u128 << 64))
 }
 
-/// A parent context: `sampled`, `remote`, with the trace-state header `state`.
+/// A parent context: `sampled`, `remote`, with the trace-state header `state`, in a
+/// trace whose randomness is 1.
 pub(crate) fn parent(sampled: bool, remote: bool, state: &str) -> Context {
+    parent_in(1, sampled, remote, state)
+}
+
+/// A parent context as [`parent`]'s, in the trace `id(r)`.
+pub(crate) fn parent_in(r: u64, sampled: bool, remote: bool, state: &str) -> Context {
     let flags = if sampled {
         TraceFlags::SAMPLED
     } else {
@@ -22,7 +28,7 @@ pub(crate) fn parent(sampled: bool, remote: bool, state: &str) -> Context {
     };
     let state: TraceState = state.parse().unwrap();
     Context::new().with_remote_span_context(SpanContext::new(
-        id(1),
+        id(r),
         SpanId::from(7u64),
         flags,
         remote,
@@ -34,10 +40,9 @@ pub(crate) fn parent(sampled: bool, remote: bool, state: &str) -> Context {
 pub(crate) fn intent(
     s: &impl ComposableSampler,
     parent: Option<&Context>,
-    r: u64,
     attributes: &[KeyValue],
 ) -> SamplingIntent {
-    s.sampling_intent(parent, id(r), "span", &SpanKind::Server, attributes, &[])
+    s.sampling_intent(parent, "span", &SpanKind::Server, attributes, &[])
 }
 
 /// The composite decision for a server span with these attributes.

@@ -108,13 +108,19 @@ fn th_of(state: &TraceState) -> Option<String> {
 
 /// A sampled or unsampled remote parent with trace state `state`.
 fn remote(sampled: bool, state: &str) -> Context {
+    remote_in(TraceId::from(0x77u128 << 64), sampled, state)
+}
+
+/// A remote parent as [`remote`]'s, in trace `trace_id` (a child's own: where a parent
+/// without `rv` has its randomness).
+fn remote_in(trace_id: TraceId, sampled: bool, state: &str) -> Context {
     let flags = if sampled {
         TraceFlags::SAMPLED
     } else {
         TraceFlags::default()
     };
     Context::new().with_remote_span_context(SpanContext::new(
-        TraceId::from(0x77u128 << 64),
+        trace_id,
         SpanId::from(9u64),
         flags,
         true,
@@ -243,11 +249,13 @@ fn a_parent_whose_th_contradicts_its_sampled_flag_is_followed_without_th() {
     assert_eq!(result.decision, SamplingDecision::RecordAndSample);
     assert_eq!(th_of(&result.trace_state), None);
     assert_eq!(result.trace_state.header(), "ot=rv:10000000000000,vendor=x");
-    // Without rv, the trace id's randomness is what the threshold is checked against.
-    let parent = remote(true, "ot=th:c");
-    let kept = decide(&child, Some(&parent), id(0xc0_0000_0000_0000));
+    // Without rv, the trace id's randomness is what the threshold is checked against
+    // (the parent's: the trace's).
+    let at = id(0xc0_0000_0000_0000);
+    let kept = decide(&child, Some(&remote_in(at, true, "ot=th:c")), at);
     assert_eq!(th_of(&kept.trace_state).as_deref(), Some("c"));
-    let below = decide(&child, Some(&parent), id(0xbf_ffff_ffff_ffff));
+    let under = id(0xbf_ffff_ffff_ffff);
+    let below = decide(&child, Some(&remote_in(under, true, "ot=th:c")), under);
     assert_eq!(below.decision, SamplingDecision::RecordAndSample);
     assert_eq!(th_of(&below.trace_state), None);
 }

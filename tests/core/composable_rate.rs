@@ -11,7 +11,7 @@ use opentelemetry::trace::{SpanKind, TraceId, TraceState};
 use opentelemetry_sdk::trace::{SamplingDecision, ShouldSample};
 use otel_rate_sampler::stats::DropReason;
 use otel_rate_sampler::{
-    AdaptiveSampler, Clock, ComposableAlwaysOn, ComposableRateLimiting, ComposableSampler, Limit,
+    AdaptiveSampler, Clock, ComposableAlwaysOn, ComposableRateLimiting, CompositeSampler, Limit,
     ManualClock, Threshold,
 };
 
@@ -91,19 +91,21 @@ fn simulate(
     run
 }
 
-/// `ComposableRateLimiting` over `ComposableAlwaysOn` under `load`.
+/// A kept span's `th` probability (`Some(None)` kept without `th`), or `None` for a
+/// dropped one, as `sampler` decides the root span of trace `id`.
+fn kept_th(sampler: &impl ShouldSample, id: TraceId) -> Option<Option<f64>> {
+    let result = sampler.should_sample(None, id, "x", &SpanKind::Server, &[], &[]);
+    (result.decision == SamplingDecision::RecordAndSample)
+        .then(|| th_probability(&result.trace_state))
+}
+
+/// `ComposableRateLimiting` over `ComposableAlwaysOn` under `load`, through a
+/// `CompositeSampler` (which compares its threshold and asks its cap).
 fn ours(n: u32, paced: bool, load: impl Fn(u64) -> u64) -> Run {
     let clock = ManualClock::new();
     let s = ComposableRateLimiting::with_clock(ComposableAlwaysOn, limit(n, paced), clock.clone());
-    let mut decide = |id, r| {
-        let intent = s.sampling_intent(None, id, "x", &SpanKind::Server, &[], &[]);
-        intent.keeps(r).then(|| {
-            intent
-                .threshold()
-                .filter(|_| intent.threshold_reliable())
-                .map(|t| t.probability())
-        })
-    };
+    let composite = CompositeSampler::new(s.clone());
+    let mut decide = |id, _| kept_th(&composite, id);
     let mut run = simulate(n, &clock, 120, 20, load, &mut decide);
     run.refused_by_cap = s.stats().dropped_for(DropReason::RateLimit);
     run
@@ -126,11 +128,7 @@ fn adaptive(n: u32, paced: bool, load: impl Fn(u64) -> u64) -> Run {
     let s = AdaptiveSampler::builder(limit(n, paced))
         .clock(clock.clone())
         .build();
-    let mut decide = |id, _| {
-        let result = s.should_sample(None, id, "x", &SpanKind::Server, &[], &[]);
-        (result.decision == SamplingDecision::RecordAndSample)
-            .then(|| th_probability(&result.trace_state))
-    };
+    let mut decide = |id, _| kept_th(&s, id);
     let mut run = simulate(n, &clock, 120, 20, load, &mut decide);
     run.refused_by_cap = s.stats().decisions.dropped_for(DropReason::RateLimit);
     run
@@ -252,7 +250,7 @@ fn the_rate_limiter_never_passes_n_over_threads_and_random_load_changes() {
     use std::sync::{Arc, Barrier};
     use std::time::Duration;
 
-    use otel_rate_sampler::{Clock, ComposableRateLimiting, ComposableSampler, Limit, ManualClock};
+    use otel_rate_sampler::{Clock, ComposableRateLimiting, Limit, ManualClock};
 
     const N: u32 = 50;
     const THREADS: usize = 4;
@@ -265,7 +263,7 @@ fn the_rate_limiter_never_passes_n_over_threads_and_random_load_changes() {
     // the clock moves (between phases only, so a phase lies in one window).
     let workers: Vec<_> = (0..THREADS as u64)
         .map(|t| {
-            let (s, barrier) = (s.clone(), Arc::clone(&barrier));
+            let (s, barrier) = (CompositeSampler::new(s.clone()), Arc::clone(&barrier));
             std::thread::spawn(move || {
                 let mut x = 0x2545_f491_4f6c_dd1du64 ^ (t + 1).wrapping_mul(0x9e37_79b9);
                 let mut next = move || {
@@ -281,15 +279,7 @@ fn the_rate_limiter_never_passes_n_over_threads_and_random_load_changes() {
                     let mut k = 0u64;
                     for _ in 0..load {
                         let r = next() >> 8;
-                        let i = s.sampling_intent(
-                            None,
-                            TraceId::from(u128::from(r)),
-                            "x",
-                            &SpanKind::Server,
-                            &[],
-                            &[],
-                        );
-                        k += u64::from(i.keeps(r));
+                        k += u64::from(kept_th(&s, TraceId::from(u128::from(r))).is_some());
                     }
                     kept.push(k);
                     barrier.wait();
@@ -371,21 +361,23 @@ fn comparison_with_the_adaptive_sampler_and_an_exponential_smoothing_limiter() {
 fn paced_the_kept_spans_follow_the_schedule_through_the_window() {
     for n in [100u32, 1000] {
         let clock = ManualClock::new();
-        let s =
-            ComposableRateLimiting::with_clock(ComposableAlwaysOn, limit(n, true), clock.clone());
+        let s = CompositeSampler::new(ComposableRateLimiting::with_clock(
+            ComposableAlwaysOn,
+            limit(n, true),
+            clock.clone(),
+        ));
         let mut by_tenth = vec![[0u64; 10]; 120];
-        let mut decide = |id, r| {
+        let mut decide = |id, _| {
             let now = clock.now_nanos();
-            let intent = s.sampling_intent(None, id, "x", &SpanKind::Server, &[], &[]);
-            let kept = intent.keeps(r);
-            if kept {
+            let kept = kept_th(&s, id);
+            if kept.is_some() {
                 let (window, tenth) = (
                     (now / 1_000_000_000) as usize,
                     (now % 1_000_000_000 / 100_000_000) as usize,
                 );
                 by_tenth[window][tenth] += 1;
             }
-            kept.then(|| intent.threshold().map(|t| t.probability()))
+            kept
         };
         simulate(n, &clock, 120, 20, steady, &mut decide);
         let target = f64::from(n) - 3.0 - f64::from(n / 256);

@@ -9,18 +9,17 @@ use std::fmt;
 use std::mem::{align_of, size_of};
 use std::sync::Arc;
 
-use opentelemetry::trace::{Link, SpanKind, TraceId};
+use opentelemetry::trace::{Link, SpanKind};
 use opentelemetry::{Context, KeyValue};
 
 use self::control::Plan;
 use self::estimate::Estimate;
 use crate::clock::{Clock, MonotonicClock};
-use crate::composable::parent::{origin, trace_state, with_span_context};
+use crate::composable::admission::Admission;
 use crate::composable::{ComposableSampler, SamplingIntent};
 use crate::limit::Limit;
 use crate::limiter::FixedWindow;
-use crate::sampler::randomness;
-use crate::stats::{Counters, DecisionStats, DropReason, Event};
+use crate::stats::{Counters, DecisionStats, DropReason, Event, ParentOrigin};
 
 /// At most `N` spans kept per window, by a consistent threshold that adapts within the
 /// window, with a hard cap of `N` behind it. Ours: the specification has no
@@ -41,16 +40,25 @@ use crate::stats::{Counters, DecisionStats, DropReason, Event};
 /// 2. The threshold is `max(delegate's, threshold of p)`, `p` rounded down to 16
 ///    significant bits (`th` has 5 significant hex digits at `p = 1/10`); a threshold is only
 ///    ever raised from the delegate's, so processes with the same delegate and the same
-///    `p` keep a subset of the same traces. A span whose randomness is below it is
-///    dropped by the [`CompositeSampler`](crate::CompositeSampler).
+///    `p` keep a subset of the same traces. The intent is made without the trace id (the
+///    specification's `GetSamplingIntent` is not given it): the threshold cannot depend
+///    on the span's randomness. A span whose randomness is below it is dropped by the
+///    [`CompositeSampler`](crate::CompositeSampler).
 /// 3. A span the threshold keeps asks the hard cap (an unpaced [`FixedWindow`] of `N`)
-///    for a permit; without one it is dropped (a non-sampling intent): **at most `N`
-///    spans per window are ever kept**, for any load and any change of it.
+///    for a permit; without one it is dropped (`th` erased): **at most `N` spans per
+///    window are ever kept**, for any load and any change of it. The cap is asked by the
+///    `CompositeSampler` after its comparison, through the intent (ours: the
+///    specification's intent has no such step), so the intent must reach a
+///    `CompositeSampler`: the built-in decorators pass it on; an intent asked for and
+///    compared by hand is not capped, nor counted.
 ///
 /// Every kept span's threshold is the probability it was kept with: `p` depends only on
 /// what happened before the span, not on its randomness, so the kept spans weighted by
 /// `1/p` (a backend's sum of adjusted counts) estimate the offered count without bias,
-/// however `p` moves, as long as the cap has room. The reliability is the delegate's.
+/// however `p` moves, as long as the cap has room. `adjusted_count_reliable` is the
+/// delegate's (with an unreliable one the `CompositeSampler` compares the threshold
+/// with a fresh random value, and `p` is still the probability of the keep). A rate
+/// limiter over another keeps a span only if both caps admit it.
 ///
 /// **When the cap binds first** (the estimate is far too low: the first window, or a
 /// load stepping up faster than a surge roll can follow): the spans kept before the cap
@@ -97,22 +105,27 @@ use crate::stats::{Counters, DecisionStats, DropReason, Event};
 /// exponential-smoothing limiter are in `BENCHMARKS.md`.
 ///
 /// Clones share the budget. A drop allocates nothing and writes only this thread's
-/// counter cell; a keep also writes the cap's word and, once per roll, the estimate.
+/// counter cell and the reference count of the shared state the intent holds until the
+/// `CompositeSampler` has decided; a keep also writes the cap's word and, once per roll,
+/// the estimate.
 pub struct ComposableRateLimiting<D, C: Clock = MonotonicClock> {
-    inner: Arc<Inner<D, C>>,
+    delegate: Arc<D>,
+    state: Arc<State<C>>,
 }
 
 // Not derived: a clone shares the budget, whatever `D` and `C` are.
 impl<D, C: Clock> Clone for ComposableRateLimiting<D, C> {
     fn clone(&self) -> Self {
         Self {
-            inner: Arc::clone(&self.inner),
+            delegate: Arc::clone(&self.delegate),
+            state: Arc::clone(&self.state),
         }
     }
 }
 
-struct Inner<D, C: Clock> {
-    delegate: D,
+/// The budget: what the intents' threshold is paced by, and the cap the
+/// `CompositeSampler` asks through them (its [`Admission`]).
+struct State<C: Clock> {
     limit: Limit,
     plan: Plan,
     estimate: Estimate,
@@ -136,8 +149,8 @@ impl<D: ComposableSampler, C: Clock> ComposableRateLimiting<D, C> {
         let plan = Plan::new(limit);
         let now = clock.now_nanos();
         Self {
-            inner: Arc::new(Inner {
-                delegate,
+            delegate: Arc::new(delegate),
+            state: Arc::new(State {
                 limit,
                 plan,
                 estimate: Estimate::new(plan.window(), plan.target(), now, 0),
@@ -150,31 +163,34 @@ impl<D: ComposableSampler, C: Clock> ComposableRateLimiting<D, C> {
 
     /// The limit.
     pub fn limit(&self) -> Limit {
-        self.inner.limit
+        self.state.limit
     }
 
     /// The steady probability (before the delegate's): the window's target over the
     /// offered spans per window estimated; 1 before the first estimate. A decision's own
     /// probability moves around it with the window's kept-so-far.
     pub fn probability(&self) -> f64 {
-        self.inner.plan.steady(self.inner.estimate.per_window())
+        self.state.plan.steady(self.state.estimate.per_window())
     }
 
     /// The decisions so far: kept, dropped by the threshold (`probability`) and by the
-    /// cap (`rate_limit`), by parent origin. Spans the delegate drops are not counted.
+    /// cap (`rate_limit`), by parent origin, as the
+    /// [`CompositeSampler`](crate::CompositeSampler) made them. Spans the delegate drops
+    /// are not counted.
     pub fn stats(&self) -> DecisionStats {
-        self.inner.counters.snapshot()
+        self.state.counters.snapshot()
     }
 }
 
 impl<D, C: Clock> ComposableRateLimiting<D, C> {
     /// What one takes on the heap, as [`with_clock`](Self::with_clock) lays it out on
-    /// this target: the shared state in its `Arc` (the delegate, the cap, the estimate,
-    /// the counters' overflow row), the clock in its `Arc`, and a row of decision
-    /// counters per thread slot (about 8 KiB). What a file's memory budget counts.
+    /// this target: the delegate in its `Arc`, the shared state in its own (the cap,
+    /// the estimate, the counters' overflow row), the clock in its `Arc`, and a row of
+    /// decision counters per thread slot (about 8 KiB). What a file's memory budget
+    /// counts.
     #[cfg_attr(not(feature = "yaml"), allow(dead_code))]
     pub(crate) const HEAP_BYTES: usize =
-        arc_bytes::<Inner<D, C>>() + arc_bytes::<C>() + Counters::HEAP_BYTES;
+        arc_bytes::<D>() + arc_bytes::<State<C>>() + arc_bytes::<C>() + Counters::HEAP_BYTES;
 }
 
 /// The allocation of an `Arc<T>`: its two counters, then the value at its alignment (a
@@ -193,47 +209,52 @@ impl<D: ComposableSampler, C: Clock> ComposableSampler for ComposableRateLimitin
     fn sampling_intent(
         &self,
         parent: Option<&Context>,
-        trace_id: TraceId,
         name: &str,
         kind: &SpanKind,
         attributes: &[KeyValue],
         links: &[Link],
     ) -> SamplingIntent {
-        let inner = &*self.inner;
-        let intent = inner
+        let intent = self
             .delegate
-            .sampling_intent(parent, trace_id, name, kind, attributes, links);
+            .sampling_intent(parent, name, kind, attributes, links);
         let Some(delegates) = intent.threshold() else {
             return intent;
         };
-        let reliable = intent.threshold_reliable();
-        let now = inner.clock.now_nanos();
-        let kept = inner.cap.count_at(now);
+        let state = &*self.state;
+        let now = state.clock.now_nanos();
+        let kept = state.cap.count_at(now);
         let p =
-            inner
+            state
                 .plan
-                .probability(now % inner.plan.window(), kept, inner.estimate.per_window());
+                .probability(now % state.plan.window(), kept, state.estimate.per_window());
         let threshold = delegates.max(control::threshold(p));
-        let (r, from) = with_span_context(parent, |sc| {
-            (randomness(trace_id, trace_state(sc)), origin(sc))
-        });
-        if !threshold.keeps(r) {
-            inner
-                .counters
-                .record(Event::dropped(DropReason::Probability, from));
-            return intent.with_threshold(Some(threshold), reliable);
+        let admission: Arc<dyn Admission> = self.state.clone();
+        intent
+            .with_threshold(Some(threshold))
+            .with_admission(admission)
+    }
+}
+
+/// Step 3 of the type's docs, and the counts: the `CompositeSampler` tells each
+/// decision on an offered span.
+impl<C: Clock> Admission for State<C> {
+    fn admit(&self, kept: bool, origin: ParentOrigin) -> bool {
+        if !kept {
+            self.counters
+                .record(Event::dropped(DropReason::Probability, origin));
+            return false;
         }
-        if inner.cap.acquire_at(now).is_none() {
-            inner
-                .counters
-                .record(Event::dropped(DropReason::RateLimit, from));
-            return SamplingIntent::NON_SAMPLING;
+        let now = self.clock.now_nanos();
+        let before = self.cap.count_at(now);
+        if self.cap.acquire_at(now).is_none() {
+            self.counters
+                .record(Event::dropped(DropReason::RateLimit, origin));
+            return false;
         }
-        inner.counters.record(Event::kept(from));
-        inner
-            .estimate
-            .after_keep(now, kept + 1, || offered(&inner.counters.snapshot()));
-        intent.with_threshold(Some(threshold), reliable)
+        self.counters.record(Event::kept(origin));
+        self.estimate
+            .after_keep(now, before + 1, || offered(&self.counters.snapshot()));
+        true
     }
 }
 
@@ -247,9 +268,17 @@ fn offered(stats: &DecisionStats) -> u64 {
 impl<D: fmt::Debug, C: Clock> fmt::Debug for ComposableRateLimiting<D, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ComposableRateLimiting")
-            .field("delegate", &self.inner.delegate)
-            .field("limit", &self.inner.limit)
-            .field("offered_per_window", &self.inner.estimate.per_window())
+            .field("delegate", &self.delegate)
+            .field("state", &self.state)
+            .finish()
+    }
+}
+
+impl<C: Clock> fmt::Debug for State<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("State")
+            .field("limit", &self.limit)
+            .field("offered_per_window", &self.estimate.per_window())
             .finish_non_exhaustive()
     }
 }
@@ -258,12 +287,15 @@ impl<D: fmt::Debug, C: Clock> fmt::Debug for ComposableRateLimiting<D, C> {
 mod tests {
     use std::time::Duration;
 
+    use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult};
+
     use super::*;
     use crate::clock::ManualClock;
-    use crate::composable::test_support::intent;
+    use crate::composable::test_support::{decide, intent};
     use crate::composable::{
         ComposableAlwaysOff, ComposableAlwaysOn, ComposableProbability, Threshold,
     };
+    use crate::sampler::{parent_threshold, ParentThreshold};
 
     const SPAN: u64 = 1 << 56;
 
@@ -283,16 +315,25 @@ mod tests {
         )
     }
 
-    /// Offers `n` spans whose randomness walks the range evenly, in a scrambled order;
-    /// returns the intents that keep their span.
-    fn offer(s: &impl ComposableSampler, n: u64) -> Vec<SamplingIntent> {
+    /// The threshold a decision wrote as `th`, if any.
+    fn th(result: &SamplingResult) -> Option<Threshold> {
+        match parent_threshold(&result.trace_state) {
+            ParentThreshold::Known(t) => Some(Threshold(t)),
+            ParentThreshold::Absent | ParentThreshold::Malformed => None,
+        }
+    }
+
+    /// Offers `n` spans whose randomness walks the range evenly, in a scrambled order,
+    /// through a `CompositeSampler`; returns the kept spans' results.
+    fn offer<C: ComposableSampler + Clone + 'static>(s: &C, n: u64) -> Vec<SamplingResult> {
         (0..n)
             // The top of slot i of n, so that a tenth of 100 slots is exactly 10 kept.
             .map(|i| {
                 ((u128::from(i * 7919 % n) * u128::from(SPAN) + u128::from(SPAN - 1))
                     / u128::from(n)) as u64
             })
-            .filter_map(|r| Some(intent(s, None, r, &[])).filter(|i| i.keeps(r)))
+            .map(|r| decide(s, None, r, &[]))
+            .filter(|d| d.decision == SamplingDecision::RecordAndSample)
             .collect()
     }
 
@@ -324,9 +365,7 @@ mod tests {
         // Window 0, nothing measured and no time passed: p = 1 until the cap binds.
         let kept = offer(&s, 100);
         assert_eq!(kept.len(), 10);
-        assert!(kept
-            .iter()
-            .all(|i| i.threshold() == Some(Threshold::ALWAYS) && i.threshold_reliable()));
+        assert!(kept.iter().all(|r| th(r) == Some(Threshold::ALWAYS)));
         assert_eq!(s.stats().dropped_for(DropReason::RateLimit), 90);
         // Later in the window the cap is full: nothing is kept, whatever the threshold.
         clock.advance(Duration::from_millis(500));
@@ -340,17 +379,16 @@ mod tests {
             clock.advance(Duration::from_millis(100));
         }
         assert!((5..=10).contains(&kept.len()), "{}", kept.len());
-        assert!(kept.iter().all(|i| i.threshold_reliable()));
         assert!(kept
             .iter()
             .skip(1)
-            .all(|i| i.threshold().is_some_and(|t| t.probability() < 0.5)));
+            .all(|r| th(r).is_some_and(|t| t.probability() < 0.5)));
     }
 
     #[test]
     fn a_kept_span_is_kept_with_the_probability_its_th_says() {
-        // Under a steady 10× load the decision of every offered span is `r ≥ th`, the
-        // kept ones carry that same threshold, and the drops carry it too.
+        // Under a steady 10× load the decision of every offered span is `r ≥ th`, where
+        // th is the intent's (made without the trace id), and the kept ones carry it.
         let (s, clock) = sampler(100, true);
         // The first window measures the load (and may fill the cap).
         offer(&s, 1000);
@@ -362,12 +400,15 @@ mod tests {
             x ^= x >> 7;
             x ^= x << 17;
             let r = x >> 8;
-            let i = intent(&s, None, r, &[]);
+            let i = intent(&s, None, &[]);
             let t = i
                 .threshold()
                 .expect("the cap has room after the first window");
-            assert_eq!(i.keeps(r), t.keeps(r));
-            assert!(i.threshold_reliable());
+            assert!(i.adjusted_count_reliable());
+            let d = decide(&s, None, r, &[]);
+            let kept = d.decision == SamplingDecision::RecordAndSample;
+            assert_eq!(kept, t.keeps(r));
+            assert_eq!(th(&d), kept.then_some(t));
             clock.advance(Duration::from_micros(1000));
         }
         assert_eq!(s.stats().dropped_for(DropReason::RateLimit), refused);
@@ -385,17 +426,56 @@ mod tests {
             .unpaced();
         let quarter = ComposableProbability::new(0.25).unwrap();
         let s = ComposableRateLimiting::with_clock(quarter, limit, ManualClock::new());
-        let i = intent(&s, None, 0, &[]);
+        let i = intent(&s, None, &[]);
         assert_eq!(
             i.threshold(),
             quarter.threshold(),
             "p = 1 under the delegate's 1/4"
         );
-        assert!(i.threshold_reliable());
+        assert!(i.adjusted_count_reliable());
         let off =
             ComposableRateLimiting::with_clock(ComposableAlwaysOff, limit, ManualClock::new());
-        let i = intent(&off, None, SPAN - 1, &[]);
-        assert_eq!(i.threshold(), None);
+        assert_eq!(intent(&off, None, &[]).threshold(), None);
+        assert_eq!(
+            decide(&off, None, SPAN - 1, &[]).decision,
+            SamplingDecision::Drop
+        );
         assert_eq!(off.stats().total(), 0, "a delegate's drop is not offered");
+    }
+
+    #[test]
+    fn the_cap_and_the_counts_are_the_composite_samplers_step() {
+        let (s, _clock) = sampler(10, false);
+        // Intents alone take no permit and count nothing.
+        for _ in 0..100 {
+            assert_eq!(intent(&s, None, &[]).threshold(), Some(Threshold::ALWAYS));
+        }
+        assert_eq!(s.stats().total(), 0);
+        // Through a CompositeSampler: the cap's 10, every offered span counted.
+        assert_eq!(offer(&s, 100).len(), 10);
+        let stats = s.stats();
+        assert_eq!(
+            (stats.kept(), stats.dropped_for(DropReason::RateLimit)),
+            (10, 90)
+        );
+    }
+
+    #[test]
+    fn a_rate_limiter_over_another_keeps_what_both_caps_admit() {
+        for (inner, outer) in [(5, 10), (10, 5)] {
+            let clock = ManualClock::new();
+            let limit = |n| {
+                Limit::per_window(n, Duration::from_secs(1))
+                    .unwrap()
+                    .unpaced()
+            };
+            let s = ComposableRateLimiting::with_clock(
+                ComposableRateLimiting::with_clock(ComposableAlwaysOn, limit(inner), clock.clone()),
+                limit(outer),
+                clock.clone(),
+            );
+            // p = 1 in the first window for both: the smaller cap binds.
+            assert_eq!(offer(&s, 100).len(), 5, "{inner} under {outer}");
+        }
     }
 }

@@ -5,22 +5,25 @@ mod predicate;
 use std::fmt;
 use std::sync::Arc;
 
-use opentelemetry::trace::{Link, SpanKind, TraceId};
+use opentelemetry::trace::{Link, SpanKind};
 use opentelemetry::{Context, KeyValue};
 
 use crate::composable::{ComposableSampler, SamplingIntent};
 
 pub use predicate::Predicate;
 
-/// Whether a rule applies to a span (the specification's rule "Predicate"): the inputs
-/// of [`ComposableSampler::sampling_intent`]. [`Predicate`] is the configuration
-/// schema's conditions; any other test can implement this.
+/// Whether a rule applies to a span (the specification's rule "Predicate", "a function
+/// that evaluates whether a rule applies"): the inputs of
+/// [`ComposableSampler::sampling_intent`], so no trace id. (OTEP 250 listed one; the
+/// specification's amendment and Java's implementation drop it: a predicate must not
+/// depend on the trace id, which often carries the trace's randomness, any more than a
+/// threshold may.) [`Predicate`] is the configuration schema's conditions; any other
+/// test can implement this.
 pub trait SamplingPredicate: fmt::Debug + Send + Sync {
     /// Whether the span about to start matches.
     fn matches(
         &self,
         parent: Option<&Context>,
-        trace_id: TraceId,
         name: &str,
         kind: &SpanKind,
         attributes: &[KeyValue],
@@ -30,8 +33,9 @@ pub trait SamplingPredicate: fmt::Debug + Send + Sync {
 
 type Rule = (Arc<dyn SamplingPredicate>, Arc<dyn ComposableSampler>);
 
-/// Rules in order (the specification's `ComposableRuleBased`): the intent of the first
-/// rule whose predicate matches; with none matching, a non-sampling intent (dropped).
+/// Rules in order (the specification's `ComposableRuleBased`): "Evaluates a series of
+/// rules based on predicates and returns the `SamplingIntent` from the first matching
+/// sampler"; "If no rules match, returns a non-sampling intent" (dropped).
 /// Clones share the rules.
 ///
 /// ```
@@ -101,7 +105,6 @@ impl ComposableSampler for ComposableRuleBased {
     fn sampling_intent(
         &self,
         parent: Option<&Context>,
-        trace_id: TraceId,
         name: &str,
         kind: &SpanKind,
         attributes: &[KeyValue],
@@ -109,11 +112,9 @@ impl ComposableSampler for ComposableRuleBased {
     ) -> SamplingIntent {
         self.rules
             .iter()
-            .find(|(predicate, _)| {
-                predicate.matches(parent, trace_id, name, kind, attributes, links)
-            })
+            .find(|(predicate, _)| predicate.matches(parent, name, kind, attributes, links))
             .map_or(SamplingIntent::NON_SAMPLING, |(_, sampler)| {
-                sampler.sampling_intent(parent, trace_id, name, kind, attributes, links)
+                sampler.sampling_intent(parent, name, kind, attributes, links)
             })
     }
 }
@@ -170,8 +171,8 @@ mod tests {
     fn no_rule_matching_is_a_non_sampling_intent() {
         let empty = ComposableRuleBased::builder().build();
         assert!(empty.is_empty());
-        let i = intent(&empty, None, 0, &[]);
-        assert_eq!((i.threshold(), i.threshold_reliable()), (None, false));
+        let i = intent(&empty, None, &[]);
+        assert_eq!((i.threshold(), i.adjusted_count_reliable()), (None, false));
         let s = ComposableRuleBased::builder()
             .rule(
                 Predicate::new().parents([ParentOrigin::Remote]),
@@ -186,9 +187,9 @@ mod tests {
         let s = ComposableRuleBased::builder()
             .rule(Predicate::new(), ComposableProbability::new(0.5).unwrap())
             .build();
-        let i = intent(&s, None, 0, &[]);
+        let i = intent(&s, None, &[]);
         assert_eq!(i.threshold().map(|t| t.value()), Some(1 << 55));
-        assert!(i.threshold_reliable());
+        assert!(i.adjusted_count_reliable());
         let roots_only = ComposableRuleBased::builder()
             .rule(
                 Predicate::new().parents([ParentOrigin::Root]),

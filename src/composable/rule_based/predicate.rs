@@ -1,6 +1,6 @@
 //! `Predicate`: the configuration schema's rule conditions.
 
-use opentelemetry::trace::{Link, SpanKind, TraceId};
+use opentelemetry::trace::{Link, SpanKind};
 use opentelemetry::{Array, Context, Key, KeyValue, Value};
 
 use crate::composable::parent::{origin, with_span_context};
@@ -125,7 +125,6 @@ impl SamplingPredicate for Predicate {
     fn matches(
         &self,
         parent: Option<&Context>,
-        _: TraceId,
         _: &str,
         kind: &SpanKind,
         attributes: &[KeyValue],
@@ -196,10 +195,10 @@ mod tests {
     use opentelemetry::StringValue;
 
     use super::*;
-    use crate::composable::test_support::{id, parent};
+    use crate::composable::test_support::parent;
 
     fn m(p: &Predicate, parent: Option<&Context>, kind: SpanKind, attrs: &[KeyValue]) -> bool {
-        p.matches(parent, id(0), "span", &kind, attrs, &[])
+        p.matches(parent, "span", &kind, attrs, &[])
     }
 
     fn server(p: &Predicate, attrs: &[KeyValue]) -> bool {
