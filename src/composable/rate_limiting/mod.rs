@@ -16,6 +16,7 @@ use self::control::Plan;
 use self::estimate::Estimate;
 use crate::clock::{Clock, MonotonicClock};
 use crate::composable::admission::Admission;
+use crate::composable::parent::{origin, with_span_context};
 use crate::composable::{ComposableSampler, SamplingIntent};
 use crate::limit::Limit;
 use crate::limiter::FixedWindow;
@@ -50,7 +51,9 @@ use crate::stats::{Counters, DecisionStats, DropReason, Event, ParentOrigin};
 ///    `CompositeSampler` after its comparison, through the intent (ours: the
 ///    specification's intent has no such step), so the intent must reach a
 ///    `CompositeSampler`: the built-in decorators pass it on; an intent asked for and
-///    compared by hand is not capped, nor counted.
+///    compared by hand is not capped, nor counted. Once the cap is full for the window,
+///    the intent is a non-sampling one at once (every span offered then is counted as
+///    refused by the cap, whatever its randomness).
 ///
 /// Every kept span's threshold is the probability it was kept with: `p` depends only on
 /// what happened before the span, not on its randomness, so the kept spans weighted by
@@ -223,6 +226,14 @@ impl<D: ComposableSampler, C: Clock> ComposableSampler for ComposableRateLimitin
         let state = &*self.state;
         let now = state.clock.now_nanos();
         let kept = state.cap.count_at(now);
+        if kept >= u64::from(state.limit.permits()) {
+            // The cap is full for this window: dropped whatever the span's randomness.
+            let from = with_span_context(parent, origin);
+            state
+                .counters
+                .record(Event::dropped(DropReason::RateLimit, from));
+            return SamplingIntent::NON_SAMPLING;
+        }
         let p =
             state
                 .plan
