@@ -172,3 +172,18 @@ impl SamplingIntent {
         self.attributes.take()
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[allow(deprecated)]
+    fn the_deprecated_name_answers_as_adjusted_count_reliable() {
+        for reliable in [false, true] {
+            let i = SamplingIntent::new(Some(Threshold::ALWAYS), reliable);
+            assert_eq!(i.adjusted_count_reliable(), reliable);
+            assert_eq!(i.threshold_reliable(), reliable);
+        }
+    }
+}
