@@ -13,7 +13,8 @@ use crate::stats::ParentOrigin;
 /// been compared with the randomness: `kept` is that comparison's result. Returns
 /// whether the span is kept: never `true` when `kept` is `false`. Not in the
 /// specification, and not public: an intent carries one only from this crate's
-/// composables, and every decorator passes it on with the intent.
+/// composables, and the built-in decorators pass it on with the intent (as a user's
+/// decorator does when it changes its delegate's intent rather than build a new one).
 pub(crate) trait Admission: fmt::Debug + Send + Sync {
     /// The final keep (`true`) or drop of a span the threshold kept (`kept`) or dropped,
     /// under a parent of `origin`.
