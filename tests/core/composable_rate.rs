@@ -394,3 +394,53 @@ fn paced_the_kept_spans_follow_the_schedule_through_the_window() {
         assert!(worst <= 5.0, "N = {n}: {worst} spans off the schedule");
     }
 }
+
+/// On the real clock, threads deciding through clones of one `CompositeSampler` (a window
+/// of an hour, so every decision of the test falls in its first): never more than `N`
+/// kept, and every offered span counted once, as kept or as dropped by the threshold or
+/// the cap (the composite asks the cap and counts after its comparison).
+#[test]
+fn on_the_real_clock_threads_never_pass_n_and_every_span_is_counted_once() {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    use std::sync::Arc;
+
+    const N: u32 = 50;
+    const THREADS: u64 = 4;
+    const EACH: u64 = 5000;
+    let limit = Limit::per_window(N, Duration::from_secs(3600))
+        .unwrap()
+        .unpaced();
+    let s = ComposableRateLimiting::new(ComposableAlwaysOn, limit);
+    let kept = Arc::new(AtomicU64::new(0));
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (composite, kept) = (CompositeSampler::new(s.clone()), Arc::clone(&kept));
+            std::thread::spawn(move || {
+                let mut x = 0x2545_f491_4f6c_dd1du64 ^ (t + 1).wrapping_mul(0x9e37_79b9);
+                for _ in 0..EACH {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let id = TraceId::from(u128::from(x >> 8));
+                    if kept_th(&composite, id).is_some() {
+                        kept.fetch_add(1, Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let kept = kept.load(Relaxed);
+    let stats = s.stats();
+    assert!(0 < kept && kept <= u64::from(N), "{kept} kept");
+    assert_eq!(stats.kept(), kept);
+    assert_eq!(
+        stats.kept()
+            + stats.dropped_for(DropReason::Probability)
+            + stats.dropped_for(DropReason::RateLimit),
+        THREADS * EACH,
+        "{stats:?}"
+    );
+}
