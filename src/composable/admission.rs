@@ -10,24 +10,41 @@ use std::sync::Arc;
 use crate::stats::ParentOrigin;
 
 /// Told each decision on a span its intent has a threshold for, after the threshold has
-/// been compared with the randomness: `kept` is that comparison's result. Returns
-/// whether the span is kept: never `true` when `kept` is `false`. Not in the
-/// specification, and not public: an intent carries one only from this crate's
-/// composables, and the built-in decorators pass it on with the intent (as a user's
-/// decorator does when it changes its delegate's intent rather than build a new one).
+/// been compared with the randomness: `kept` is that comparison's result, `ticket` what
+/// the admission gave the intent (for a rate limiter, the clock reading its threshold
+/// was paced at). Returns whether the span is kept: never `true` when `kept` is `false`.
+/// Not in the specification, and not public: an intent carries one only from this
+/// crate's composables, and the built-in decorators pass it on with the intent (as a
+/// user's decorator does when it changes its delegate's intent rather than build a new
+/// one).
 pub(crate) trait Admission: fmt::Debug + Send + Sync {
     /// The final keep (`true`) or drop of a span the threshold kept (`kept`) or dropped,
     /// under a parent of `origin`.
-    fn admit(&self, kept: bool, origin: ParentOrigin) -> bool;
+    fn admit(&self, kept: bool, ticket: u64, origin: ParentOrigin) -> bool;
+}
+
+/// An admission with the ticket it gave one intent.
+#[derive(Clone, Debug)]
+pub(crate) struct Ticketed {
+    pub(crate) admission: Arc<dyn Admission>,
+    pub(crate) ticket: u64,
+}
+
+impl Ticketed {
+    /// The admission's answer for this intent's span.
+    #[inline]
+    pub(crate) fn admit(&self, kept: bool, origin: ParentOrigin) -> bool {
+        self.admission.admit(kept, self.ticket, origin)
+    }
 }
 
 /// Two admissions, the delegate's first: a span is kept only if both admit it (for a
-/// rate limiter over another).
+/// rate limiter over another). Each keeps its own ticket.
 #[derive(Debug)]
-pub(crate) struct Both(pub(crate) Arc<dyn Admission>, pub(crate) Arc<dyn Admission>);
+pub(crate) struct Both(pub(crate) Ticketed, pub(crate) Ticketed);
 
 impl Admission for Both {
-    fn admit(&self, kept: bool, origin: ParentOrigin) -> bool {
+    fn admit(&self, kept: bool, _: u64, origin: ParentOrigin) -> bool {
         let kept = self.0.admit(kept, origin);
         self.1.admit(kept, origin)
     }

@@ -7,7 +7,7 @@ use opentelemetry::trace::TraceState;
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::trace::SamplingDecision;
 
-use crate::composable::admission::{Admission, Both};
+use crate::composable::admission::{Admission, Both, Ticketed};
 use crate::composable::Threshold;
 
 /// The specification's `attributes_provider`: the attributes a kept span gets. Asked
@@ -74,7 +74,7 @@ pub struct SamplingIntent {
     adjusted_count_reliable: bool,
     attributes: Option<Arc<dyn AttributesProvider>>,
     trace_state: Option<Arc<dyn TraceStateUpdater>>,
-    admission: Option<Arc<dyn Admission>>,
+    admission: Option<Ticketed>,
 }
 
 impl SamplingIntent {
@@ -153,16 +153,20 @@ impl SamplingIntent {
 
     /// What the `CompositeSampler` asks after the threshold, if anything.
     #[inline]
-    pub(crate) fn admission(&self) -> Option<&Arc<dyn Admission>> {
+    pub(crate) fn admission(&self) -> Option<&Ticketed> {
         self.admission.as_ref()
     }
 
-    /// This intent with `admission` asked after the threshold (after the one it has, if
-    /// any: both must admit a span).
-    pub(crate) fn with_admission(mut self, admission: Arc<dyn Admission>) -> Self {
+    /// This intent with `admission` asked after the threshold, with `ticket` (after the
+    /// one it has, if any: both must admit a span).
+    pub(crate) fn with_admission(mut self, admission: Arc<dyn Admission>, ticket: u64) -> Self {
+        let ours = Ticketed { admission, ticket };
         self.admission = Some(match self.admission.take() {
-            None => admission,
-            Some(theirs) => Arc::new(Both(theirs, admission)),
+            None => ours,
+            Some(theirs) => Ticketed {
+                admission: Arc::new(Both(theirs, ours)),
+                ticket: 0,
+            },
         });
         self
     }

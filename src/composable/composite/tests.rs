@@ -1,7 +1,7 @@
 //! `CompositeSampler`'s unit tests: a test per step of the specification's algorithm,
 //! each quoting the sentence it checks.
 
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use opentelemetry::trace::TraceState;
@@ -60,15 +60,17 @@ impl TraceStateUpdater for Recording {
     }
 }
 
-/// An admission refusing every span, counting what it is told.
+/// An admission refusing every span, counting what it is told, and the last ticket.
 #[derive(Debug, Default)]
 struct Refuse {
     kept: AtomicUsize,
     dropped: AtomicUsize,
+    ticket: AtomicU64,
 }
 
 impl Admission for Refuse {
-    fn admit(&self, kept: bool, _: ParentOrigin) -> bool {
+    fn admit(&self, kept: bool, ticket: u64, _: ParentOrigin) -> bool {
+        self.ticket.store(ticket, Relaxed);
         let counter = if kept { &self.kept } else { &self.dropped };
         counter.fetch_add(1, Relaxed);
         false
@@ -178,7 +180,7 @@ fn step_5_the_trace_state_provider_gets_the_parents_state_and_the_final_decision
     composite(&s, Some(&p), 1 << 55, &[]);
     composite(&s, Some(&p), 0, &[]);
     let refuse = Arc::new(Refuse::default());
-    let capped = Fixed::new(s.0.clone().with_admission(refuse.clone()));
+    let capped = Fixed::new(s.0.clone().with_admission(refuse.clone(), 7));
     let result = composite(&capped, Some(&p), (1 << 56) - 1, &[]);
     assert_eq!(result.decision, Drop);
     assert_eq!(result.trace_state.header(), "vendor=seen,v=1");
@@ -191,10 +193,11 @@ fn step_5_the_trace_state_provider_gets_the_parents_state_and_the_final_decision
             ("ot=th:c,v=1".to_owned(), Drop),
         ]
     );
-    // The admission is told the threshold's verdict, kept or not.
+    // The admission is told the threshold's verdict, kept or not, with its ticket.
     composite(&capped, Some(&p), 0, &[]);
     assert_eq!(refuse.kept.load(Relaxed), 1);
     assert_eq!(refuse.dropped.load(Relaxed), 1);
+    assert_eq!(refuse.ticket.load(Relaxed), 7);
 }
 
 /// "In case of positive sampling decision: the sampler calls the received

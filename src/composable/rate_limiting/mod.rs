@@ -242,20 +242,20 @@ impl<D: ComposableSampler, C: Clock> ComposableSampler for ComposableRateLimitin
         let admission: Arc<dyn Admission> = self.state.clone();
         intent
             .with_threshold(Some(threshold))
-            .with_admission(admission)
+            .with_admission(admission, now)
     }
 }
 
 /// Step 3 of the type's docs, and the counts: the `CompositeSampler` tells each
 /// decision on an offered span.
 impl<C: Clock> Admission for State<C> {
-    fn admit(&self, kept: bool, origin: ParentOrigin) -> bool {
+    /// `now`: the clock reading the intent's threshold was paced at (the same window).
+    fn admit(&self, kept: bool, now: u64, origin: ParentOrigin) -> bool {
         if !kept {
             self.counters
                 .record(Event::dropped(DropReason::Probability, origin));
             return false;
         }
-        let now = self.clock.now_nanos();
         let before = self.cap.count_at(now);
         if self.cap.acquire_at(now).is_none() {
             self.counters
