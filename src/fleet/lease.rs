@@ -122,6 +122,9 @@ pub(crate) enum Notice {
     /// Cut off longer than Redis keeps this replica's share: it admits nothing more
     /// until Redis answers.
     ShareExpired,
+    /// Redis refused a lease: the key is leased by another shape (`version`: false) or
+    /// holds a later script's state (true).
+    Refused { version: bool },
     /// The mapping of Redis time was off by this many nanoseconds (Redis later than
     /// the replica thought when positive): a clock stepped, Redis's or this replica's.
     ClockStep { nanos: i128 },

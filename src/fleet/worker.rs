@@ -85,9 +85,30 @@ struct RuleState {
     interval_nanos: u64,
     last_warning: Option<u64>,
     errors_since_warning: u64,
-    /// When a clock step was last logged, and the steps not logged since.
-    last_step_warning: Option<u64>,
-    steps_since_warning: u64,
+    /// Clock steps, logged at most once per interval.
+    steps: Throttle,
+    /// Refusals (shape or version), logged at most once per interval.
+    refusals: Throttle,
+}
+
+/// A kind of event logged at most once per sync interval, with the count since.
+#[derive(Default)]
+struct Throttle {
+    last: Option<u64>,
+    pending: u64,
+}
+
+impl Throttle {
+    /// Counts an event at `now`; the events to log (this one and those not logged
+    /// since), if none was logged within `interval`.
+    fn due(&mut self, now: u64, interval: u64) -> Option<u64> {
+        self.pending += 1;
+        if self.last.is_some_and(|t| now.saturating_sub(t) < interval) {
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.pending))
+    }
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -123,8 +144,8 @@ impl RuleWorker {
                 interval_nanos,
                 last_warning: None,
                 errors_since_warning: 0,
-                last_step_warning: None,
-                steps_since_warning: 0,
+                steps: Throttle::default(),
+                refusals: Throttle::default(),
             }),
             in_flight: Mutex::new(false),
             idle: Condvar::new(),
@@ -270,15 +291,9 @@ impl RuleState {
                          spending the local share N/{instances}");
                 }
                 Notice::ClockStep { nanos } => {
-                    self.steps_since_warning += 1;
-                    if self
-                        .last_step_warning
-                        .is_some_and(|t| now.saturating_sub(t) < self.interval_nanos)
-                    {
+                    let Some(steps) = self.steps.due(now, self.interval_nanos) else {
                         continue;
-                    }
-                    let steps = std::mem::take(&mut self.steps_since_warning);
-                    self.last_step_warning = Some(now);
+                    };
                     let by = Duration::from_nanos(
                         u64::try_from(nanos.unsigned_abs()).unwrap_or(u64::MAX),
                     );
@@ -287,6 +302,24 @@ impl RuleState {
                         key = %key, steps,
                         "clock step detected: Redis time is {by:?} {direction} than this \
                          replica's mapping; mapping corrected");
+                }
+                Notice::Refused { version } => {
+                    let Some(refusals) = self.refusals.due(now, self.interval_nanos) else {
+                        continue;
+                    };
+                    if version {
+                        tracing::error!(target: "otel_rate_sampler::fleet",
+                            key = %key, refusals,
+                            "this fleet rule's key holds the state of a later version of \
+                             the lease script: this replica admits nothing for it until \
+                             it is upgraded too");
+                    } else {
+                        tracing::warn!(target: "otel_rate_sampler::fleet",
+                            key = %key, refusals,
+                            "replicas with another limit or window lease this fleet key \
+                             (a rolling deploy?): this replica admits nothing for it until \
+                             they stop calling, then its limit takes over");
+                    }
                 }
                 Notice::ShareExpired => {
                     tracing::warn!(target: "otel_rate_sampler::fleet",

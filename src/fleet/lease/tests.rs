@@ -154,6 +154,7 @@ impl Harness {
             expired,
             // As Redis writes it when the call vouches for itself alone.
             vouched_ms: if expired { 0 } else { request.sent_ms },
+            refused: None,
         }
     }
 
