@@ -202,3 +202,35 @@ fn a_replica_two_seconds_behind_stays_under_n_and_leases_again() {
     // only guard against a hang.
     assert!((1..=2).contains(&late), "refused as late {late} times");
 }
+
+/// Moves every fleet clock on `server` (each rule's and each replica group's) by
+/// `micros`: a step of Redis `TIME` as the server would make it, groups included.
+fn step_every_clock(server: &Server, micros: i64) {
+    for pattern in ["*:meta", "*:clock"] {
+        for key in server.cli(&["--scan", "--pattern", pattern]).lines() {
+            if !key.is_empty() {
+                server.cli(&["HINCRBY", key, "shift", &micros.to_string()]);
+            }
+        }
+    }
+}
+
+/// Redis `TIME` 2 s forward on every clock (the rules' and the replica groups'): every
+/// replica is then 2 s behind Redis. It notices at its next call (refused as late),
+/// and leases again within one window of noticing: at most two windows under 90 %.
+#[test]
+fn every_replica_two_seconds_behind_redis_leases_within_a_window_of_noticing() {
+    let server = Server::start();
+    let fleet = load::fleet(&[server.url()], "allbehind", 3);
+    load::warm_up(&fleet, 4);
+    let (per_window, _, _) = drive(&fleet, 3.0 * f64::from(N), WINDOW * 20, || {
+        thread::sleep(WINDOW * 6);
+        step_every_clock(&server, 2_000_000);
+        thread::sleep(Duration::from_secs(3));
+    });
+    let max = assert_capped(&per_window, "every clock 2 s forward");
+    let lived: Vec<u64> = per_window.values().copied().collect();
+    let inner = &lived[1..lived.len() - 1];
+    println!("every clock 2 s forward: windows {inner:?}, max {max}");
+    assert!(inner.len() - full_windows(inner) <= 2, "{inner:?}");
+}
