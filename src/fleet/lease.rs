@@ -26,7 +26,9 @@
 //! * **Redis time steps forward, or this replica's clock stalls:** its next call is
 //!   refused as late; the refusal's time corrects the mapping, one re-sample follows,
 //!   and the lease right after it is for the right window: at most one interval and
-//!   two round trips after its first call, within one window of under-use.
+//!   two round trips after its first call, within one window of under-use. A clock
+//!   that stands still makes no call due; the worker notices it against real time
+//!   (`stall.rs`) and has the machine sample Redis time once per interval.
 //! * **This replica's clock jumps ahead by `D`:** Redis grants no lease further than
 //!   one window from its own and its time corrects the mapping at the next reply;
 //!   the machine re-syncs to Redis's window at once, unless the lease word already

@@ -9,7 +9,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::Value;
 
@@ -18,6 +18,7 @@ use super::lease::{
     Call, LeaseMachine, Notice, Settings, Shared, Vouch, FALLBACK_AFTER_INTERVALS,
     FALLBACK_MARGIN_INTERVALS, PRUNE_AFTER_INTERVALS,
 };
+use super::stall::StallWatch;
 use super::stats::FleetFailure;
 use super::wire::{read_reply, RuleWire};
 
@@ -89,6 +90,8 @@ struct RuleState {
     steps: Throttle,
     /// Refusals (shape or version), logged at most once per interval.
     refusals: Throttle,
+    /// The limiter's clock against real time.
+    stall: StallWatch,
 }
 
 /// A kind of event logged at most once per sync interval, with the count since.
@@ -146,6 +149,7 @@ impl RuleWorker {
                 errors_since_warning: 0,
                 steps: Throttle::default(),
                 refusals: Throttle::default(),
+                stall: StallWatch::default(),
             }),
             in_flight: Mutex::new(false),
             idle: Condvar::new(),
@@ -196,9 +200,12 @@ impl Member for RuleWorker {
         } else {
             0
         };
-        let call = lock(&self.state)
-            .machine
-            .plan_within(inner.shared(), t0, ahead)?;
+        let mut state = lock(&self.state);
+        if state.stall.stalled(t0, Instant::now(), self.wire.interval) {
+            state.machine.clock_stalled();
+        }
+        let call = state.machine.plan_within(inner.shared(), t0, ahead)?;
+        drop(state);
         *lock(&self.in_flight) = true;
         Some(Planned { call, t0 })
     }

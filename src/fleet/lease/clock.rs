@@ -19,6 +19,15 @@ impl LeaseMachine {
         true
     }
 
+    /// The local clock stood still (or crawled) for a sync interval of real time
+    /// (`stall.rs`): paced by it, the machine would make no call, and its mapping would
+    /// keep the decisions in a window Redis has left. Samples Redis time before the
+    /// next call, as after a refusal for lateness, and lets that call go at once.
+    pub(crate) fn clock_stalled(&mut self) {
+        self.resample_first = true;
+        self.failing = false;
+    }
+
     /// Whether a heartbeat is due at local time `now` (fleet time `fleet`), or within
     /// `ahead`: at the point of the fleet's grid of sync intervals nearest an interval
     /// after the last successful call was sent, seen a quarter interval early, and not
