@@ -57,9 +57,11 @@ pub(crate) const STALE_AFTER_INTERVALS: u64 = 2;
 /// windows that end before this age, less [`FALLBACK_MARGIN_INTERVALS`], has passed
 /// since it sent its last heartbeat that Redis answered.
 pub(crate) const PRUNE_AFTER_INTERVALS: u64 = 20;
-/// The replica's side of the clock uncertainty in that rule: its mapping of a window
-/// end is off by at most half a round trip (under the response timeout, itself at
-/// most an interval by default) plus drift, far below one interval.
+/// The replica's side of the clock uncertainty in that rule, at least: its mapping of a
+/// window end is off by at most half a round trip plus drift, and so is the time of
+/// its heartbeat mapped back; a round trip is at most the call's response and connect
+/// timeouts, so the margin is the longer of this many intervals and those timeouts
+/// ([`Settings::call_bound_nanos`]), whatever timeouts the rule was given.
 pub(crate) const FALLBACK_MARGIN_INTERVALS: u64 = 1;
 /// A mapping of Redis time older than this many sync intervals takes any sample.
 const RESAMPLE_AFTER_INTERVALS: u64 = 10;
@@ -82,6 +84,12 @@ pub(crate) struct Settings {
     pub(crate) interval_nanos: u64,
     /// How often the worker plans when it has nothing to call.
     pub(crate) tick_nanos: u64,
+    /// The longest one call may take: its response and connect timeouts. A sample of
+    /// Redis time is kept only from a call within it, so the mapping of a window end
+    /// is off by at most half of it, and a heartbeat time Redis reports, mapped back,
+    /// by as much again: the fallback's margin before Redis forgets the replica is
+    /// at least this (`lease/fallback.rs`).
+    pub(crate) call_bound_nanos: u64,
 }
 
 /// What to ask Redis next.

@@ -16,7 +16,7 @@ use redis::Value;
 use super::call_error::CallError;
 use super::lease::{
     Call, LeaseMachine, Notice, Settings, Shared, Vouch, FALLBACK_AFTER_INTERVALS,
-    FALLBACK_MARGIN_INTERVALS, PRUNE_AFTER_INTERVALS,
+    PRUNE_AFTER_INTERVALS,
 };
 use super::stall::StallWatch;
 use super::stats::FleetFailure;
@@ -136,6 +136,7 @@ impl RuleWorker {
             window_nanos: wire.window_nanos,
             interval_nanos,
             tick_nanos: nanos(tick),
+            call_bound_nanos: nanos(wire.bound()),
         };
         Self {
             inner,
@@ -331,10 +332,10 @@ impl RuleState {
                 Notice::ShareExpired => {
                     tracing::warn!(target: "otel_rate_sampler::fleet",
                         key = %key,
-                        "no heartbeat reached Redis for {} sync intervals: Redis may have \
-                         given this replica's share to the others; admitting nothing until \
-                         Redis answers (a partition, or Redis down)",
-                        PRUNE_AFTER_INTERVALS - FALLBACK_MARGIN_INTERVALS);
+                        "no heartbeat reached Redis for nearly {PRUNE_AFTER_INTERVALS} sync \
+                         intervals (less a margin of the call timeouts): Redis may give this \
+                         replica's share to the others; admitting nothing until Redis \
+                         answers (a partition, or Redis down)");
                 }
                 Notice::Resumed => {
                     tracing::warn!(target: "otel_rate_sampler::fleet",

@@ -67,6 +67,11 @@ struct Harness {
 
 impl Harness {
     fn new(instances: u64, rank: u64) -> Self {
+        Self::with_bound(instances, rank, INTERVAL)
+    }
+
+    /// A replica whose calls may take up to `call_bound` (its timeouts).
+    fn with_bound(instances: u64, rank: u64, call_bound: u64) -> Self {
         Self {
             lease: LeaseWord::new(),
             time: TimeMap::default(),
@@ -76,6 +81,7 @@ impl Harness {
                 window_nanos: WINDOW,
                 interval_nanos: INTERVAL,
                 tick_nanos: TICK,
+                call_bound_nanos: call_bound,
             }),
             now: 1_000 * MS,
             server_offset: i128::from(time_to_nanos(1_700_000_000, 0)),
@@ -375,13 +381,34 @@ fn falls_back_to_its_share_after_three_intervals_and_resumes() {
 /// less a margin of one), then nothing until Redis answers.
 #[test]
 fn the_fallback_share_ends_before_redis_forgets_the_replica() {
-    let mut h = Harness::new(4, 1);
-    h.good(200);
+    share_ends_before_redis_forgets(INTERVAL);
+}
+
+/// The same bound for a replica whose calls may take 4 intervals (a response timeout of
+/// 2 intervals, the connect timeout the same): its mapping of Redis time may be off by
+/// half of that, so it stops 4 intervals before Redis may forget it, not 1. Before, the
+/// margin was one interval whatever the timeouts.
+#[test]
+fn the_fallback_share_ends_earlier_for_longer_timeouts() {
+    share_ends_before_redis_forgets(4 * INTERVAL);
+}
+
+/// Cut off after 200 to 239 answered steps: at many phases of the window, so that
+/// some window ends between the two margins.
+fn share_ends_before_redis_forgets(call_bound: u64) {
+    for extra in 0..40 {
+        share_ends_before_redis_forgets_after(call_bound, 200 + extra);
+    }
+}
+
+fn share_ends_before_redis_forgets_after(call_bound: u64, steps: usize) {
+    let mut h = Harness::with_bound(4, 1, call_bound);
+    h.good(steps);
     let last_heartbeat = h.now;
     fail_for(&mut h, 40);
     assert!(h.machine.in_fallback());
     assert!(h.machine.take_notices().contains(&Notice::ShareExpired));
-    let reserved_until = last_heartbeat + (PRUNE_AFTER_INTERVALS - 1) * INTERVAL;
+    let reserved_until = last_heartbeat + PRUNE_AFTER_INTERVALS * INTERVAL - call_bound;
     let mut shares = 0;
     for (&w, &spent) in &h.spent {
         let end = h.time.local_nanos((w + 1) * WINDOW).expect("synced");
