@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
@@ -256,6 +256,7 @@ impl<C: Clock> FleetLimiterBuilder<C> {
             clock: self.clock,
             limit: self.limit,
             stats: StatCells::default(),
+            demand: AtomicBool::new(false),
             member: Arc::new(RuleWorker::new(Weak::<Inner<C>>::clone(weak), wire)),
             registration: OnceLock::new(),
             key: self.key,

@@ -38,7 +38,7 @@
 //! * Never a window over its grants plus one fallback share, whatever the steps:
 //!   checked by the property test in `lease/tests.rs`.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::script::{LeaseReply, LeaseRequest};
 use super::share::{chunk, low_water};
@@ -72,6 +72,8 @@ pub(crate) struct Shared<'a> {
     pub(crate) lease: &'a LeaseWord,
     pub(crate) time: &'a TimeMap,
     pub(crate) stats: &'a StatCells,
+    /// Set by a refused decision; the machine takes it to wake a dormant rule.
+    pub(crate) demand: &'a AtomicBool,
 }
 
 /// The rule's fixed parameters, in nanoseconds of the local clock.
@@ -199,6 +201,12 @@ pub(crate) struct LeaseMachine {
     resample_first: bool,
     /// When a re-sample last let the next lease go without waiting its interval.
     last_quick_retry: Option<u64>,
+    /// No traffic: the rule makes no call until a decision is refused (`dormant.rs`).
+    dormant: bool,
+    /// Since when (local) it has had no traffic.
+    idle_since: Option<u64>,
+    /// It went dormant since the pool last asked: its member is to leave the rule.
+    leave_due: bool,
     notices: Vec<Notice>,
 }
 
@@ -233,6 +241,9 @@ impl LeaseMachine {
             samples: SampleFilter::new(),
             resample_first: false,
             last_quick_retry: None,
+            dormant: false,
+            idle_since: None,
+            leave_due: false,
             notices: Vec::new(),
         }
     }
@@ -287,11 +298,16 @@ impl LeaseMachine {
         }
         self.advance(shared, now, current);
         let remaining = self.look_at_word(shared);
-        let lease = |window, want| Some(Call::Lease(self.request(window, want, sent_ms)));
         if self.failing || self.in_fallback {
             // Paced above: one attempt per interval, a heartbeat that also reports.
-            return lease(current, 0);
+            return Some(Call::Lease(self.request(current, 0, sent_ms)));
         }
+        // Relaxed: a hint (see `Inner::wanted`).
+        let wanted = shared.demand.swap(false, Ordering::Relaxed);
+        if self.sleeps(wanted, now) {
+            return None;
+        }
+        let lease = |window, want| Some(Call::Lease(self.request(window, want, sent_ms)));
         let wanted = chunk(self.settings.permits, self.spent_previous, self.spent);
         if remaining <= low_water(wanted) && now >= self.retry_lease_at {
             return lease(current, wanted);
@@ -380,6 +396,7 @@ impl LeaseMachine {
 }
 
 mod clock;
+mod dormant;
 mod fallback;
 mod reply;
 mod vouch;

@@ -197,6 +197,14 @@ async fn run(shared: Arc<PoolShared>, transport: Transport) {
             .iter()
             .filter_map(|m| m.plan(false).map(|p| (Arc::clone(m), p)))
             .collect();
+        // Rules gone dormant leave their rule's members (next pass, on the connection
+        // after their last calls), so nobody reserves a share for them.
+        let dormant: Vec<Leave> = members
+            .iter()
+            .filter(|m| m.leaving())
+            .map(|m| m.wire().leave())
+            .collect();
+        lock(&shared.leaving).extend(dormant);
         if !due.is_empty() {
             // The heartbeats due within a quarter interval go in this round: rules whose
             // mappings of fleet time differ a little stay in the same rounds.

@@ -51,6 +51,11 @@ pub(crate) trait Member: Send + Sync {
     fn abandon(&self);
     /// Whether the rule was shut down.
     fn stopped(&self) -> bool;
+    /// Whether it went dormant since the last ask: its member is to leave the rule
+    /// (`lease/dormant.rs`).
+    fn leaving(&self) -> bool {
+        false
+    }
 }
 
 /// A call a rule planned, and the local time it planned it at.
@@ -74,6 +79,8 @@ pub(crate) struct RuleWorker {
     wire: RuleWire,
     tick: Duration,
     stopped: AtomicBool,
+    /// It went dormant: its member is to leave the rule.
+    leave_due: AtomicBool,
     state: Mutex<RuleState>,
     /// Whether a call of this rule is in a round; `idle` is notified when it is not.
     in_flight: Mutex<bool>,
@@ -143,6 +150,7 @@ impl RuleWorker {
             wire,
             tick,
             stopped: AtomicBool::new(false),
+            leave_due: AtomicBool::new(false),
             state: Mutex::new(RuleState {
                 machine: LeaseMachine::new(settings),
                 interval_nanos,
@@ -205,8 +213,13 @@ impl Member for RuleWorker {
         if state.stall.stalled(t0, Instant::now(), self.wire.interval) {
             state.machine.clock_stalled();
         }
-        let call = state.machine.plan_within(inner.shared(), t0, ahead)?;
+        let call = state.machine.plan_within(inner.shared(), t0, ahead);
+        if state.machine.take_leave_due() {
+            // Relaxed: read by the pool's thread, which is this one.
+            self.leave_due.store(true, Ordering::Relaxed);
+        }
         drop(state);
+        let call = call?;
         *lock(&self.in_flight) = true;
         Some(Planned { call, t0 })
     }
@@ -248,6 +261,11 @@ impl Member for RuleWorker {
     fn stopped(&self) -> bool {
         // Acquire: pairs with the Release store in `stop`.
         self.stopped.load(Ordering::Acquire)
+    }
+
+    fn leaving(&self) -> bool {
+        // Relaxed: written and read by the pool's thread.
+        self.leave_due.swap(false, Ordering::Relaxed)
     }
 }
 

@@ -37,6 +37,8 @@ struct Harness {
     lease: LeaseWord,
     time: TimeMap,
     stats: StatCells,
+    /// The decisions' demand flag (set when one is refused).
+    demand: AtomicBool,
     machine: LeaseMachine,
     /// Local monotonic time.
     now: u64,
@@ -76,6 +78,7 @@ impl Harness {
             lease: LeaseWord::new(),
             time: TimeMap::default(),
             stats: StatCells::default(),
+            demand: AtomicBool::new(false),
             machine: LeaseMachine::new(Settings {
                 permits: N,
                 window_nanos: WINDOW,
@@ -105,6 +108,7 @@ impl Harness {
             lease: &self.lease,
             time: &self.time,
             stats: &self.stats,
+            demand: &self.demand,
         };
         (&mut self.machine, shared)
     }
@@ -230,6 +234,8 @@ impl Harness {
         while let Some(w) = self.lease.try_spend_at(fleet, WINDOW) {
             *self.spent.entry(w).or_default() += 1;
         }
+        // The last one was refused, as a decision's would be.
+        self.demand.store(true, Ordering::Relaxed);
     }
 
     fn good(&mut self, rounds: usize) {
@@ -654,6 +660,8 @@ fn idle_calls_fall_on_the_grid_of_intervals() {
     let mut sent = Vec::new();
     let rtt = 3 * MS;
     while h.now < 1_000 * MS + 60 * INTERVAL {
+        // Decisions now and then (refused: none spends here), so it never sleeps.
+        h.demand.store(true, Ordering::Relaxed);
         let t0 = h.now;
         let (machine, shared) = h.parts();
         let Some(call) = machine.plan(shared, t0) else {
@@ -688,4 +696,58 @@ fn idle_calls_fall_on_the_grid_of_intervals() {
         "{} calls in 60 intervals",
         settled.len()
     );
+}
+
+/// A rule without traffic used to heartbeat once per interval for ever (1000 idle rules
+/// on one replica: 50 000 Redis commands per second). Now, once it has spent nothing
+/// for 40 intervals (and 4 windows), it makes no call at all, its member is to leave
+/// the rule, and it vouches for nothing; the first refused decision wakes it, and its
+/// next call is a lease for its current window.
+#[test]
+fn an_idle_rule_makes_no_call_until_a_decision_is_refused() {
+    let mut h = Harness::new(2, 0);
+    h.good(100);
+    let calls = h.calls;
+    // No decision at all for 60 intervals (the horizon: 40, 4 windows being 16).
+    let until = h.now + 60 * INTERVAL;
+    let mut sleeping = 0;
+    while h.now < until {
+        let now = h.now;
+        let (machine, shared) = h.parts();
+        if let Some(call) = machine.plan(shared, now) {
+            h.calls += 1;
+            let t1 = now + MS;
+            let reply = match call {
+                Call::SampleTime => Reply::Time(h.fleet_clock(now)),
+                Call::Lease(request) => Reply::Lease(h.answer(&request, N, now, t1)),
+            };
+            let (machine, shared) = h.parts();
+            machine.on_reply(shared, call, reply, now, t1);
+        }
+        if h.machine.dormant() {
+            sleeping += 1;
+        }
+        h.now += TICK;
+    }
+    let idle_calls = h.calls - calls;
+    assert!(h.machine.dormant(), "still awake after 60 idle intervals");
+    assert!(h.machine.take_leave_due(), "its member did not leave");
+    // Heartbeats (one per interval) while its last two windows still show spending
+    // (8 intervals) and for the horizon (40), none after it.
+    assert!(idle_calls <= 50, "{idle_calls} calls while idle");
+    assert!(sleeping > 0);
+    assert_eq!(h.machine.vouch(None), Vouch::Free);
+    // A decision refused: the next plan is a lease of the current window.
+    h.spend_all();
+    let now = h.now;
+    let window = h.redis_window();
+    let (machine, shared) = h.parts();
+    match machine.plan(shared, now) {
+        Some(Call::Lease(request)) => {
+            assert_eq!(request.window, window);
+            assert!(request.want > 0, "{request:?}");
+        }
+        other => panic!("woken with {other:?}"),
+    }
+    assert!(!h.machine.dormant());
 }
