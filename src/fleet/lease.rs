@@ -9,12 +9,14 @@
 //! * It installs in the lease word for window `w` only what Redis granted for `w`, plus,
 //!   in fallback, its share `N/k` of `w` (rotated, see `share.rs`), at most once per
 //!   window and only for a window later than every window it reported to Redis.
-//! * While a call is failing it makes one attempt per sync interval; a refusal for
+//! * While a call is failing it makes one attempt per sync interval (plus a jitter of
+//!   up to a quarter interval, drawn at each failure); a refusal for
 //!   lateness adds one re-sample of the clock and, once per interval, a lease right
 //!   after it: at most 4 calls per interval while every lease is refused as late.
 //! * It never asks for a lease of a window older than the one it accounts for.
-//! * Idle, it heartbeats on the fleet's grid of sync intervals (`lease/clock.rs`), at
-//!   most an interval and a quarter after its last successful call was sent.
+//! * Idle, it heartbeats on its replica's grid of sync intervals (the fleet's, shifted
+//!   by the replica's phase; `lease/clock.rs`), at most an interval and a quarter after
+//!   its last successful call was sent, until it goes dormant (`lease/dormant.rs`).
 //!
 //! # Steps of time (see also the fleet clock in `script.rs`)
 //!
@@ -92,6 +94,10 @@ pub(crate) struct Settings {
     /// by as much again: the fallback's margin before Redis forgets the replica is
     /// at least this (`lease/fallback.rs`).
     pub(crate) call_bound_nanos: u64,
+    /// This replica's offset of the grid of intervals its idle rules heartbeat on, and
+    /// the seed of its retries' jitter (below an interval): replicas spread their
+    /// heartbeats and retries over the interval instead of all calling at its start.
+    pub(crate) phase_nanos: u64,
 }
 
 /// What to ask Redis next.
@@ -201,6 +207,10 @@ pub(crate) struct LeaseMachine {
     resample_first: bool,
     /// When a re-sample last let the next lease go without waiting its interval.
     last_quick_retry: Option<u64>,
+    /// Added to the interval between retries while failing: up to a quarter interval,
+    /// drawn anew at each failure (from `jitter_state`), 0 after a success.
+    retry_jitter: u64,
+    jitter_state: u64,
     /// No traffic: the rule makes no call until a decision is refused (`dormant.rs`).
     dormant: bool,
     /// Since when (local) it has had no traffic.
@@ -241,6 +251,8 @@ impl LeaseMachine {
             samples: SampleFilter::new(),
             resample_first: false,
             last_quick_retry: None,
+            retry_jitter: 0,
+            jitter_state: settings.phase_nanos | 1,
             dormant: false,
             idle_since: None,
             leave_due: false,
@@ -259,8 +271,10 @@ impl LeaseMachine {
         std::mem::take(&mut self.notices)
     }
 
+    /// Whether an interval, plus the retry jitter while failing, has passed since `last`.
     fn paced(&self, last: Option<u64>, now: u64) -> bool {
-        last.is_none_or(|t| now.saturating_sub(t) >= self.settings.interval_nanos)
+        let wait = self.settings.interval_nanos + self.retry_jitter;
+        last.is_none_or(|t| now.saturating_sub(t) >= wait)
     }
 
     /// Window bookkeeping and fallback at local time `now`; returns the call to make

@@ -121,6 +121,16 @@ impl Throttle {
     }
 }
 
+/// The phase of a replica group's heartbeat grid within `interval`: a hash (FNV-1a)
+/// of the group (its replica and interval), the same for all its rules, so they still
+/// share rounds, and different from another replica's.
+fn phase(group: &str, interval: u64) -> u64 {
+    let hash = group.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    hash % interval.max(1)
+}
+
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
@@ -144,6 +154,7 @@ impl RuleWorker {
             interval_nanos,
             tick_nanos: nanos(tick),
             call_bound_nanos: nanos(wire.bound()),
+            phase_nanos: phase(&wire.group, interval_nanos),
         };
         Self {
             inner,

@@ -44,8 +44,27 @@ impl LeaseMachine {
             return false;
         }
         let sent = fleet.saturating_sub(now.saturating_sub(sent));
-        let grid = sent.saturating_add(interval + interval / 2) / interval * interval;
+        // The grid of this replica: the fleet's, shifted by its phase.
+        let phase = self.settings.phase_nanos % interval;
+        let grid = sent
+            .saturating_add(interval + interval / 2)
+            .saturating_sub(phase)
+            / interval
+            * interval
+            + phase;
         fleet.saturating_add(interval / 4 + ahead) >= grid
+    }
+
+    /// Draws the jitter added to the next retry's interval: up to a quarter interval
+    /// (a xorshift of this replica's phase), so replicas that failed together (Redis
+    /// down for all) do not retry together.
+    pub(super) fn draw_retry_jitter(&mut self) {
+        let mut x = self.jitter_state;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.jitter_state = x;
+        self.retry_jitter = x % (self.settings.interval_nanos / 4).max(1);
     }
 
     /// Maps the local clock onto the server's `TIME` from this call made from local

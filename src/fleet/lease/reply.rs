@@ -15,6 +15,7 @@ impl LeaseMachine {
         kind: FleetFailure,
     ) {
         shared.stats.failed(kind);
+        self.draw_retry_jitter();
         self.last_failure = Some(kind);
         self.last_attempt = Some(t0);
         self.failing = true;
@@ -135,6 +136,7 @@ impl LeaseMachine {
 
     fn on_success(&mut self, shared: Shared<'_>, t0: u64, t1: u64) {
         shared.stats.succeeded();
+        self.retry_jitter = 0;
         self.last_failure = None;
         self.last_attempt = Some(t0);
         self.failing = false;

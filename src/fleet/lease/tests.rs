@@ -74,6 +74,11 @@ impl Harness {
 
     /// A replica whose calls may take up to `call_bound` (its timeouts).
     fn with_bound(instances: u64, rank: u64, call_bound: u64) -> Self {
+        Self::with(instances, rank, call_bound, 0)
+    }
+
+    /// A replica whose calls may take up to `call_bound`, of heartbeat phase `phase`.
+    fn with(instances: u64, rank: u64, call_bound: u64, phase: u64) -> Self {
         Self {
             lease: LeaseWord::new(),
             time: TimeMap::default(),
@@ -85,6 +90,7 @@ impl Harness {
                 interval_nanos: INTERVAL,
                 tick_nanos: TICK,
                 call_bound_nanos: call_bound,
+                phase_nanos: phase,
             }),
             now: 1_000 * MS,
             server_offset: i128::from(time_to_nanos(1_700_000_000, 0)),
@@ -656,7 +662,19 @@ fn a_replica_clock_jumping_ahead_costs_at_most_one_window() {
 /// interval and a quarter apart, whatever its round trip.
 #[test]
 fn idle_calls_fall_on_the_grid_of_intervals() {
-    let mut h = Harness::new(2, 0);
+    calls_fall_on_the_grid(0);
+}
+
+/// Heartbeats were on one grid for the whole fleet, every replica calling at the same
+/// instants. Each replica's grid is now shifted by its phase (`worker.rs` hashes its
+/// replica group): the same law on the shifted grid.
+#[test]
+fn idle_calls_fall_on_the_grid_shifted_by_the_replicas_phase() {
+    calls_fall_on_the_grid(17 * MS);
+}
+
+fn calls_fall_on_the_grid(phase: u64) {
+    let mut h = Harness::with(2, 0, INTERVAL, phase);
     let mut sent = Vec::new();
     let rtt = 3 * MS;
     while h.now < 1_000 * MS + 60 * INTERVAL {
@@ -682,6 +700,7 @@ fn idle_calls_fall_on_the_grid_of_intervals() {
     // Past the first calls (the first sample, joining the grid).
     let settled = &sent[4..];
     for &t in settled {
+        let t = t - phase;
         let before_grid = (INTERVAL - t % INTERVAL) % INTERVAL;
         assert!(
             before_grid <= INTERVAL / 4,
@@ -750,4 +769,33 @@ fn an_idle_rule_makes_no_call_until_a_decision_is_refused() {
         other => panic!("woken with {other:?}"),
     }
     assert!(!h.machine.dormant());
+}
+
+/// Retries while failing came exactly one interval apart, so replicas that failed
+/// together (Redis down for all) retried together. Each failure now draws a jitter of
+/// up to a quarter interval: retries are an interval to an interval and a quarter
+/// apart, and not all the same.
+#[test]
+fn retries_while_failing_are_jittered() {
+    let mut h = Harness::with(4, 1, INTERVAL, 23 * MS);
+    h.good(200);
+    let mut attempts = Vec::new();
+    let until = h.now + 40 * INTERVAL;
+    while h.now < until {
+        let calls = h.calls;
+        let t0 = h.now;
+        h.step(Event::Fail { after_ms: 0 });
+        if h.calls > calls {
+            attempts.push(t0);
+        }
+    }
+    let gaps: Vec<u64> = attempts.windows(2).map(|p| p[1] - p[0]).skip(1).collect();
+    assert!(gaps.len() >= 20, "{gaps:?}");
+    for &gap in &gaps {
+        assert!(
+            (INTERVAL..=INTERVAL + INTERVAL / 4 + TICK).contains(&gap),
+            "{gaps:?}"
+        );
+    }
+    assert!(gaps.iter().any(|&g| g != gaps[0]), "no jitter: {gaps:?}");
 }

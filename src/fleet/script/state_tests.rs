@@ -117,7 +117,9 @@ impl Replica {
             naming,
             n,
             window_ms * 1_000_000,
-            [interval, interval / 2, interval / 2],
+            // A generous response timeout: a call the script runs later than half of it
+            // after it was sent is refused as late, and a loaded machine is slow.
+            [interval, Duration::from_secs(10), interval / 2],
         );
         wire.young_windows = 4;
         Self {
