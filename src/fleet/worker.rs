@@ -14,12 +14,14 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use super::call_error::CallError;
+use super::lease::phase_of;
 use super::lease::{
     Call, LeaseMachine, Notice, Settings, Shared, Vouch, FALLBACK_AFTER_INTERVALS,
     PRUNE_AFTER_INTERVALS,
 };
 use super::stall::StallWatch;
 use super::stats::FleetFailure;
+use super::throttle::Throttle;
 use super::wire::{read_reply, RuleWire};
 
 /// What a rule's worker needs of the limiter it serves: its clock's reading and the
@@ -101,36 +103,6 @@ struct RuleState {
     stall: StallWatch,
 }
 
-/// A kind of event logged at most once per sync interval, with the count since.
-#[derive(Default)]
-struct Throttle {
-    last: Option<u64>,
-    pending: u64,
-}
-
-impl Throttle {
-    /// Counts an event at `now`; the events to log (this one and those not logged
-    /// since), if none was logged within `interval`.
-    fn due(&mut self, now: u64, interval: u64) -> Option<u64> {
-        self.pending += 1;
-        if self.last.is_some_and(|t| now.saturating_sub(t) < interval) {
-            return None;
-        }
-        self.last = Some(now);
-        Some(std::mem::take(&mut self.pending))
-    }
-}
-
-/// The phase of a replica group's heartbeat grid within `interval`: a hash (FNV-1a)
-/// of the group (its replica and interval), the same for all its rules, so they still
-/// share rounds, and different from another replica's.
-fn phase(group: &str, interval: u64) -> u64 {
-    let hash = group.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    hash % interval.max(1)
-}
-
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
@@ -154,7 +126,7 @@ impl RuleWorker {
             interval_nanos,
             tick_nanos: nanos(tick),
             call_bound_nanos: nanos(wire.bound()),
-            phase_nanos: phase(&wire.group, interval_nanos),
+            phase_nanos: phase_of(&wire.group, interval_nanos),
         };
         Self {
             inner,

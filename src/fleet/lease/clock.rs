@@ -87,3 +87,13 @@ impl LeaseMachine {
         }
     }
 }
+
+/// The phase of a replica group's heartbeat grid within `interval`: a hash (FNV-1a)
+/// of the group (its replica and interval), the same for all its rules, so they still
+/// share rounds, and different from another replica's.
+pub(crate) fn phase_of(group: &str, interval: u64) -> u64 {
+    let hash = group.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    hash % interval.max(1)
+}
