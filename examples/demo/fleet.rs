@@ -147,6 +147,7 @@ impl Watch {
             redis_calls: stats.redis_calls,
             leases: stats.leases,
             lease_errors: stats.lease_errors,
+            shape_conflicts: stats.shape_conflicts,
             fallback_seen: self.fallback_seen.load(Ordering::Relaxed),
             instances_seen: self.instances_seen.load(Ordering::Relaxed),
         }
@@ -166,6 +167,8 @@ pub(crate) struct Outcome {
     leases: u64,
     /// Calls to Redis that failed or timed out.
     lease_errors: u64,
+    /// Lease calls refused because demos with another limit or window leased the key.
+    shape_conflicts: u64,
     /// Whether this process spent its fallback share (Redis unreachable) at any time.
     fallback_seen: bool,
     /// The most live instances (demo processes on this key) it saw at once.

@@ -15,7 +15,7 @@ use crate::windows::{Report, WindowCounts};
 /// Flat counters first, then the per-window map, then optional sections that are left
 /// out when they do not apply: `otlp`, and in fleet mode the fleet's fields
 /// (`redis_key`, `instance_id`, `redis_calls`, `leases`, `lease_errors`,
-/// `fallback_seen`, `instances_seen`).
+/// `shape_conflicts`, `fallback_seen`, `instances_seen`).
 #[derive(Debug, Serialize)]
 pub(crate) struct Summary {
     /// `ratelimiting`, or `adaptive` with `--adaptive`.

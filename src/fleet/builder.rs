@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
@@ -233,8 +233,7 @@ impl<C: Clock> FleetLimiterBuilder<C> {
         } else {
             TargetTls::Single(tls::Connector::new(&self.urls[0], &self.tls)?)
         };
-        let timeouts = [response_timeout, connect_timeout];
-        let target = Target::parse(&self.urls, cluster, timeouts, tls).map_err(bad_url)?;
+        let target = Target::parse(&self.urls, cluster, tls).map_err(bad_url)?;
         let mut identity = target_identity(&self.urls).map_err(bad_url)?;
         identity.push(tls::identity(&self.tls));
         let naming = naming(self.prefix, self.key.clone(), self.instance_id, cluster);
@@ -257,6 +256,7 @@ impl<C: Clock> FleetLimiterBuilder<C> {
             clock: self.clock,
             limit: self.limit,
             stats: StatCells::default(),
+            demand: AtomicBool::new(false),
             member: Arc::new(RuleWorker::new(Weak::<Inner<C>>::clone(weak), wire)),
             registration: OnceLock::new(),
             key: self.key,
@@ -265,7 +265,7 @@ impl<C: Clock> FleetLimiterBuilder<C> {
         });
         let member: Arc<dyn Member> = inner.member.clone();
         let registration = pool::join(
-            PoolKey::new(identity, cluster, connect_timeout, response_timeout),
+            PoolKey::new(identity, cluster),
             target,
             Arc::downgrade(&member),
         )

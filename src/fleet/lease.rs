@@ -9,12 +9,14 @@
 //! * It installs in the lease word for window `w` only what Redis granted for `w`, plus,
 //!   in fallback, its share `N/k` of `w` (rotated, see `share.rs`), at most once per
 //!   window and only for a window later than every window it reported to Redis.
-//! * While a call is failing it makes one attempt per sync interval; a refusal for
+//! * While a call is failing it makes one attempt per sync interval (plus a jitter of
+//!   up to a quarter interval, drawn at each failure); a refusal for
 //!   lateness adds one re-sample of the clock and, once per interval, a lease right
 //!   after it: at most 4 calls per interval while every lease is refused as late.
 //! * It never asks for a lease of a window older than the one it accounts for.
-//! * Idle, it heartbeats on the fleet's grid of sync intervals (`lease/clock.rs`), at
-//!   most an interval and a quarter after its last successful call was sent.
+//! * Idle, it heartbeats on its replica's grid of sync intervals (the fleet's, shifted
+//!   by the replica's phase; `lease/clock.rs`), at most an interval and a quarter after
+//!   its last successful call was sent, until it goes dormant (`lease/dormant.rs`).
 //!
 //! # Steps of time (see also the fleet clock in `script.rs`)
 //!
@@ -26,7 +28,9 @@
 //! * **Redis time steps forward, or this replica's clock stalls:** its next call is
 //!   refused as late; the refusal's time corrects the mapping, one re-sample follows,
 //!   and the lease right after it is for the right window: at most one interval and
-//!   two round trips after its first call, within one window of under-use.
+//!   two round trips after its first call, within one window of under-use. A clock
+//!   that stands still makes no call due; the worker notices it against real time
+//!   (`stall.rs`) and has the machine sample Redis time once per interval.
 //! * **This replica's clock jumps ahead by `D`:** Redis grants no lease further than
 //!   one window from its own and its time corrects the mapping at the next reply;
 //!   the machine re-syncs to Redis's window at once, unless the lease word already
@@ -36,7 +40,7 @@
 //! * Never a window over its grants plus one fallback share, whatever the steps:
 //!   checked by the property test in `lease/tests.rs`.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::script::{LeaseReply, LeaseRequest};
 use super::share::{chunk, low_water};
@@ -55,9 +59,11 @@ pub(crate) const STALE_AFTER_INTERVALS: u64 = 2;
 /// windows that end before this age, less [`FALLBACK_MARGIN_INTERVALS`], has passed
 /// since it sent its last heartbeat that Redis answered.
 pub(crate) const PRUNE_AFTER_INTERVALS: u64 = 20;
-/// The replica's side of the clock uncertainty in that rule: its mapping of a window
-/// end is off by at most half a round trip (under the response timeout, itself at
-/// most an interval by default) plus drift, far below one interval.
+/// The replica's side of the clock uncertainty in that rule, at least: its mapping of a
+/// window end is off by at most half a round trip plus drift, and so is the time of
+/// its heartbeat mapped back; a round trip is at most the call's response and connect
+/// timeouts, so the margin is the longer of this many intervals and those timeouts
+/// ([`Settings::call_bound_nanos`]), whatever timeouts the rule was given.
 pub(crate) const FALLBACK_MARGIN_INTERVALS: u64 = 1;
 /// A mapping of Redis time older than this many sync intervals takes any sample.
 const RESAMPLE_AFTER_INTERVALS: u64 = 10;
@@ -68,6 +74,8 @@ pub(crate) struct Shared<'a> {
     pub(crate) lease: &'a LeaseWord,
     pub(crate) time: &'a TimeMap,
     pub(crate) stats: &'a StatCells,
+    /// Set by a refused decision; the machine takes it to wake a dormant rule.
+    pub(crate) demand: &'a AtomicBool,
 }
 
 /// The rule's fixed parameters, in nanoseconds of the local clock.
@@ -80,6 +88,16 @@ pub(crate) struct Settings {
     pub(crate) interval_nanos: u64,
     /// How often the worker plans when it has nothing to call.
     pub(crate) tick_nanos: u64,
+    /// The longest one call may take: its response and connect timeouts. A sample of
+    /// Redis time is kept only from a call within it, so the mapping of a window end
+    /// is off by at most half of it, and a heartbeat time Redis reports, mapped back,
+    /// by as much again: the fallback's margin before Redis forgets the replica is
+    /// at least this (`lease/fallback.rs`).
+    pub(crate) call_bound_nanos: u64,
+    /// This replica's offset of the grid of intervals its idle rules heartbeat on, and
+    /// the seed of its retries' jitter (below an interval): replicas spread their
+    /// heartbeats and retries over the interval instead of all calling at its start.
+    pub(crate) phase_nanos: u64,
 }
 
 /// What to ask Redis next.
@@ -122,6 +140,9 @@ pub(crate) enum Notice {
     /// Cut off longer than Redis keeps this replica's share: it admits nothing more
     /// until Redis answers.
     ShareExpired,
+    /// Redis refused a lease: the key is leased by another shape (`version`: false) or
+    /// holds a later script's state (true).
+    Refused { version: bool },
     /// The mapping of Redis time was off by this many nanoseconds (Redis later than
     /// the replica thought when positive): a clock stepped, Redis's or this replica's.
     ClockStep { nanos: i128 },
@@ -186,6 +207,16 @@ pub(crate) struct LeaseMachine {
     resample_first: bool,
     /// When a re-sample last let the next lease go without waiting its interval.
     last_quick_retry: Option<u64>,
+    /// Added to the interval between retries while failing: up to a quarter interval,
+    /// drawn anew at each failure (from `jitter_state`), 0 after a success.
+    retry_jitter: u64,
+    jitter_state: u64,
+    /// No traffic: the rule makes no call until a decision is refused (`dormant.rs`).
+    dormant: bool,
+    /// Since when (local) it has had no traffic.
+    idle_since: Option<u64>,
+    /// It went dormant since the pool last asked: its member is to leave the rule.
+    leave_due: bool,
     notices: Vec<Notice>,
 }
 
@@ -220,6 +251,11 @@ impl LeaseMachine {
             samples: SampleFilter::new(),
             resample_first: false,
             last_quick_retry: None,
+            retry_jitter: 0,
+            jitter_state: settings.phase_nanos | 1,
+            dormant: false,
+            idle_since: None,
+            leave_due: false,
             notices: Vec::new(),
         }
     }
@@ -235,8 +271,10 @@ impl LeaseMachine {
         std::mem::take(&mut self.notices)
     }
 
+    /// Whether an interval, plus the retry jitter while failing, has passed since `last`.
     fn paced(&self, last: Option<u64>, now: u64) -> bool {
-        last.is_none_or(|t| now.saturating_sub(t) >= self.settings.interval_nanos)
+        let wait = self.settings.interval_nanos + self.retry_jitter;
+        last.is_none_or(|t| now.saturating_sub(t) >= wait)
     }
 
     /// Window bookkeeping and fallback at local time `now`; returns the call to make
@@ -274,11 +312,16 @@ impl LeaseMachine {
         }
         self.advance(shared, now, current);
         let remaining = self.look_at_word(shared);
-        let lease = |window, want| Some(Call::Lease(self.request(window, want, sent_ms)));
         if self.failing || self.in_fallback {
             // Paced above: one attempt per interval, a heartbeat that also reports.
-            return lease(current, 0);
+            return Some(Call::Lease(self.request(current, 0, sent_ms)));
         }
+        // Relaxed: a hint (see `Inner::wanted`).
+        let wanted = shared.demand.swap(false, Ordering::Relaxed);
+        if self.sleeps(wanted, now) {
+            return None;
+        }
+        let lease = |window, want| Some(Call::Lease(self.request(window, want, sent_ms)));
         let wanted = chunk(self.settings.permits, self.spent_previous, self.spent);
         if remaining <= low_water(wanted) && now >= self.retry_lease_at {
             return lease(current, wanted);
@@ -306,71 +349,16 @@ impl LeaseMachine {
         self.roll(shared, current);
         self.spend_fallback_share(shared, current);
     }
-
-    /// What remains in the lease word for `window` (0 if it names another window), and
-    /// the statistics of the window.
-    fn look_at_word(&mut self, shared: Shared<'_>) -> u64 {
-        let (word_window, remaining) = shared.lease.snapshot();
-        let remaining = if word_window == self.window {
-            self.spent = self.held.saturating_sub(remaining);
-            remaining
-        } else {
-            0
-        };
-        // Relaxed: display values (see `StatCells`).
-        shared.stats.window.store(self.window, Ordering::Relaxed);
-        shared.stats.granted.store(self.held, Ordering::Relaxed);
-        remaining
-    }
-
-    /// Moves the accounting to window `current` if it is newer.
-    fn roll(&mut self, shared: Shared<'_>, current: u64) {
-        if current <= self.window {
-            return;
-        }
-        self.count_closed_window(shared);
-        self.spent_previous = if self.window + 1 == current {
-            self.spent
-        } else {
-            0
-        };
-        self.held = match self.prefetched {
-            Some((window, granted)) if window == current => {
-                // Installed by a decision already, or now by us: at most once either way.
-                shared.lease.roll_to(current, granted);
-                // Relaxed (stats): a display counter.
-                let leased = &shared.stats.permits_leased;
-                leased.fetch_add(granted, Ordering::Relaxed);
-                granted
-            }
-            _ => 0,
-        };
-        self.window = current;
-        self.prefetched = None;
-        self.spent = 0;
-        self.retry_lease_at = 0;
-    }
-
-    /// Adds what was spent of `window`, and what was left, to the statistics: read
-    /// from the word if it still names `window`, else as last looked at.
-    fn count_closed_window(&mut self, shared: Shared<'_>) {
-        let (word_window, remaining) = shared.lease.snapshot();
-        if word_window == self.window {
-            self.spent = self.held.saturating_sub(remaining);
-        }
-        // Relaxed (stats): display counters.
-        let stats = shared.stats;
-        stats.permits_used.fetch_add(self.spent, Ordering::Relaxed);
-        let unused = self.held.saturating_sub(self.spent);
-        stats.permits_unused.fetch_add(unused, Ordering::Relaxed);
-    }
 }
 
 mod clock;
+mod dormant;
 mod fallback;
 mod reply;
+mod roll;
 mod vouch;
 
+pub(crate) use clock::phase_of;
 pub(crate) use vouch::Vouch;
 #[cfg(test)]
 mod tests;

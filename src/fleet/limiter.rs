@@ -1,7 +1,7 @@
 //! [`FleetLimiter`]: the handle, its builder and its statistics.
 
 use std::fmt;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -97,6 +97,8 @@ pub(crate) struct Inner<C> {
     pub(crate) clock: C,
     pub(crate) limit: Limit,
     pub(crate) stats: StatCells,
+    /// Set by a decision refused for want of a lease: wakes a dormant rule (`lease.rs`).
+    pub(crate) demand: AtomicBool,
     /// This rule in its worker, and its place there.
     pub(super) member: Arc<RuleWorker>,
     pub(super) registration: OnceLock<Registration>,
@@ -112,6 +114,20 @@ impl<C> Inner<C> {
             lease: &self.lease,
             time: &self.time,
             stats: &self.stats,
+            demand: &self.demand,
+        }
+    }
+}
+
+impl<C> Inner<C> {
+    /// A decision was refused: a dormant rule wakes at the worker's next tick. Written
+    /// only when not set yet, so refusals in a row write nothing shared.
+    #[inline]
+    fn wanted(&self) {
+        // Relaxed (both): a hint to the worker, which reads it with its own clock and
+        // leases; it publishes nothing.
+        if !self.demand.load(Ordering::Relaxed) {
+            self.demand.store(true, Ordering::Relaxed);
         }
     }
 }
@@ -143,7 +159,11 @@ impl<C: Clock> FleetLimiter<C> {
     pub fn acquire_window(&self) -> Option<u64> {
         let inner = &*self.inner;
         let fleet = inner.time.fleet_nanos(inner.clock.now_nanos())?;
-        inner.lease.try_spend_at(fleet, inner.limit.window_nanos())
+        let admitted = inner.lease.try_spend_at(fleet, inner.limit.window_nanos());
+        if admitted.is_none() {
+            inner.wanted();
+        }
+        admitted
     }
 
     /// The fleet window id that holds local clock time `local_nanos` (a stamp from
@@ -258,7 +278,10 @@ impl<C: Clock> RateLimiter for FleetLimiter<C> {
         let now = inner.clock.now_nanos();
         let fleet = inner.time.fleet_nanos(now)?;
         let wlen = inner.limit.window_nanos();
-        let window = inner.lease.try_spend_at(fleet, wlen)?;
+        let Some(window) = inner.lease.try_spend_at(fleet, wlen) else {
+            inner.wanted();
+            return None;
+        };
         // A stale reading is counted in the newer window: stamp it at that window's start.
         let start = inner
             .time

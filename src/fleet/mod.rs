@@ -19,6 +19,8 @@
 //! * `pool.rs`: one worker per Redis target (a thread, its runtime, one connection),
 //!   shared by every limiter of the process on it: one pipeline per round.
 //! * `limiter.rs`: the public handle.
+//! * `stall.rs`: a limiter's clock standing still while real time goes on.
+//! * `throttle.rs`: a kind of warning logged at most once per sync interval.
 //! * `stats.rs`: its statistics, written by the worker, and the kinds of failed calls.
 //! * `builder.rs`: its builder, where the options are checked.
 //! * `error.rs`: `FleetError`.
@@ -48,9 +50,13 @@ mod script;
 #[cfg(feature = "redis")]
 mod share;
 #[cfg(feature = "redis")]
+mod stall;
+#[cfg(feature = "redis")]
 mod stats;
 #[cfg(feature = "redis")]
 mod stop;
+#[cfg(feature = "redis")]
+mod throttle;
 #[cfg(feature = "redis")]
 mod time;
 #[cfg(feature = "redis")]

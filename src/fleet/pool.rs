@@ -35,37 +35,24 @@ use super::wire::Leave;
 use super::worker::{Member, Planned};
 
 /// What makes two limiters share a worker: what their Redis URL(s) connect to
-/// (address, database, credentials, protocol: `transport::target_identity`), whether
-/// they name a cluster, and the timeouts the connection is built with: the connect
-/// timeout, and on a cluster the response timeout too (a single node's rounds are
-/// bounded by the timeouts of the rules in them, whatever the worker's). Limiters whose
-/// timeouts differ there get workers of their own, so no limiter's timeout is
-/// silently replaced by another's.
+/// (address, database, credentials, protocol: `transport::target_identity`) and
+/// whether they name a cluster; nothing of their windows or timeouts. The connection is
+/// built with limits of its own far above any rule's (`transport::CONNECTION_CEILING`):
+/// each round is bounded by the timeouts of the rules in it, and a rule whose own bound
+/// passed takes its answer as a timeout (`worker.rs`), so no limiter's timeout is
+/// replaced by another's, and rules of any windows share one thread and connection.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct PoolKey {
     targets: Vec<String>,
     cluster: bool,
-    connect_timeout: Duration,
-    /// `None` for a single node.
-    response_timeout: Option<Duration>,
 }
 
 impl PoolKey {
-    pub(crate) fn new(
-        mut targets: Vec<String>,
-        cluster: bool,
-        connect_timeout: Duration,
-        response_timeout: Duration,
-    ) -> Self {
+    pub(crate) fn new(mut targets: Vec<String>, cluster: bool) -> Self {
         // Seed nodes in any order name the same cluster.
         targets.sort();
         targets.dedup();
-        Self {
-            targets,
-            cluster,
-            connect_timeout,
-            response_timeout: cluster.then_some(response_timeout),
-        }
+        Self { targets, cluster }
     }
 }
 
@@ -210,6 +197,14 @@ async fn run(shared: Arc<PoolShared>, transport: Transport) {
             .iter()
             .filter_map(|m| m.plan(false).map(|p| (Arc::clone(m), p)))
             .collect();
+        // Rules gone dormant leave their rule's members (next pass, on the connection
+        // after their last calls), so nobody reserves a share for them.
+        let dormant: Vec<Leave> = members
+            .iter()
+            .filter(|m| m.leaving())
+            .map(|m| m.wire().leave())
+            .collect();
+        lock(&shared.leaving).extend(dormant);
         if !due.is_empty() {
             // The heartbeats due within a quarter interval go in this round: rules whose
             // mappings of fleet time differ a little stay in the same rounds.

@@ -12,7 +12,11 @@
 //!   member joins, leaves (its limiter dropped while its replica lives on: `pool.rs`
 //!   removes it) or is forgotten; whether a member is live is read from its replica's
 //!   heartbeat (below).
-//! * `{p}:meta`: a hash. `since`: the first window id this Redis's memory covers, set
+//! * `{p}:meta`: a hash. `v`: the version of the state (2; a script finding a later
+//!   one refuses the call: not its state to change). `shape`: `<N>/<window ms>` of the
+//!   replicas that lease the key, `alive` (fleet ms) until when that shape counts as
+//!   running, `end` (fleet ms) the end of the last window it leased for, `from` the first
+//!   window it may lease in (below). `since`: the first window id this Redis's memory covers, set
 //!   when absent. A Redis that restarted empty (or was flushed) sets it anew, and then
 //!   hands out nothing for that window and the next (their accounting was lost:
 //!   instances may still hold grants the old Redis made for them, the next one through
@@ -68,6 +72,27 @@
 //! time alone (the replica's first sample and its re-samples). A replica group's
 //! heartbeats are in its own fleet clock; a vouched time is carried into it as an age.
 //!
+//! **Shapes.** Replicas of one key may disagree on `N` or the window (a rolling deploy
+//! that changes the limit): window ids, `since` and the grants of one window length
+//! mean nothing in another. One shape leases the key at a time. A call of another shape
+//! is refused (reply `refused` 1, nothing written, not a member) while `alive` is
+//! ahead: every answered call of the leasing shape moves it to its time plus the stale
+//! age of its interval. Once that shape has not called for its stale age, the first
+//! call of another takes the key over: `since` is carried into the new window's units,
+//! and the new shape leases no window before `from`, the first that starts after the
+//! last window the old shape leased for ends. So no instant is ever covered by grants
+//! of both shapes: every window of the longer shape keeps what one shape allows in it,
+//! at most what the faster alone allows. The old shape's members stay until forgotten;
+//! while their heartbeats are stale their shares stay reserved (a cut-off old replica
+//! may be spending its fallback share, `N_old/k` per old window). A refused replica
+//! joins nothing and has no share to fall back to (`lease/reply.rs`). A state without
+//! a shape (the previous script's, or a fresh key) is taken as the caller's, unless its
+//! `since` is later than the caller's window can be (it was written in a shorter
+//! window's units): then it is treated as a restart. The previous script (version 1,
+//! kept as `script/fixtures/lease_v1.lua`) writes no shape: a replica of it with the same
+//! shape shares the key, accounting the same window hashes; one with another shape
+//! is not seen.
+//!
 //! **Reach.** A lease is granted only for Redis's own window, the one before it or the
 //! one after it (a prefetch): a replica whose mapping is further off gets nothing and
 //! corrects its mapping from the reply, so no replica holds a grant for a window far
@@ -109,7 +134,7 @@
 //! unrecorded.
 //!
 //! Reply, per call: `{granted, total, k, rank, since, young, seconds, microseconds,
-//! expired, vouched}`, the time being the rule's fleet clock's, `vouched` the time (ms,
+//! expired, vouched, refused}` (`refused`: 0, 1 for another shape, 2 for a later version), the time being the rule's fleet clock's, `vouched` the time (ms,
 //! of that clock) its group's heartbeat was written for (0: not written); for a call
 //! that raised, Redis's message as a string.
 //!
@@ -145,6 +170,18 @@ pub(crate) struct LeaseReply {
     pub(crate) expired: bool,
     /// The time (fleet Unix ms) Redis wrote as its replica's heartbeat (0: none).
     pub(crate) vouched_ms: u64,
+    /// Why the call was refused as not this replica's to lease, if it was.
+    pub(crate) refused: Option<Refusal>,
+}
+
+/// Why the lease script refused a call that reached it in time: the rule's key is
+/// leased by replicas of another shape, or holds the state of a later script.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// Another `N` or window leases the key (a rolling deploy that changes the limit).
+    Shape,
+    /// The key's state was written by a later version of the script.
+    Version,
 }
 
 impl LeaseReply {
@@ -161,11 +198,19 @@ impl LeaseReply {
             server_unix_nanos: super::time::time_to_nanos(u(6)?, u(7)?),
             expired: u(8)? == 1,
             vouched_ms: u(9)?,
+            refused: match v.get(10) {
+                None | Some(0) => None,
+                Some(1) => Some(Refusal::Shape),
+                Some(2) => Some(Refusal::Version),
+                Some(_) => return None,
+            },
         })
     }
 }
 
 mod lua;
+#[cfg(test)]
+mod state_tests;
 
 #[cfg(test)]
 mod tests {
@@ -173,9 +218,13 @@ mod tests {
 
     #[test]
     fn parses_a_reply_and_refuses_a_bad_one() {
-        let r = LeaseReply::from_values(&[3, 10, 2, 1, 99, 0, 1_700_000_000, 5, 0, 7]).unwrap();
+        let r = LeaseReply::from_values(&[3, 10, 2, 1, 99, 0, 1_700_000_000, 5, 0, 7, 0]).unwrap();
         assert_eq!((r.granted, r.total, r.instances, r.rank), (3, 10, 2, 1));
-        assert!(!r.young && !r.expired);
+        assert!(!r.young && !r.expired && r.refused.is_none());
+        let refused = |code| LeaseReply::from_values(&[0, 0, 0, 0, 0, 0, 1, 0, 0, 0, code]);
+        assert_eq!(refused(1).unwrap().refused, Some(Refusal::Shape));
+        assert_eq!(refused(2).unwrap().refused, Some(Refusal::Version));
+        assert_eq!(refused(3), None);
         assert_eq!(r.vouched_ms, 7);
         assert_eq!(r.server_unix_nanos, 1_700_000_000_000_005_000);
         assert_eq!(LeaseReply::from_values(&[1, 2]), None);

@@ -135,6 +135,8 @@ pub(crate) struct StatCells {
     pub(crate) instances: AtomicU64,
     pub(crate) window: AtomicU64,
     pub(crate) granted: AtomicU64,
+    /// Lease calls refused because the key is leased by another shape (or version).
+    pub(crate) shape_conflicts: AtomicU64,
     /// Failed calls by [`FleetFailure::index`].
     failures: [AtomicU64; FleetFailure::ALL.len()],
     /// The last failure's index plus one; 0 after a success (or before any call).
@@ -198,6 +200,7 @@ impl StatCells {
             permits_fallback: load(&self.permits_fallback),
             permits_used: load(&self.permits_used),
             permits_unused: load(&self.permits_unused),
+            shape_conflicts: load(&self.shape_conflicts),
             ..FleetStats::default()
         }
     }
@@ -257,6 +260,12 @@ pub struct FleetStats {
     /// Round trips that worker made to Redis (one pipeline carrying the due calls of
     /// all its limiters; one per slot on a cluster), over its life.
     pub worker_round_trips: u64,
+    /// Lease calls Redis refused because replicas with another limit or window (`N`
+    /// or window differing under the same key, as in a rolling deploy) lease the key,
+    /// or because a later version of the lease script wrote its state. A refused
+    /// replica admits nothing for the rule (and spends no fallback share) until the
+    /// other shape has stopped calling for its stale age; then its shape takes over.
+    pub shape_conflicts: u64,
     failures: [u64; FleetFailure::ALL.len()],
 }
 

@@ -20,6 +20,13 @@ use super::stop::Stop;
 use super::tls::{ensure_provider, Connector};
 use super::wire::{Leave, RuleWire, Scripts};
 
+/// The connection's own connect and response limits: far above any rule's timeouts,
+/// only a backstop. The rules of a worker may have any timeouts (their windows set the
+/// defaults), so each round is bounded by the longest bound of the rules in it
+/// (`Transport::round`), each rule takes an answer later than its own bound as a
+/// timeout (`worker.rs`), and a removal of members by theirs (`Transport::leave`).
+pub(crate) const CONNECTION_CEILING: Duration = Duration::from_secs(60);
+
 /// Where Redis is: one server (through a reconnecting `ConnectionManager`) or a cluster.
 pub(crate) enum Target {
     Single(redis::Client, ConnectionManagerConfig),
@@ -46,13 +53,12 @@ impl Target {
     pub(crate) fn parse(
         urls: &[String],
         cluster: bool,
-        [response_timeout, connect_timeout]: [Duration; 2],
         tls: TargetTls,
     ) -> Result<Self, (String, String)> {
         let mut infos = parse_urls(urls)?;
         let tls = match tls {
             TargetTls::Single(connector) => {
-                return Ok(Self::SingleTls(Arc::new(connector), connect_timeout))
+                return Ok(Self::SingleTls(Arc::new(connector), CONNECTION_CEILING))
             }
             TargetTls::RedisCrate(certs) => certs,
         };
@@ -70,8 +76,8 @@ impl Target {
                 builder = builder.certs(tls);
             }
             let client = builder
-                .connection_timeout(connect_timeout)
-                .response_timeout(response_timeout)
+                .connection_timeout(CONNECTION_CEILING)
+                .response_timeout(CONNECTION_CEILING)
                 .retries(1)
                 .build()
                 .map_err(|e| (urls.join(","), e.to_string()))?;
@@ -89,12 +95,12 @@ impl Target {
             // timeouts of the rules in it, which may differ.
             let config = ConnectionManagerConfig::new()
                 .set_response_timeout(None)
-                .set_connection_timeout(Some(connect_timeout))
+                .set_connection_timeout(Some(CONNECTION_CEILING))
                 // One attempt per call: the worker paces its own retries (one per
                 // sync interval) and makes a fresh manager after a failure.
                 .set_number_of_retries(0)
                 .set_min_delay(Duration::from_millis(1))
-                .set_max_delay(connect_timeout);
+                .set_max_delay(Duration::from_millis(1));
             Ok(Self::Single(client, config))
         }
     }
@@ -234,7 +240,10 @@ impl Transport {
     /// Removes the members of dropped limiters from their rules' members, each within
     /// its bound; a failure leaves the member to be forgotten with its replica.
     pub(crate) async fn leave(&self, leaves: &[Leave]) {
-        let Ok(connection) = self.connect().await else {
+        let Some(bound) = leaves.iter().map(|l| l.bound).max() else {
+            return;
+        };
+        let Ok(Ok(connection)) = tokio::time::timeout(bound, self.connect()).await else {
             return;
         };
         for leave in leaves {

@@ -9,16 +9,19 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::Value;
 
 use super::call_error::CallError;
+use super::lease::phase_of;
 use super::lease::{
     Call, LeaseMachine, Notice, Settings, Shared, Vouch, FALLBACK_AFTER_INTERVALS,
-    FALLBACK_MARGIN_INTERVALS, PRUNE_AFTER_INTERVALS,
+    PRUNE_AFTER_INTERVALS,
 };
+use super::stall::StallWatch;
 use super::stats::FleetFailure;
+use super::throttle::Throttle;
 use super::wire::{read_reply, RuleWire};
 
 /// What a rule's worker needs of the limiter it serves: its clock's reading and the
@@ -50,6 +53,11 @@ pub(crate) trait Member: Send + Sync {
     fn abandon(&self);
     /// Whether the rule was shut down.
     fn stopped(&self) -> bool;
+    /// Whether it went dormant since the last ask: its member is to leave the rule
+    /// (`lease/dormant.rs`).
+    fn leaving(&self) -> bool {
+        false
+    }
 }
 
 /// A call a rule planned, and the local time it planned it at.
@@ -73,6 +81,8 @@ pub(crate) struct RuleWorker {
     wire: RuleWire,
     tick: Duration,
     stopped: AtomicBool,
+    /// It went dormant: its member is to leave the rule.
+    leave_due: AtomicBool,
     state: Mutex<RuleState>,
     /// Whether a call of this rule is in a round; `idle` is notified when it is not.
     in_flight: Mutex<bool>,
@@ -85,9 +95,12 @@ struct RuleState {
     interval_nanos: u64,
     last_warning: Option<u64>,
     errors_since_warning: u64,
-    /// When a clock step was last logged, and the steps not logged since.
-    last_step_warning: Option<u64>,
-    steps_since_warning: u64,
+    /// Clock steps, logged at most once per interval.
+    steps: Throttle,
+    /// Refusals (shape or version), logged at most once per interval.
+    refusals: Throttle,
+    /// The limiter's clock against real time.
+    stall: StallWatch,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -112,19 +125,23 @@ impl RuleWorker {
             window_nanos: wire.window_nanos,
             interval_nanos,
             tick_nanos: nanos(tick),
+            call_bound_nanos: nanos(wire.bound()),
+            phase_nanos: phase_of(&wire.group, interval_nanos),
         };
         Self {
             inner,
             wire,
             tick,
             stopped: AtomicBool::new(false),
+            leave_due: AtomicBool::new(false),
             state: Mutex::new(RuleState {
                 machine: LeaseMachine::new(settings),
                 interval_nanos,
                 last_warning: None,
                 errors_since_warning: 0,
-                last_step_warning: None,
-                steps_since_warning: 0,
+                steps: Throttle::default(),
+                refusals: Throttle::default(),
+                stall: StallWatch::default(),
             }),
             in_flight: Mutex::new(false),
             idle: Condvar::new(),
@@ -175,9 +192,17 @@ impl Member for RuleWorker {
         } else {
             0
         };
-        let call = lock(&self.state)
-            .machine
-            .plan_within(inner.shared(), t0, ahead)?;
+        let mut state = lock(&self.state);
+        if state.stall.stalled(t0, Instant::now(), self.wire.interval) {
+            state.machine.clock_stalled();
+        }
+        let call = state.machine.plan_within(inner.shared(), t0, ahead);
+        if state.machine.take_leave_due() {
+            // Relaxed: read by the pool's thread, which is this one.
+            self.leave_due.store(true, Ordering::Relaxed);
+        }
+        drop(state);
+        let call = call?;
         *lock(&self.in_flight) = true;
         Some(Planned { call, t0 })
     }
@@ -219,6 +244,11 @@ impl Member for RuleWorker {
     fn stopped(&self) -> bool {
         // Acquire: pairs with the Release store in `stop`.
         self.stopped.load(Ordering::Acquire)
+    }
+
+    fn leaving(&self) -> bool {
+        // Relaxed: written and read by the pool's thread.
+        self.leave_due.swap(false, Ordering::Relaxed)
     }
 }
 
@@ -270,15 +300,9 @@ impl RuleState {
                          spending the local share N/{instances}");
                 }
                 Notice::ClockStep { nanos } => {
-                    self.steps_since_warning += 1;
-                    if self
-                        .last_step_warning
-                        .is_some_and(|t| now.saturating_sub(t) < self.interval_nanos)
-                    {
+                    let Some(steps) = self.steps.due(now, self.interval_nanos) else {
                         continue;
-                    }
-                    let steps = std::mem::take(&mut self.steps_since_warning);
-                    self.last_step_warning = Some(now);
+                    };
                     let by = Duration::from_nanos(
                         u64::try_from(nanos.unsigned_abs()).unwrap_or(u64::MAX),
                     );
@@ -288,13 +312,31 @@ impl RuleState {
                         "clock step detected: Redis time is {by:?} {direction} than this \
                          replica's mapping; mapping corrected");
                 }
+                Notice::Refused { version } => {
+                    let Some(refusals) = self.refusals.due(now, self.interval_nanos) else {
+                        continue;
+                    };
+                    if version {
+                        tracing::error!(target: "otel_rate_sampler::fleet",
+                            key = %key, refusals,
+                            "this fleet rule's key holds the state of a later version of \
+                             the lease script: this replica admits nothing for it until \
+                             it is upgraded too");
+                    } else {
+                        tracing::warn!(target: "otel_rate_sampler::fleet",
+                            key = %key, refusals,
+                            "replicas with another limit or window lease this fleet key \
+                             (a rolling deploy?): this replica admits nothing for it until \
+                             they stop calling, then its limit takes over");
+                    }
+                }
                 Notice::ShareExpired => {
                     tracing::warn!(target: "otel_rate_sampler::fleet",
                         key = %key,
-                        "no heartbeat reached Redis for {} sync intervals: Redis may have \
-                         given this replica's share to the others; admitting nothing until \
-                         Redis answers (a partition, or Redis down)",
-                        PRUNE_AFTER_INTERVALS - FALLBACK_MARGIN_INTERVALS);
+                        "no heartbeat reached Redis for nearly {PRUNE_AFTER_INTERVALS} sync \
+                         intervals (less a margin of the call timeouts): Redis may give this \
+                         replica's share to the others; admitting nothing until Redis \
+                         answers (a partition, or Redis down)");
                 }
                 Notice::Resumed => {
                     tracing::warn!(target: "otel_rate_sampler::fleet",

@@ -34,6 +34,9 @@ impl SamplerMetrics {
     pub const FLEET_PERMITS_USED: &'static str = "otel_rate_sampler.fleet.permits.used";
     /// Permits left unspent when their window ended (they lapse with it).
     pub const FLEET_PERMITS_UNUSED: &'static str = "otel_rate_sampler.fleet.permits.unused";
+    /// Lease calls refused because replicas with another limit or window lease the key
+    /// (a rolling deploy), or a later script wrote its state.
+    pub const FLEET_SHAPE_CONFLICTS: &'static str = "otel_rate_sampler.fleet.shape_conflicts";
     /// Attribute of every fleet instrument: the limiter's rule key.
     pub const FLEET_KEY: &'static str = "otel_rate_sampler.fleet.key";
     /// Attribute of the failure counter: [`FleetFailure::as_str`] (`connect`, `auth`,
@@ -57,6 +60,7 @@ impl SamplerMetrics {
     /// | `otel_rate_sampler.fleet.permits.leased` | counter | `{permit}` | key, `otel_rate_sampler.fleet.source` (`redis`, `fallback`) |
     /// | `otel_rate_sampler.fleet.permits.used` | counter | `{permit}` | key |
     /// | `otel_rate_sampler.fleet.permits.unused` | counter | `{permit}` | key |
+    /// | `otel_rate_sampler.fleet.shape_conflicts` | counter | `{call}` | key |
     ///
     /// Call latency is a pair of observable figures, not a histogram: OpenTelemetry
     /// has no observable histogram, and a synchronous one would tie the worker to a
@@ -96,7 +100,7 @@ impl SamplerMetrics {
 }
 
 /// The integer instruments: (name, counter or gauge, unit, description, points).
-fn u64_instruments() -> [(&'static str, bool, &'static str, &'static str, Points); 7] {
+fn u64_instruments() -> [(&'static str, bool, &'static str, &'static str, Points); 8] {
     let failures: Points = |s| {
         let kind = |k: FleetFailure| KeyValue::new(SamplerMetrics::ERROR_TYPE, k.as_str());
         FleetFailure::ALL
@@ -160,6 +164,13 @@ fn u64_instruments() -> [(&'static str, bool, &'static str, &'static str, Points
             "{permit}",
             "Permits unspent when their window ended",
             |s| vec![(s.permits_unused, None)],
+        ),
+        (
+            SamplerMetrics::FLEET_SHAPE_CONFLICTS,
+            true,
+            "{call}",
+            "Lease calls refused: another limit or window leases the key",
+            |s| vec![(s.shape_conflicts, None)],
         ),
     ]
 }

@@ -174,12 +174,22 @@ fn rules_sharing_a_slot_heartbeat_their_replica_once_per_round() {
     let nodes = start_cluster();
     let (keys, slot) = keys_in_one_slot(&nodes[0], 20);
     let fleet = rules_on(&nodes, &keys);
-    // Past the young windows; then idle: heartbeats only.
-    thread::sleep(WINDOW * 3);
+    // Past the young windows; then nearly idle: a decision per rule every
+    // window, so that no rule goes dormant (`lease/dormant.rs`: no call at all), and
+    // the calls are heartbeats and the odd lease.
+    let touch = |windows: u32| {
+        for _ in 0..windows {
+            for l in &fleet {
+                let _ = l.acquire_window();
+            }
+            thread::sleep(WINDOW);
+        }
+    };
+    touch(3);
     for node in &nodes {
         let _ = node.cli(&["CONFIG", "RESETSTAT"]);
     }
-    thread::sleep(WINDOW * 4);
+    touch(4);
     let zadds: u64 = nodes.iter().map(|n| command_calls(n, "zadd")).sum();
     let scripts: u64 = nodes.iter().map(script_calls).sum();
     println!("20 rules in slot {slot}, idle for 4 windows: {scripts} script calls, {zadds} ZADDs");

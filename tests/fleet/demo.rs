@@ -36,7 +36,7 @@ pub(crate) struct DemoRun {
     /// Kept traces per fleet window start (Unix ms).
     pub(crate) per_window: BTreeMap<u64, u64>,
     /// Windows wholly inside this process's run in which it alone offered more than N.
-    saturated: BTreeSet<u64>,
+    pub(crate) saturated: BTreeSet<u64>,
     pub(crate) summary: Value,
 }
 

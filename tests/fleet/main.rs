@@ -7,6 +7,7 @@ mod auth;
 mod churn;
 mod cluster;
 mod demo;
+mod deploy;
 // Fleet-scoped rules from a rule file (feature `config` too).
 #[cfg(feature = "config")]
 mod config_rules;

@@ -257,7 +257,8 @@ fn calls_by_rule_count() {
         while !fleet.iter().all(leasing) {
             thread::sleep(Duration::from_millis(5));
         }
-        thread::sleep(WINDOW * 3);
+        // Past the dormancy horizon (40 intervals of 250 ms).
+        thread::sleep(WINDOW * 11);
         let idle = rates(&server, &fleet, run, || {});
         let saturated = rates(&server, &fleet, run, || {
             drive(&fleet, 2 * u64::from(N), run);
@@ -268,5 +269,58 @@ fn calls_by_rule_count() {
             .map(|r| format!("{r:.1}"))
             .collect();
         println!("{count} | {}", row.join(" | "));
+    }
+}
+
+/// Idle costs O(replicas), not O(rules × replicas): 1000 rules on 3 replicas (instance
+/// ids of their own, so three replica groups), no traffic. Each rule used to heartbeat
+/// once per interval for ever, about 12 Redis commands a call inside the script (50 408
+/// commands per second per replica measured with 1000 rules); past the dormancy
+/// horizon (4 windows, 40 intervals) an idle rule makes no call at all. Target: at most
+/// 100 commands per second per replica, by Redis's own `INFO commandstats`. A rule
+/// used again leases at once, without a call before its first refused decision.
+#[test]
+fn a_thousand_idle_rules_on_three_replicas_cost_at_most_100_commands_per_second_each() {
+    let server = Server::start();
+    let limit = Limit::per_window(N, WINDOW).unwrap();
+    let fleet: Vec<FleetLimiter> = (0..3)
+        .flat_map(|replica| {
+            let url = server.url();
+            (0..1000).map(move |i| {
+                FleetLimiter::builder(url.clone(), format!("rule{i}"), limit)
+                    .sync_interval(Duration::from_millis(100))
+                    .response_timeout(Duration::from_secs(1))
+                    .instance_id(format!("replica{replica}"))
+                    .build()
+                    .expect("build")
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !fleet.iter().all(leasing) {
+        assert!(Instant::now() < deadline, "never synced");
+        thread::sleep(Duration::from_millis(5));
+    }
+    // Past the horizon: 4 windows of 1 s (longer than 40 intervals of 100 ms).
+    thread::sleep(WINDOW * 5);
+    let [rounds, scripts, _, commands, _] = rates(&server, &fleet, WINDOW * 3, || {});
+    println!(
+        "1000 idle rules on 3 replicas: {commands:.1} commands/s in all \
+         ({:.1} per replica), {scripts:.1} script calls/s, {rounds:.1} round trips/s",
+        commands / 3.0
+    );
+    assert!(
+        commands / 3.0 <= 100.0,
+        "{commands:.1} commands/s for 3 replicas"
+    );
+    let rule = &fleet[0];
+    let woken = Instant::now();
+    while rule.acquire_window().is_none() {
+        assert!(
+            woken.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            rule.stats()
+        );
+        thread::sleep(Duration::from_millis(1));
     }
 }

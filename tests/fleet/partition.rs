@@ -3,8 +3,9 @@
 //! the others, so no window passes N however long the partition lasts.
 
 use std::thread;
+use std::time::Duration;
 
-use otel_rate_sampler::{FleetFailure, FleetLimiter};
+use otel_rate_sampler::{FleetFailure, FleetLimiter, FleetStats};
 
 use crate::load::{self, assert_capped, drive, inner_windows, INTERVAL, N, WINDOW};
 use crate::proxy::Proxy;
@@ -19,9 +20,15 @@ fn three_and_one_behind(server: &Server, proxy: &Proxy, key: &str) -> Vec<FleetL
 }
 
 fn behind(proxy: &Proxy, key: &str, i: usize) -> FleetLimiter {
+    behind_with(proxy, key, i, INTERVAL)
+}
+
+/// A replica reaching Redis through `proxy`, with the response timeout given (the
+/// connect timeout the same).
+fn behind_with(proxy: &Proxy, key: &str, i: usize, response_timeout: Duration) -> FleetLimiter {
     FleetLimiter::builder(proxy.url(), key, load::limit())
         .sync_interval(INTERVAL)
-        .response_timeout(INTERVAL)
+        .response_timeout(response_timeout)
         .instance_id(format!("{key}-{i}"))
         .build()
         .expect("build")
@@ -35,33 +42,9 @@ fn one_replica_cut_off_for_forty_intervals_stays_under_n() {
     let server = Server::start();
     let proxy = Proxy::start(server.port);
     let fleet = three_and_one_behind(&server, &proxy, "longcut");
-    let mut spent_late = 0;
-    let mut cut_off = None;
-    let (per_window, first, last) = drive(&fleet, 3.0 * f64::from(N), WINDOW * 16, || {
-        thread::sleep(WINDOW * 2);
-        proxy.freeze();
-        thread::sleep(INTERVAL * 30);
-        let before = fleet[3].stats();
-        thread::sleep(INTERVAL * 10);
-        let after = fleet[3].stats();
-        cut_off = Some(after);
-        // Past the prune age: the cut-off replica admits nothing.
-        spent_late = if after.window == before.window {
-            after.window_spent - before.window_spent
-        } else {
-            after.window_spent
-        };
-        proxy.thaw();
-    });
-    let max = assert_capped(&per_window, "one replica cut off for 40 intervals");
-    println!(
-        "long partition: windows {:?}, max {max}",
-        inner_windows(&per_window, first, last)
-    );
-    assert_eq!(spent_late, 0, "{:?}", fleet[3].stats());
+    let cut_off = cut_off_for_forty_intervals(&fleet, &proxy, "one replica cut off");
     // What an operator sees of the cut-off replica: in fallback, its calls timing out
     // (the partition), not refused credentials nor error answers.
-    let cut_off = cut_off.expect("stats taken during the partition");
     assert!(cut_off.fallback_active, "{cut_off:?}");
     assert_eq!(
         cut_off.last_failure,
@@ -123,4 +106,60 @@ fn the_whole_fleet_cut_off_for_forty_intervals_stays_under_n() {
         inner.last().is_some_and(|&n| n * 10 >= u64::from(N) * 9),
         "{inner:?}"
     );
+}
+
+/// The partition rule for any timeout: one replica of four, whose calls may take a
+/// response timeout of 2 sync intervals (and a connect timeout as long), cut off for 40
+/// intervals. Its stop time follows its own timeouts (4 intervals before Redis may
+/// forget it, not 1): never over N, and nothing spent past it.
+#[test]
+fn one_replica_with_a_response_timeout_of_two_intervals_cut_off_stays_under_n() {
+    let server = Server::start();
+    let proxy = Proxy::start(server.port);
+    let key = "slowcut";
+    let mut fleet = load::fleet(&[server.url()], key, 3);
+    fleet.push(behind_with(&proxy, key, 3, INTERVAL * 2));
+    load::warm_up(&fleet, 4);
+    cut_off_for_forty_intervals(
+        &fleet,
+        &proxy,
+        "a replica with a 2-interval timeout cut off",
+    );
+    assert!(
+        fleet[3].stats().permits_fallback > 0,
+        "{:?}",
+        fleet[3].stats()
+    );
+}
+
+/// Drives `fleet` while its last replica, behind `proxy`, is cut off for 40 intervals:
+/// no window over N, and nothing spent by it in the last 10 (past the prune age).
+/// Returns its statistics near the end of the partition.
+fn cut_off_for_forty_intervals(fleet: &[FleetLimiter], proxy: &Proxy, what: &str) -> FleetStats {
+    let cut = &fleet[fleet.len() - 1];
+    let mut spent_late = 0;
+    let mut cut_off = None;
+    let (per_window, first, last) = drive(fleet, 3.0 * f64::from(N), WINDOW * 16, || {
+        thread::sleep(WINDOW * 2);
+        proxy.freeze();
+        thread::sleep(INTERVAL * 30);
+        let before = cut.stats();
+        thread::sleep(INTERVAL * 10);
+        let after = cut.stats();
+        cut_off = Some(after);
+        // Past the prune age: the cut-off replica admits nothing.
+        spent_late = if after.window == before.window {
+            after.window_spent - before.window_spent
+        } else {
+            after.window_spent
+        };
+        proxy.thaw();
+    });
+    let max = assert_capped(&per_window, what);
+    println!(
+        "{what}: windows {:?}, max {max}",
+        inner_windows(&per_window, first, last)
+    );
+    assert_eq!(spent_late, 0, "{:?}", cut.stats());
+    cut_off.expect("stats taken during the partition")
 }

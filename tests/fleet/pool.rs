@@ -5,7 +5,7 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use otel_rate_sampler::FleetLimiter;
+use otel_rate_sampler::{FleetLimiter, Limit};
 
 use crate::load::{self, INTERVAL};
 use crate::many_rules::script_calls;
@@ -147,32 +147,41 @@ fn urls_spelt_differently_for_one_redis_share_a_worker() {
     assert_eq!(other_db.stats().worker_rules, 1);
 }
 
-/// A worker's connection is built with a connect timeout (and, on a cluster, a response
-/// timeout): a limiter that asks for another one gets a worker of its own rather than
-/// the first limiter's timeout; one that differs only in its response timeout shares
-/// the single node's worker, whose rounds are bounded by each rule's own.
+/// One worker per Redis target whatever the windows: a rule's default timeouts follow
+/// its window, and the worker's key held the connect timeout, so rules of a rule file
+/// with different windows (or explicit timeouts) got a thread and a connection each.
+/// Each still lease, its calls bounded by its own timeouts.
 #[test]
-fn limiters_with_another_connect_timeout_get_a_worker_of_their_own() {
+fn limiters_of_any_windows_and_timeouts_share_one_worker() {
     let server = Server::start();
     let url = server.url();
-    let a = rule(url.clone(), "timeout-a");
-    let b = FleetLimiter::builder(url.clone(), "timeout-b", load::limit())
-        .sync_interval(INTERVAL)
-        .response_timeout(INTERVAL * 2)
-        .connect_timeout(INTERVAL)
-        .instance_id("pooled")
-        .build()
-        .expect("build");
-    let c = FleetLimiter::builder(url, "timeout-c", load::limit())
+    let of_window = |key: &str, window_ms: u64| {
+        let limit = Limit::per_window(10, Duration::from_millis(window_ms)).expect("limit");
+        FleetLimiter::builder(url.clone(), key, limit)
+            .instance_id("pooled")
+            .build()
+            .expect("build")
+    };
+    let short = of_window("window-200ms", 200);
+    let long = of_window("window-2s", 2000);
+    let explicit = FleetLimiter::builder(url.clone(), "timeout-c", load::limit())
         .sync_interval(INTERVAL)
         .response_timeout(INTERVAL)
         .connect_timeout(Duration::from_millis(700))
         .instance_id("pooled")
         .build()
         .expect("build");
-    assert_eq!(a.stats().worker_rules, 2);
-    assert_eq!(b.stats().worker_rules, 2);
-    assert_eq!(c.stats().worker_rules, 1);
+    let all = [short, long, explicit];
+    for l in &all {
+        assert_eq!(l.stats().worker_rules, 3, "{:?}", l.stats());
+    }
+    eventually("every rule answered by Redis", || {
+        all.iter().all(|l| {
+            let s = l.stats();
+            s.clock_synced && s.last_failure.is_none()
+        })
+    });
+    assert_eq!(server.clients(), 1, "one connection for the three rules");
 }
 
 /// Two limiters of one rule in one process (default instance ids, one replica): the

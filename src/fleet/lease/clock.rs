@@ -19,6 +19,15 @@ impl LeaseMachine {
         true
     }
 
+    /// The local clock stood still (or crawled) for a sync interval of real time
+    /// (`stall.rs`): paced by it, the machine would make no call, and its mapping would
+    /// keep the decisions in a window Redis has left. Samples Redis time before the
+    /// next call, as after a refusal for lateness, and lets that call go at once.
+    pub(crate) fn clock_stalled(&mut self) {
+        self.resample_first = true;
+        self.failing = false;
+    }
+
     /// Whether a heartbeat is due at local time `now` (fleet time `fleet`), or within
     /// `ahead`: at the point of the fleet's grid of sync intervals nearest an interval
     /// after the last successful call was sent, seen a quarter interval early, and not
@@ -35,8 +44,27 @@ impl LeaseMachine {
             return false;
         }
         let sent = fleet.saturating_sub(now.saturating_sub(sent));
-        let grid = sent.saturating_add(interval + interval / 2) / interval * interval;
+        // The grid of this replica: the fleet's, shifted by its phase.
+        let phase = self.settings.phase_nanos % interval;
+        let grid = sent
+            .saturating_add(interval + interval / 2)
+            .saturating_sub(phase)
+            / interval
+            * interval
+            + phase;
         fleet.saturating_add(interval / 4 + ahead) >= grid
+    }
+
+    /// Draws the jitter added to the next retry's interval: up to a quarter interval
+    /// (a xorshift of this replica's phase), so replicas that failed together (Redis
+    /// down for all) do not retry together.
+    pub(super) fn draw_retry_jitter(&mut self) {
+        let mut x = self.jitter_state;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.jitter_state = x;
+        self.retry_jitter = x % (self.settings.interval_nanos / 4).max(1);
     }
 
     /// Maps the local clock onto the server's `TIME` from this call made from local
@@ -58,4 +86,14 @@ impl LeaseMachine {
             }
         }
     }
+}
+
+/// The phase of a replica group's heartbeat grid within `interval`: a hash (FNV-1a)
+/// of the group (its replica and interval), the same for all its rules, so they still
+/// share rounds, and different from another replica's.
+pub(crate) fn phase_of(group: &str, interval: u64) -> u64 {
+    let hash = group.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    hash % interval.max(1)
 }

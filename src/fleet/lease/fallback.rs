@@ -70,14 +70,17 @@ impl LeaseMachine {
 
     /// Whether Redis still reserves this replica's share when window `window` ends:
     /// it forgets a member no sooner than the prune age after the member's last
-    /// heartbeat, which was written after it was sent.
+    /// heartbeat, which was written after it was sent; less the margin of the clock
+    /// uncertainty, which follows the rule's own timeouts ([`FALLBACK_MARGIN_INTERVALS`]).
     fn share_reserved_through(&self, shared: Shared<'_>, window: u64) -> bool {
         let interval = self.settings.interval_nanos;
         let Some(sent) = self.last_heartbeat_sent else {
             return false;
         };
-        let reserved_until =
-            sent.saturating_add((PRUNE_AFTER_INTERVALS - FALLBACK_MARGIN_INTERVALS) * interval);
+        let margin = (FALLBACK_MARGIN_INTERVALS * interval).max(self.settings.call_bound_nanos);
+        let reserved_until = sent
+            .saturating_add(PRUNE_AFTER_INTERVALS * interval)
+            .saturating_sub(margin);
         let end = (window + 1).saturating_mul(self.settings.window_nanos);
         shared
             .time

@@ -3,7 +3,7 @@
 use std::sync::atomic::Ordering;
 
 use super::{Call, FleetFailure, LeaseMachine, Membership, Notice, Reply, Shared};
-use crate::fleet::script::{LeaseReply, LeaseRequest};
+use crate::fleet::script::{LeaseReply, LeaseRequest, Refusal};
 use crate::fleet::word::Added;
 
 impl LeaseMachine {
@@ -15,6 +15,7 @@ impl LeaseMachine {
         kind: FleetFailure,
     ) {
         shared.stats.failed(kind);
+        self.draw_retry_jitter();
         self.last_failure = Some(kind);
         self.last_attempt = Some(t0);
         self.failing = true;
@@ -81,6 +82,9 @@ impl LeaseMachine {
         if let Call::Lease(request) = call {
             self.heard(shared, &request, &reply, t0);
         }
+        if let Some(refusal) = reply.refused {
+            self.refused(shared, refusal);
+        }
         if self.in_fallback {
             self.in_fallback = false;
             self.share_expired = false;
@@ -91,7 +95,7 @@ impl LeaseMachine {
             .stats
             .instances
             .store(reply.instances, Ordering::Relaxed);
-        if !reply.young || self.membership.is_none() {
+        if reply.refused.is_none() && (!reply.young || self.membership.is_none()) {
             self.membership = Some(Membership {
                 instances: reply.instances,
                 rank: reply.rank,
@@ -118,8 +122,21 @@ impl LeaseMachine {
         }
     }
 
+    /// Redis refused a lease for `refusal`: no share of another shape's key is this
+    /// replica's, so it has none to fall back to until Redis answers as a member again.
+    fn refused(&mut self, shared: Shared<'_>, refusal: Refusal) {
+        // Relaxed (stats): a display counter.
+        shared.stats.shape_conflicts.fetch_add(1, Ordering::Relaxed);
+        self.membership = None;
+        self.membership_settled = false;
+        self.notices.push(Notice::Refused {
+            version: refusal == Refusal::Version,
+        });
+    }
+
     fn on_success(&mut self, shared: Shared<'_>, t0: u64, t1: u64) {
         shared.stats.succeeded();
+        self.retry_jitter = 0;
         self.last_failure = None;
         self.last_attempt = Some(t0);
         self.failing = false;

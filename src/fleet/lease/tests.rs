@@ -37,6 +37,8 @@ struct Harness {
     lease: LeaseWord,
     time: TimeMap,
     stats: StatCells,
+    /// The decisions' demand flag (set when one is refused).
+    demand: AtomicBool,
     machine: LeaseMachine,
     /// Local monotonic time.
     now: u64,
@@ -67,15 +69,28 @@ struct Harness {
 
 impl Harness {
     fn new(instances: u64, rank: u64) -> Self {
+        Self::with_bound(instances, rank, INTERVAL)
+    }
+
+    /// A replica whose calls may take up to `call_bound` (its timeouts).
+    fn with_bound(instances: u64, rank: u64, call_bound: u64) -> Self {
+        Self::with(instances, rank, call_bound, 0)
+    }
+
+    /// A replica whose calls may take up to `call_bound`, of heartbeat phase `phase`.
+    fn with(instances: u64, rank: u64, call_bound: u64, phase: u64) -> Self {
         Self {
             lease: LeaseWord::new(),
             time: TimeMap::default(),
             stats: StatCells::default(),
+            demand: AtomicBool::new(false),
             machine: LeaseMachine::new(Settings {
                 permits: N,
                 window_nanos: WINDOW,
                 interval_nanos: INTERVAL,
                 tick_nanos: TICK,
+                call_bound_nanos: call_bound,
+                phase_nanos: phase,
             }),
             now: 1_000 * MS,
             server_offset: i128::from(time_to_nanos(1_700_000_000, 0)),
@@ -99,6 +114,7 @@ impl Harness {
             lease: &self.lease,
             time: &self.time,
             stats: &self.stats,
+            demand: &self.demand,
         };
         (&mut self.machine, shared)
     }
@@ -154,6 +170,7 @@ impl Harness {
             expired,
             // As Redis writes it when the call vouches for itself alone.
             vouched_ms: if expired { 0 } else { request.sent_ms },
+            refused: None,
         }
     }
 
@@ -223,6 +240,8 @@ impl Harness {
         while let Some(w) = self.lease.try_spend_at(fleet, WINDOW) {
             *self.spent.entry(w).or_default() += 1;
         }
+        // The last one was refused, as a decision's would be.
+        self.demand.store(true, Ordering::Relaxed);
     }
 
     fn good(&mut self, rounds: usize) {
@@ -374,13 +393,34 @@ fn falls_back_to_its_share_after_three_intervals_and_resumes() {
 /// less a margin of one), then nothing until Redis answers.
 #[test]
 fn the_fallback_share_ends_before_redis_forgets_the_replica() {
-    let mut h = Harness::new(4, 1);
-    h.good(200);
+    share_ends_before_redis_forgets(INTERVAL);
+}
+
+/// The same bound for a replica whose calls may take 4 intervals (a response timeout of
+/// 2 intervals, the connect timeout the same): its mapping of Redis time may be off by
+/// half of that, so it stops 4 intervals before Redis may forget it, not 1. Before, the
+/// margin was one interval whatever the timeouts.
+#[test]
+fn the_fallback_share_ends_earlier_for_longer_timeouts() {
+    share_ends_before_redis_forgets(4 * INTERVAL);
+}
+
+/// Cut off after 200 to 239 answered steps: at many phases of the window, so that
+/// some window ends between the two margins.
+fn share_ends_before_redis_forgets(call_bound: u64) {
+    for extra in 0..40 {
+        share_ends_before_redis_forgets_after(call_bound, 200 + extra);
+    }
+}
+
+fn share_ends_before_redis_forgets_after(call_bound: u64, steps: usize) {
+    let mut h = Harness::with_bound(4, 1, call_bound);
+    h.good(steps);
     let last_heartbeat = h.now;
     fail_for(&mut h, 40);
     assert!(h.machine.in_fallback());
     assert!(h.machine.take_notices().contains(&Notice::ShareExpired));
-    let reserved_until = last_heartbeat + (PRUNE_AFTER_INTERVALS - 1) * INTERVAL;
+    let reserved_until = last_heartbeat + PRUNE_AFTER_INTERVALS * INTERVAL - call_bound;
     let mut shares = 0;
     for (&w, &spent) in &h.spent {
         let end = h.time.local_nanos((w + 1) * WINDOW).expect("synced");
@@ -622,10 +662,24 @@ fn a_replica_clock_jumping_ahead_costs_at_most_one_window() {
 /// interval and a quarter apart, whatever its round trip.
 #[test]
 fn idle_calls_fall_on_the_grid_of_intervals() {
-    let mut h = Harness::new(2, 0);
+    calls_fall_on_the_grid(0);
+}
+
+/// Heartbeats were on one grid for the whole fleet, every replica calling at the same
+/// instants. Each replica's grid is now shifted by its phase (`worker.rs` hashes its
+/// replica group): the same law on the shifted grid.
+#[test]
+fn idle_calls_fall_on_the_grid_shifted_by_the_replicas_phase() {
+    calls_fall_on_the_grid(17 * MS);
+}
+
+fn calls_fall_on_the_grid(phase: u64) {
+    let mut h = Harness::with(2, 0, INTERVAL, phase);
     let mut sent = Vec::new();
     let rtt = 3 * MS;
     while h.now < 1_000 * MS + 60 * INTERVAL {
+        // Decisions now and then (refused: none spends here), so it never sleeps.
+        h.demand.store(true, Ordering::Relaxed);
         let t0 = h.now;
         let (machine, shared) = h.parts();
         let Some(call) = machine.plan(shared, t0) else {
@@ -646,6 +700,7 @@ fn idle_calls_fall_on_the_grid_of_intervals() {
     // Past the first calls (the first sample, joining the grid).
     let settled = &sent[4..];
     for &t in settled {
+        let t = t - phase;
         let before_grid = (INTERVAL - t % INTERVAL) % INTERVAL;
         assert!(
             before_grid <= INTERVAL / 4,
@@ -660,4 +715,87 @@ fn idle_calls_fall_on_the_grid_of_intervals() {
         "{} calls in 60 intervals",
         settled.len()
     );
+}
+
+/// A rule without traffic used to heartbeat once per interval for ever (1000 idle rules
+/// on one replica: 50 000 Redis commands per second). Now, once it has spent nothing
+/// for 40 intervals (and 4 windows), it makes no call at all, its member is to leave
+/// the rule, and it vouches for nothing; the first refused decision wakes it, and its
+/// next call is a lease for its current window.
+#[test]
+fn an_idle_rule_makes_no_call_until_a_decision_is_refused() {
+    let mut h = Harness::new(2, 0);
+    h.good(100);
+    let calls = h.calls;
+    // No decision at all for 60 intervals (the horizon: 40, 4 windows being 16).
+    let until = h.now + 60 * INTERVAL;
+    let mut sleeping = 0;
+    while h.now < until {
+        let now = h.now;
+        let (machine, shared) = h.parts();
+        if let Some(call) = machine.plan(shared, now) {
+            h.calls += 1;
+            let t1 = now + MS;
+            let reply = match call {
+                Call::SampleTime => Reply::Time(h.fleet_clock(now)),
+                Call::Lease(request) => Reply::Lease(h.answer(&request, N, now, t1)),
+            };
+            let (machine, shared) = h.parts();
+            machine.on_reply(shared, call, reply, now, t1);
+        }
+        if h.machine.dormant() {
+            sleeping += 1;
+        }
+        h.now += TICK;
+    }
+    let idle_calls = h.calls - calls;
+    assert!(h.machine.dormant(), "still awake after 60 idle intervals");
+    assert!(h.machine.take_leave_due(), "its member did not leave");
+    // Heartbeats (one per interval) while its last two windows still show spending
+    // (8 intervals) and for the horizon (40), none after it.
+    assert!(idle_calls <= 50, "{idle_calls} calls while idle");
+    assert!(sleeping > 0);
+    assert_eq!(h.machine.vouch(None), Vouch::Free);
+    // A decision refused: the next plan is a lease of the current window.
+    h.spend_all();
+    let now = h.now;
+    let window = h.redis_window();
+    let (machine, shared) = h.parts();
+    match machine.plan(shared, now) {
+        Some(Call::Lease(request)) => {
+            assert_eq!(request.window, window);
+            assert!(request.want > 0, "{request:?}");
+        }
+        other => panic!("woken with {other:?}"),
+    }
+    assert!(!h.machine.dormant());
+}
+
+/// Retries while failing came exactly one interval apart, so replicas that failed
+/// together (Redis down for all) retried together. Each failure now draws a jitter of
+/// up to a quarter interval: retries are an interval to an interval and a quarter
+/// apart, and not all the same.
+#[test]
+fn retries_while_failing_are_jittered() {
+    let mut h = Harness::with(4, 1, INTERVAL, 23 * MS);
+    h.good(200);
+    let mut attempts = Vec::new();
+    let until = h.now + 40 * INTERVAL;
+    while h.now < until {
+        let calls = h.calls;
+        let t0 = h.now;
+        h.step(Event::Fail { after_ms: 0 });
+        if h.calls > calls {
+            attempts.push(t0);
+        }
+    }
+    let gaps: Vec<u64> = attempts.windows(2).map(|p| p[1] - p[0]).skip(1).collect();
+    assert!(gaps.len() >= 20, "{gaps:?}");
+    for &gap in &gaps {
+        assert!(
+            (INTERVAL..=INTERVAL + INTERVAL / 4 + TICK).contains(&gap),
+            "{gaps:?}"
+        );
+    }
+    assert!(gaps.iter().any(|&g| g != gaps[0]), "no jitter: {gaps:?}");
 }

@@ -54,6 +54,9 @@ impl LeaseMachine {
             && self.fallback_installed_for > self.newest_window_reported;
         if unreported {
             Vouch::Until(answered)
+        } else if self.dormant() && in_round.is_none() {
+            // It holds only what Redis granted, and no share (`dormant.rs`).
+            Vouch::Free
         } else if self.foreign {
             // In the round its send time bounds nothing the others' answers do not.
             in_round.map_or(Vouch::Free, Vouch::Until)

@@ -123,12 +123,26 @@ local function membership(key, g, me)
   return k, rank, stale
 end
 
+-- The version of the rule's state this script writes (`v` in its meta); a state of a
+-- later version is not this script's to change.
+local VERSION = 2
+-- An answered call: the vouched time's age, in the oldest reading of any of the
+-- group's rule clocks, and how far the replica's mapping runs ahead of them (a call
+-- that raised before this point leaves the group as it was).
+local function answered(g, sent, now_ms, reply)
+  g.age = math.max(g.age, now_ms - g.v)
+  g.ahead = math.max(g.ahead, sent - now_ms)
+  table.insert(g.answered, {reply, now_ms})
+  return reply
+end
+
 local function lease(KEYS, ARGV, g)
   local meta = KEYS[3]
   local now_ms, now_s, now_sub_us = fleet_clock(meta)
-  if now_ms - tonumber(ARGV[10]) > tonumber(ARGV[11]) then
+  local sent = tonumber(ARGV[10])
+  if now_ms - sent > tonumber(ARGV[11]) then
     g.expired = true
-    return {0, 0, 0, 0, 0, 0, now_s, now_sub_us, 1, 0}
+    return {0, 0, 0, 0, 0, 0, now_s, now_sub_us, 1, 0, 0}
   end
   local id = ARGV[1]
   local w, n, want = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -138,13 +152,38 @@ local function lease(KEYS, ARGV, g)
   -- whose clock is off by more gets nothing (and corrects its clock from this reply).
   local redis_w = math.floor(now_ms / wms)
   local in_reach = w >= redis_w - 1 and w <= redis_w + 1
-  if not in_reach then want = 0 end
+
+  -- The key's shape (N and window): one shape leases at a time (`script.rs`).
+  local shape = n .. '/' .. wms
+  local st = redis.call('HMGET', meta, 'v', 'shape', 'alive', 'end', 'since', 'from')
+  if tonumber(st[1] or '0') > VERSION then
+    return answered(g, sent, now_ms, {0, 0, 0, 0, 0, 0, now_s, now_sub_us, 0, 0, 2})
+  end
+  local since, from = tonumber(st[5]), tonumber(st[6] or '0')
+  local alive = tonumber(st[3] or '0')
+  if st[2] ~= shape then
+    if st[2] and now_ms < alive then
+      return answered(g, sent, now_ms, {0, 0, 0, 0, 0, 0, now_s, now_sub_us, 0, 0, 1})
+    end
+    if st[2] then
+      -- Taken over from a shape no replica called for its stale age: `since` in this
+      -- window's units, and no grant before the last window the other shape leased
+      -- for has ended.
+      local old = tonumber(string.match(st[2], '/(%d+)$') or '0')
+      if since and old > 0 then since = math.floor(since * old / wms) end
+      from = math.ceil(tonumber(st[4] or '0') / wms)
+    elseif since and since > redis_w + 1 then
+      -- A state of the previous script (no shape) in a shorter window's units: as
+      -- after a restart, nothing for this window and the next.
+      since = redis_w
+    end
+    redis.call('HSET', meta, 'v', VERSION, 'shape', shape, 'from', from)
+    if since then redis.call('HSET', meta, 'since', since) end
+  end
+  redis.call('HSET', meta, 'alive', math.max(alive, now_ms + stale_n * g.c.interval))
   local k, rank, stale = membership(KEYS[2], g, g.replica .. ' ' .. id)
 
-  local since = redis.call('HGET', meta, 'since')
-  if since then
-    since = tonumber(since)
-  else
+  if not since then
     if in_reach then since = w else since = redis_w end
     redis.call('HSET', meta, 'since', since)
   end
@@ -161,7 +200,7 @@ local function lease(KEYS, ARGV, g)
   local young = 0
   if w <= since + young_windows then young = 1 end
   local grant = 0
-  if want > 0 and w > since + 1 then
+  if want > 0 and w > since + 1 and w >= from then
     local cap = n - total - stale * math.ceil(n / k)
     if young == 1 then
       local kk, rr = krep, rrep
@@ -176,14 +215,12 @@ local function lease(KEYS, ARGV, g)
     redis.call('HSET', KEYS[1], id, mine + grant, '#', total + grant)
     redis.call('PEXPIRE', KEYS[1], wms * 3)
   end
-  -- Answered: the vouched time's age, in the oldest reading of any of the group's
-  -- rule clocks, and how far the replica's mapping runs ahead of them (a call that
-  -- raised before this point leaves the group as it was).
-  g.age = math.max(g.age, now_ms - g.v)
-  g.ahead = math.max(g.ahead, tonumber(ARGV[10]) - now_ms)
-  local reply = {grant, total + grant, k, rank, since, young, now_s, now_sub_us, 0, 0}
-  table.insert(g.answered, {reply, now_ms})
-  return reply
+  if grant > 0 then
+    local last_end = (w + 1) * wms
+    if last_end > tonumber(st[4] or '0') then redis.call('HSET', meta, 'end', last_end) end
+  end
+  return answered(g, sent, now_ms,
+    {grant, total + grant, k, rank, since, young, now_s, now_sub_us, 0, 0, 0})
 end
 
 -- A rule's window hash of another type lost the window's accounting: like a Redis that
