@@ -1,7 +1,9 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::{BucketedWindow, FixedWindow, RateLimiter, SlidingLog, SlidingWindowCounter};
+use super::{
+    Admission, BucketedWindow, FixedWindow, RateLimiter, SlidingLog, SlidingWindowCounter,
+};
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::Limit;
 
@@ -226,6 +228,74 @@ impl<C: Clock> AnyLimiter<C> {
             Inner::Sliding(l) => l.absorb_at(now, count),
             Inner::Log(l) => l.absorb_at(now, count),
             Inner::Bucketed(l) => l.absorb_at(now, count),
+        }
+    }
+
+    /// [`acquire_stamped`](RateLimiter::acquire_stamped), with what
+    /// [`give_back`](Self::give_back) needs to return the permit.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by the rule layer's cap
+    #[inline]
+    pub(crate) fn admit(&self) -> Option<Admission> {
+        let now = self.clock().now_nanos();
+        match &self.inner {
+            Inner::Fixed(l) => l.acquire_at(now).map(Admission::at),
+            Inner::Sliding(l) => l.acquire_at(now).map(Admission::at),
+            Inner::Log(l) => l.admission_at(now),
+            Inner::Bucketed(l) => l.acquire_at(now).map(Admission::at),
+        }
+    }
+
+    /// The first half of an admission that a later check may still refuse (the rule
+    /// layer's service cap): the permit, taken (the window limiters, which
+    /// [`release`](Self::release) gives back exactly) or, for the sliding log, found
+    /// without writing ([`SlidingLog::peek_at`]: a slot given back stays in the ring's
+    /// order, so the log takes it only once the span is kept). Then
+    /// [`confirm`](Self::confirm) if the span is kept, else `release`. A refusal
+    /// writes nothing.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by the rule layer's cap
+    #[inline]
+    pub(crate) fn take(&self) -> Option<Admission> {
+        match &self.inner {
+            Inner::Log(l) => l.peek_at(self.clock().now_nanos()),
+            _ => self.admit(),
+        }
+    }
+
+    /// Makes the admission [`take`](Self::take) returned: nothing more for the window
+    /// limiters; the sliding log claims it now, at the time it was found, which fails
+    /// (`None`) if another call took the room meanwhile.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by the rule layer's cap
+    #[inline]
+    pub(crate) fn confirm(&self, taken: Admission) -> Option<Admission> {
+        match &self.inner {
+            Inner::Log(l) => l.claim(taken),
+            _ => Some(taken),
+        }
+    }
+
+    /// Gives up the admission [`take`](Self::take) returned, not confirmed: the window
+    /// limiters give its permit back; the sliding log has nothing to undo.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by the rule layer's cap
+    pub(crate) fn release(&self, taken: Admission) {
+        if !matches!(self.inner, Inner::Log(_)) {
+            self.give_back(taken);
+        }
+    }
+
+    /// Gives back the permit of `admission`, one this limiter made ([`admit`](Self::admit),
+    /// or [`take`](Self::take) confirmed) for a span a later check refused: a permit of
+    /// the window it was counted in, while that window is the current one; nothing once
+    /// it is over, so a window never counts more admissions than were kept in it. The
+    /// sliding log frees the slot from the admission's time on
+    /// ([`SlidingLog::give_back`]). Nothing on a closed limiter. A compare-exchange, no
+    /// clock read.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by the rule layer's cap
+    pub(crate) fn give_back(&self, admission: Admission) {
+        match &self.inner {
+            Inner::Fixed(l) => l.give_back(admission.stamp),
+            Inner::Sliding(l) => l.give_back(admission.stamp),
+            Inner::Log(l) => l.give_back(admission),
+            Inner::Bucketed(l) => l.give_back(admission.stamp),
         }
     }
 
@@ -502,5 +572,138 @@ mod tests {
             err.contains("token-bucket") && err.contains("sliding-log"),
             "{err}"
         );
+    }
+
+    /// Whether `kept` (stamps) holds the guarantee of `algorithm` for `limit`: at most
+    /// N per aligned window (fixed, sliding counter), in any interval `(t − W, t]`
+    /// (sliding log), in any `B` consecutive sub-windows (bucketed).
+    fn holds(algorithm: Algorithm, limit: Limit, kept: &[u64]) -> Result<(), String> {
+        let n = limit.permits() as usize;
+        let w = limit.window_nanos();
+        let over = |what: String, count: usize| {
+            if count > n {
+                Err(format!("{count} > {n} in {what}: {kept:?}"))
+            } else {
+                Ok(())
+            }
+        };
+        match algorithm {
+            Algorithm::FixedWindow | Algorithm::SlidingWindow => {
+                for &t in kept {
+                    over(
+                        format!("window {}", t / w),
+                        kept.iter().filter(|&&s| s / w == t / w).count(),
+                    )?;
+                }
+            }
+            Algorithm::SlidingLog => {
+                for &t in kept {
+                    let inside = kept.iter().filter(|&&s| s <= t && s + w > t).count();
+                    over(format!("({}, {t}]", t.saturating_sub(w)), inside)?;
+                }
+            }
+            Algorithm::BucketedWindow => {
+                let (sub, b) = super::super::bucketed_window::ring(limit);
+                for &t in kept {
+                    let j = t / sub;
+                    let inside = kept
+                        .iter()
+                        .filter(|&&s| s / sub <= j && s / sub + b > j)
+                        .count();
+                    over(format!("the {b} sub-windows to {j}"), inside)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    proptest::proptest! {
+        /// Permits given back, at once or later (after window rolls, stepping back, on
+        /// a closed limiter), never let a limiter's kept admissions pass its guarantee:
+        /// a permit given back once its window is over is not counted in the next one.
+        #[test]
+        fn permits_given_back_at_any_time_keep_the_guarantee(
+            algorithm in proptest::sample::select(Algorithm::ALL.to_vec()),
+            permits in 1u32..12,
+            paced in proptest::bool::ANY,
+            w in crate::limiter::prop_support::windows(),
+            start in 0u64..5_000_000_000,
+            steps in proptest::collection::vec(
+                (0u64..600, proptest::bool::weighted(0.1), 0usize..5, proptest::option::of(0usize..64)),
+                1..120,
+            ),
+            close_at in proptest::option::of(0usize..120),
+        ) {
+            let mut walk = crate::limiter::prop_support::Walk::new(start, w);
+            let limit = crate::limiter::prop_support::limit(permits, w, 10, paced);
+            let l = AnyLimiter::with_clock(algorithm, limit, walk.clock.clone());
+            // Admissions not given back (kept), and those that may still be.
+            let mut held: Vec<Admission> = Vec::new();
+            let mut kept: Vec<u64> = Vec::new();
+            let mut closed = false;
+            for (i, (delta, backwards, calls, give)) in steps.into_iter().enumerate() {
+                walk.step(delta, backwards);
+                if close_at == Some(i) {
+                    let _ = l.close();
+                    closed = true;
+                }
+                for c in 0..calls {
+                    // Made at once, or taken then confirmed or released (every third).
+                    let made = match (c + i) % 3 {
+                        0 => l.admit(),
+                        1 => l.take().and_then(|a| l.confirm(a)),
+                        _ => {
+                            if let Some(a) = l.take() {
+                                l.release(a);
+                            }
+                            None
+                        }
+                    };
+                    if let Some(a) = made {
+                        proptest::prop_assert!(!closed, "{} admitted when closed", algorithm);
+                        held.push(a);
+                    }
+                }
+                if let Some(g) = give {
+                    if !held.is_empty() {
+                        let a = held.remove(g % held.len());
+                        l.give_back(a);
+                    }
+                }
+            }
+            kept.extend(held.iter().map(|a| a.stamp));
+            kept.sort_unstable();
+            if let Err(e) = holds(algorithm, limit, &kept) {
+                return Err(proptest::test_runner::TestCaseError::fail(format!("{algorithm} paced {paced}: {e}")));
+            }
+        }
+    }
+
+    /// A permit taken and released at once (a span the cap refused) is as if the call
+    /// had not been made: the limiter then decides as a fresh one does, in every
+    /// algorithm (the sliding log only found it: there is nothing to undo).
+    #[test]
+    fn a_permit_taken_and_released_is_admitted_again() {
+        for algorithm in Algorithm::ALL {
+            for paced in [false, true] {
+                let clock = ManualClock::new();
+                clock.set(4_250_000_000);
+                let limit = Limit::per_window(10, Duration::from_secs(1)).unwrap();
+                let limit = if paced { limit } else { limit.unpaced() };
+                let l = AnyLimiter::with_clock(algorithm, limit, clock.clone());
+                let fresh = AnyLimiter::with_clock(algorithm, limit, clock.clone());
+                for step in 0..40u64 {
+                    clock.set(4_250_000_000 + step * 50_000_000);
+                    for _ in 0..5 {
+                        if let Some(a) = l.take() {
+                            l.release(a);
+                        }
+                        let got = l.take().and_then(|a| l.confirm(a)).is_some();
+                        let case = format!("{algorithm} paced {paced} step {step}");
+                        assert_eq!(got, fresh.admit().is_some(), "{case}");
+                    }
+                }
+            }
+        }
     }
 }

@@ -8,6 +8,9 @@ use crate::clock::{Clock, MonotonicClock};
 use crate::limit::Limit;
 use crate::sync::{AtomicU64, Ordering};
 
+// An admission given back by the rule layer's cap.
+mod admission;
+
 /// A lock-free sliding window kept as a ring of `B` sub-window counters (seed article
 /// 4): at most `N` admissions in any `B` consecutive sub-windows, in `O(B)` memory
 /// whatever `N`.
@@ -694,7 +697,7 @@ mod loom_tests {
 
     use super::*;
     use crate::clock::ManualClock;
-    use crate::limiter::loom_support::{limit, model, stamps_of, W};
+    use crate::limiter::loom_support::{kept_beside_a_give_back, limit, model, stamps_of, W};
 
     fn limiter(permits: u32, sub_windows: u32, paced: bool) -> Arc<BucketedWindow<ManualClock>> {
         let limit = limit(permits, paced).with_sub_windows(sub_windows).unwrap();
@@ -714,6 +717,26 @@ mod loom_tests {
                 "{inside} > {n} in sub-windows ..={j}: {stamps:?}"
             );
         }
+    }
+
+    /// N = 1 over two sub-windows: a permit of sub-window 0 given back while worker 1
+    /// moves the head to sub-window 2 and calls again: the new head never counts it
+    /// back, and the ring holds at most one.
+    #[test]
+    fn a_permit_given_back_racing_a_move_stays_in_its_sub_window() {
+        model(2, || {
+            let l = limiter(1, 2, false);
+            let kept = kept_beside_a_give_back(
+                &l,
+                W / 2 - 1,
+                vec![W, W],
+                |l, t| l.acquire_at(t),
+                |l, stamp| l.give_back(stamp),
+                |&stamp| stamp,
+            );
+            check_ring(&kept, W / 2, 2, 1);
+            assert_eq!(kept.len(), 1, "{kept:?}");
+        });
     }
 
     /// N = 1 over two sub-windows: two workers, each calling in sub-window 0, 1 (the

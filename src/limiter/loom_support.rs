@@ -86,3 +86,32 @@ pub(crate) fn stamps_of<L: Send + Sync + 'static>(
         .flat_map(|h| h.join().unwrap())
         .collect()
 }
+
+/// A permit given back racing other calls (a window roll, a claim of the next slot):
+/// worker 0 is admitted at `given` and gives its permit back (`give_back`), worker 1
+/// calls at each of `kept_at`. Returns worker 1's stamps: the admissions kept.
+pub(crate) fn kept_beside_a_give_back<L: Send + Sync + 'static, A: Send + 'static>(
+    limiter: &Arc<L>,
+    given: u64,
+    kept_at: Vec<u64>,
+    admit: fn(&L, u64) -> Option<A>,
+    give_back: fn(&L, A),
+    stamp: fn(&A) -> u64,
+) -> Vec<u64> {
+    let l = limiter.clone();
+    let giver = thread::spawn(move || {
+        if let Some(a) = admit(&l, given) {
+            give_back(&l, a);
+        }
+    });
+    let l = limiter.clone();
+    let keeper = thread::spawn(move || {
+        kept_at
+            .into_iter()
+            .filter_map(|t| admit(&l, t))
+            .map(|a| stamp(&a))
+            .collect::<Vec<_>>()
+    });
+    giver.join().unwrap();
+    keeper.join().unwrap()
+}

@@ -51,6 +51,37 @@ fn close_packed(state: &crate::sync::AtomicU64, permits: u64, now: u64, window: 
     packed::count_for(frozen, now, window)
 }
 
+/// One admission of a crate limiter, enough to give its permit back
+/// ([`AnyLimiter::give_back`]) or, found but not made, to make it
+/// ([`AnyLimiter::confirm`]): the clock time it is accounted at (as
+/// [`RateLimiter::acquire_stamped`] returns it) and, for the sliding log, its admission
+/// number (0 for the others).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "config"), allow(dead_code))] // used by the rule layer's cap
+pub(crate) struct Admission {
+    pub(crate) stamp: u64,
+    pub(crate) number: u64,
+}
+
+impl Admission {
+    /// An admission of a window limiter, accounted at `stamp`.
+    #[inline]
+    pub(crate) fn at(stamp: u64) -> Self {
+        Self { stamp, number: 0 }
+    }
+}
+
+/// Gives back the permit of an admission stamped `stamp` to the one-word window
+/// limiter whose word is `state` (the fixed window, the sliding counter's current
+/// window; windows of `window` ns), if the admission's window is still the word's (see
+/// [`packed::take_back`]): once rolled, that window's count is final.
+#[cfg_attr(not(feature = "config"), allow(dead_code))] // used by the rule layer's cap
+fn give_back_packed(state: &crate::sync::AtomicU64, stamp: u64, window: u64) {
+    // Relaxed: the word publishes nothing else (see `packed::replace`).
+    let window = packed::window_index(stamp, window);
+    packed::take_back(state, window, crate::sync::Ordering::Relaxed);
+}
+
 /// A rate limiter: answers, for each event, whether it may pass.
 ///
 /// The verdict is a plain value, not an error. Implementations are shared between

@@ -85,6 +85,27 @@ pub(crate) fn add_count(
     }
 }
 
+/// Takes one admission back out of window `window` of `state` (a permit given back:
+/// the admission was not kept after all), a compare-exchange whose success has
+/// `ordering`. Nothing while the word holds another window: once it has moved on, the
+/// admission's window is over and a permit given back then would be counted in the next
+/// one, where it was never taken; a closed word (the last index) gives nothing back.
+#[cfg_attr(not(feature = "config"), allow(dead_code))] // used by the rule layer's cap
+pub(crate) fn take_back(state: &AtomicU64, window: u64, ordering: Ordering) {
+    // Relaxed first read and on failure: the compare-exchange checks the word again.
+    let mut current = state.load(Ordering::Relaxed);
+    loop {
+        let (held, count) = unpack(current);
+        if held != window || held == MAX_WINDOW_INDEX || count == 0 {
+            return;
+        }
+        match state.compare_exchange_weak(current, current - 1, ordering, Ordering::Relaxed) {
+            Ok(_) => return,
+            Err(actual) => current = actual,
+        }
+    }
+}
+
 /// The index of the aligned window `[k·W, (k+1)·W)` that holds `now`.
 #[inline]
 pub(crate) fn window_index(now: u64, window_nanos: u64) -> u64 {

@@ -4,9 +4,13 @@ use crossbeam_utils::CachePadded;
 
 use super::pacing::{Pacer, Step};
 use super::packed::window_index;
+use super::Admission;
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::Limit;
 use crate::sync::{AtomicU64, Ordering};
+
+// The admissions the rule layer's cap makes in two steps, and gives back.
+mod admission;
 
 /// An exact sliding-window limiter: at most `N` admissions in **any** interval of length
 /// `W`, kept as a lock-free ring of the last `N` admission times.
@@ -145,7 +149,7 @@ impl<C: Clock> SlidingLog<C> {
     #[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
     pub(crate) fn absorb_at(&self, now: u64, count: u64) -> u64 {
         (0..count)
-            .take_while(|_| self.admit_at(now, false).is_some())
+            .take_while(|_| self.admit_at(now, false, true).is_some())
             .count() as u64
     }
 
@@ -254,7 +258,7 @@ impl<C: Clock> SlidingLog<C> {
     /// The decision for a call made at `now`: `Some(now)` or `None`.
     #[inline]
     pub(crate) fn acquire_at(&self, now: u64) -> Option<u64> {
-        self.admit_at(now, true)
+        self.admit_at(now, true, true).map(|a| a.stamp)
     }
 
     /// The stamp of admission `k − N` (`k ≥ N`) if it has left the window of `now`;
@@ -287,9 +291,10 @@ impl<C: Clock> SlidingLog<C> {
     }
 
     /// An admission at `now` if the last window has room and, when `paced`, the
-    /// schedule has released it.
+    /// schedule has released it; made (claimed and stamped) when `claim`, else only
+    /// found.
     #[inline(always)]
-    fn admit_at(&self, now: u64, paced: bool) -> Option<u64> {
+    fn admit_at(&self, now: u64, paced: bool, claim: bool) -> Option<Admission> {
         // Relaxed on `next`: see "Memory ordering" on the type.
         let mut k = self.next.load(Ordering::Relaxed);
         loop {
@@ -317,6 +322,12 @@ impl<C: Clock> SlidingLog<C> {
                     continue;
                 }
             }
+            if !claim {
+                return Some(Admission {
+                    stamp: now,
+                    number: k,
+                });
+            }
             // Relaxed: claiming admission k orders only the claims among themselves; the
             // slot's contents travel by `seq` and `stamp` (see "Memory ordering").
             match self
@@ -329,7 +340,10 @@ impl<C: Clock> SlidingLog<C> {
                     // stamp reaches admission k + N through the Release store of `seq`.)
                     slot.stamp.store(now, Ordering::Release);
                     slot.seq.store(k + 1, Ordering::Release);
-                    return Some(now);
+                    return Some(Admission {
+                        stamp: now,
+                        number: k,
+                    });
                 }
                 Err(actual) => k = actual,
             }
@@ -505,7 +519,8 @@ mod loom_tests {
     use super::*;
     use crate::clock::ManualClock;
     use crate::limiter::loom_support::{
-        check_per_window, check_sliding, limit, model, stamps_in_windows, stamps_of, W,
+        check_per_window, check_sliding, kept_beside_a_give_back, limit, model, stamps_in_windows,
+        stamps_of, W,
     };
 
     fn limiter(permits: u32, paced: bool) -> Arc<SlidingLog<ManualClock>> {
@@ -536,6 +551,31 @@ mod loom_tests {
     #[test]
     fn two_workers_exhaustive() {
         run(2, 1, false, &[0, W + 1]);
+    }
+
+    /// N = 2: worker 0 is admitted and gives the permit back (undone if no claim came
+    /// since, else its stamp moved back) while worker 1 calls three times at the same
+    /// instant: at most two kept in any interval of W, and no slot is left stuck: a
+    /// window later both permits are there.
+    #[test]
+    fn a_permit_given_back_racing_claims_keeps_the_cap_and_leaves_no_slot_stuck() {
+        for paced in [false, true] {
+            model(2, move || {
+                let l = limiter(2, paced);
+                let t = W + W / 2;
+                let kept = kept_beside_a_give_back(
+                    &l,
+                    t,
+                    vec![t, t, t],
+                    SlidingLog::admission_at,
+                    SlidingLog::give_back,
+                    |a| a.stamp,
+                );
+                check_sliding(&kept, 2);
+                let later = 3 * W + W / 2;
+                assert!(l.acquire_at(later).is_some() && l.acquire_at(later).is_some());
+            });
+        }
     }
 
     #[test]

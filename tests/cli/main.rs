@@ -289,7 +289,7 @@ fn a_limit_rule_keeps_exactly_its_limit_each_second() {
 }
 
 #[test]
-fn permits_a_rule_spends_on_spans_the_cap_refuses_are_not_given_back() {
+fn permits_a_rule_takes_for_spans_the_cap_refuses_are_given_back() {
     let file = TempFile::new(
         "capped.toml",
         r#"
@@ -322,12 +322,15 @@ window = "10s"
     let rows = rows(&out);
     assert_eq!(rows.len(), 20, "{}", stdout(&out));
     for (second, row) in rows.iter().enumerate() {
-        // The rule admits its 10 at once; the cap keeps one, and the rule has nothing
-        // left for the next nine seconds.
-        let want = if second % 10 == 0 {
-            [100, 10, 9, 1]
+        // The rule admits every span while it has a permit; the cap keeps one a
+        // second, and the 99 it refuses give the rule's permit back: the rule's 10 per
+        // 10 s last the 10 s; in the tenth the first span takes the last one and the
+        // rule refuses the rest. (Before, the rule spent its 10 in the first second
+        // and kept nothing in the next nine.)
+        let want = if second % 10 == 9 {
+            [100, 1, 0, 1]
         } else {
-            [100, 0, 0, 0]
+            [100, 100, 99, 1]
         };
         assert_eq!(*row, want, "second {second}");
     }

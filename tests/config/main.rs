@@ -4,6 +4,7 @@
 #![cfg(feature = "config")]
 
 mod adaptive;
+mod cap_refusal;
 // A property's case count, `PROPTEST_CASES` first.
 #[path = "../support/cases.rs"]
 mod cases;
@@ -12,6 +13,9 @@ mod declarative_budget;
 #[cfg(all(feature = "reload", unix))]
 #[path = "../support/demo_run.rs"]
 mod demo_run;
+// The demo with `--config` (its helpers are the reload tests').
+#[cfg(all(feature = "reload", unix))]
+mod demo_cap;
 #[cfg(all(feature = "reload", unix))]
 mod demo_watch;
 mod env;
@@ -37,6 +41,7 @@ mod reload_burst;
 mod reload_cache;
 mod reload_caps;
 mod reload_prop;
+mod reload_storm;
 #[cfg(all(feature = "reload", unix))]
 mod reload_watch;
 mod rule_sampler;

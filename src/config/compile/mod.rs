@@ -3,6 +3,7 @@
 
 pub(crate) mod handover;
 pub(crate) mod matcher;
+pub(crate) mod permit;
 pub(crate) mod rule_limiter;
 pub(crate) mod rule_set;
 mod unseen;

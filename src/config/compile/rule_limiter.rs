@@ -7,6 +7,7 @@ use std::fmt;
 
 use crate::clock::Clock;
 use crate::config::compile::handover::{Handover, LocalRule};
+use crate::config::compile::permit::{Made, Permit};
 use crate::config::error::Pos;
 use crate::config::model::{FleetSettings, LimitOf, LimitSpec, Scope};
 use crate::limit::{Limit, LimitError};
@@ -262,6 +263,28 @@ impl<C: Clock> RuleLimiter<C> {
         match self {
             RuleLimiter::Local(_) => None,
             RuleLimiter::Fleet(f) => Some(&f.limiter),
+        }
+    }
+}
+
+impl<C: Clock> RuleLimiter<C> {
+    /// A permit to confirm ([`Permit::take`]), if the limiter has one.
+    #[inline]
+    pub(crate) fn take(&self) -> Option<Permit<'_, C>> {
+        match self {
+            RuleLimiter::Local(l) => Permit::take(l),
+            #[cfg(feature = "redis")]
+            RuleLimiter::Fleet(f) => f.limiter.try_acquire().then(Permit::none),
+        }
+    }
+
+    /// A permit made at once (the service cap's), if the limiter has one.
+    #[inline]
+    pub(crate) fn admit(&self) -> Option<Made<'_, C>> {
+        match self {
+            RuleLimiter::Local(l) => l.limiter.admit().map(|a| Made(Some((l, a)))),
+            #[cfg(feature = "redis")]
+            RuleLimiter::Fleet(f) => f.limiter.try_acquire().then_some(Made(None)),
         }
     }
 }

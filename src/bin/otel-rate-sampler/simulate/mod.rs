@@ -8,12 +8,11 @@
 //! dividing a second); the arrivals of a tick are offered at its start. At a fixed
 //! clock time nothing frees a permit, so:
 //!
-//! * **Limit rule.** A twin limiter (the same algorithm, limit and clock as the rule's)
-//!   is asked until it refuses: that is how many of the tick's arrivals the rule's own
-//!   limiter admits. Exactly that many spans are then offered to the sampler (its
-//!   limiter admits them all, and the cap keeps a prefix; the ones the cap refuses
-//!   still spend the rule's permits, as in a real process). The rest are refused by the
-//!   rule and counted without a call.
+//! * **Limit rule.** The tick's arrivals are offered to the sampler until it refuses
+//!   one; the rest would be refused alike, and are counted without a call: by the cap
+//!   if it refused (the rule admitted them, and got its permit back, as in a real
+//!   process), else by the rule. A twin limiter (the same algorithm, limit and clock
+//!   as the rule's) spends a permit per span kept and must refuse when the rule does.
 //! * **Probability rule.** The tick passes its expected share: the running total
 //!   `floor(offered so far × p)` less what already passed. Those are offered with a
 //!   trace id every probability keeps until the cap refuses one (without a cap, one is

@@ -5,6 +5,7 @@ use std::num::NonZeroU32;
 
 use opentelemetry::trace::TraceId;
 
+use otel_rate_sampler::stats::DropReason;
 use otel_rate_sampler::{
     Algorithm, AnyLimiter, ManualClock, RateLimiter, RuleBasedSampler, SamplingConfig,
 };
@@ -93,7 +94,7 @@ impl Replica {
     ) -> Result<(u64, u64), Failure> {
         match decider {
             Decider::Drop => Ok((0, 0)),
-            Decider::Limit(..) => self.offer_to_limit(n, span, capped),
+            Decider::Limit(rule, ..) => self.offer_to_limit(n, rule, span, capped),
             Decider::Probability(_, p) => {
                 let passed = self.passed_by(*p, n);
                 Ok((passed, self.offer_passed(passed, span, capped)))
@@ -102,16 +103,36 @@ impl Replica {
         }
     }
 
-    /// A limit rule: as many as its twin admits are offered, and kept.
-    fn offer_to_limit(&self, n: u64, span: &Span, capped: bool) -> Result<(u64, u64), Failure> {
-        let admitted = admits(self.twin()?, n);
-        let kept = self.offer_each(admitted, span, KEEP_ID);
-        if !capped && kept != admitted {
+    /// A limit rule (`rule`): its spans are offered one by one until one is refused
+    /// (at one instant nothing frees a permit, so the rest would be refused alike), and
+    /// its twin spends a permit per span kept, as the rule does (a span the cap refuses
+    /// gives the rule's permit back). When the cap refused, the rule admitted the rest
+    /// too; when the rule did, its twin refuses as well.
+    fn offer_to_limit(
+        &self,
+        n: u64,
+        rule: &str,
+        span: &Span,
+        capped: bool,
+    ) -> Result<(u64, u64), Failure> {
+        let twin = self.twin()?;
+        let cap_refusals = || {
+            self.sampler
+                .stats()
+                .rule(rule)
+                .map_or(0, |r| r.decisions.dropped_for(DropReason::ServiceCap))
+        };
+        let before = if capped { cap_refusals() } else { 0 };
+        let kept = (0..n)
+            .take_while(|_| span.kept(&self.sampler, KEEP_ID))
+            .count() as u64;
+        let by_cap = kept < n && capped && cap_refusals() > before;
+        if admits(twin, kept) != kept || (kept < n && !by_cap && admits(twin, 1) != 0) {
             return Err(internal(
                 "the sampler and the twin of its rule's limiter disagree",
             ));
         }
-        Ok((admitted, kept))
+        Ok((if by_cap { n } else { kept }, kept))
     }
 
     /// A probability with a lower bound: the probability's keeps spend the lower

@@ -324,6 +324,12 @@ pub(crate) enum Handover<C> {
         /// What `old` had used when `new` absorbed it.
         snapshot: Snapshot,
     },
+    /// A limit no new rule goes on from (its rule removed, or made a probability),
+    /// kept aside: closed, so a decision on the old rules after the new ones are
+    /// published is refused, and what it admitted stays counted in its excess for the
+    /// rule brought back (before, one whose window was empty was forgotten open, and
+    /// such late admissions were not carried).
+    Retire(LocalRule<C>),
     /// A service cap's floors and shared pool, as a whole: the old ones that the new
     /// rules do not keep admit until they are closed, and what they admitted since the
     /// new ones were given the cap's count is spread into the new ones.
@@ -347,6 +353,7 @@ impl<C: Clock> Handover<C> {
                 old.close();
                 new.absorb(old.used_since(*snapshot));
             }
+            Handover::Retire(old) => old.close(),
             Handover::Cap { late_from, into } => {
                 late_from.iter().for_each(|(old, _)| old.close());
                 let late: u64 = late_from

@@ -173,6 +173,13 @@ impl<C: Clock> Compiled<C> {
         })
     }
 
+    /// Its own local limit (a limit's, a lower bound's or an adaptive cap's) if no
+    /// reload has closed it yet (its floor is the cap's handover's).
+    pub(super) fn open_limit(&self) -> Option<&LocalRule<C>> {
+        let local = self.action.limiter().and_then(RuleLimiter::local)?;
+        (!local.is_closed()).then_some(local)
+    }
+
     /// Whether one of its local limiters holds admissions in its current window.
     pub(super) fn holds_window(&self) -> bool {
         let used = |l: &RuleLimiter<C>| l.local().is_some_and(|l| l.used() > 0);

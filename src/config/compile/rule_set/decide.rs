@@ -9,7 +9,8 @@ use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult};
 use super::compiled::{Action, Compiled};
 use super::RuleSet;
 use crate::clock::Clock;
-use crate::limiter::RateLimiter;
+use crate::config::compile::permit::{Made, Permit};
+use crate::config::compile::rule_limiter::RuleLimiter;
 use crate::sampler::attributes::RuleAttributes;
 use crate::sampler::{decide_consistent, drop_span, erase_threshold, Kept, Origin, Verdict};
 use crate::stats::{DropReason, Event};
@@ -68,46 +69,68 @@ impl<C: Clock> RuleSet<C> {
                 .record(Event::dropped(DropReason::NoRule, origin.into()));
             return None;
         };
-        let keep = chosen.verdict(origin, trace_id, parent_state)?;
-        if !self.within_cap(chosen) {
+        let (keep, permit) = chosen.verdict(origin, trace_id, parent_state)?;
+        let Some(cap) = self.within_cap(chosen) else {
+            // Not kept: the rule's permit goes back, so its limit counts kept spans only
+            // (a rule of N under a cap that refuses some keeps N when offered enough).
+            permit.release();
             chosen
                 .counters
                 .record(Event::dropped(DropReason::ServiceCap, origin.into()));
+            return None;
+        };
+        if !permit.confirm() {
+            // A sliding log's room, found before the cap was asked, taken by another
+            // call meanwhile: the cap's permit goes back.
+            cap.give_back();
+            chosen
+                .counters
+                .record(Event::dropped(DropReason::RateLimit, origin.into()));
             return None;
         }
         chosen.counters.record(Event::kept(origin.into()));
         Some(keep)
     }
 
-    /// The cap (if any) admits a span `chosen` kept: the rule's reserved floor first,
-    /// then the shared pool.
+    /// The cap's permit (`Made(None)` without a cap) for a span `chosen` kept: the
+    /// rule's reserved floor first, then the shared pool; `None` if it refuses.
     #[inline]
-    fn within_cap(&self, chosen: &Compiled<C>) -> bool {
-        self.cap.is_none()
-            || chosen.floor.as_ref().is_some_and(|f| f.try_acquire())
-            || self.shared.as_ref().is_some_and(|s| s.try_acquire())
+    fn within_cap<'a>(&'a self, chosen: &'a Compiled<C>) -> Option<Made<'a, C>> {
+        if self.cap.is_none() {
+            return Some(Made(None));
+        }
+        chosen
+            .floor
+            .as_ref()
+            .and_then(RuleLimiter::admit)
+            .or_else(|| self.shared.as_ref().and_then(RuleLimiter::admit))
     }
 }
 
 impl<C: Clock> Compiled<C> {
-    /// Whether the rule keeps the span, before the cap; a refusal is counted here.
-    /// A probability's keep carries its threshold (raised to a capped remote parent's,
-    /// never lowered).
+    /// Whether the rule keeps the span, before the cap, with the permit the keep took
+    /// (to give back if the cap refuses it); a refusal is counted here. A probability's
+    /// keep carries its threshold (raised to a capped remote parent's, never lowered).
     #[inline]
-    fn verdict(&self, origin: Origin, trace_id: TraceId, parent: &TraceState) -> Option<Keep<'_>> {
+    fn verdict(
+        &self,
+        origin: Origin,
+        trace_id: TraceId,
+        parent: &TraceState,
+    ) -> Option<(Keep<'_>, Permit<'_, C>)> {
         let second_stage = origin == Origin::Remote;
         let consistent = |threshold| decide_consistent(threshold, trace_id, parent, second_stage);
         let (refusal, keep) = match &self.action {
             Action::Limit(l) => (
                 DropReason::RateLimit,
-                l.try_acquire().then_some((None, &self.attributes)),
+                l.take().map(|p| ((None, &self.attributes), p)),
             ),
             // A lower bound only adds to what the probability keeps: every refusal
             // below is the probability's.
             Action::Probability(threshold) => (
                 DropReason::Probability,
                 match consistent(*threshold) {
-                    Verdict::Keep(kept) => Some((Some(kept), &self.attributes)),
+                    Verdict::Keep(kept) => Some(((Some(kept), &self.attributes), Permit::none())),
                     Verdict::Drop => None,
                 },
             ),
@@ -122,26 +145,24 @@ impl<C: Clock> Compiled<C> {
                     // if one is left, so the bound adds traces only while the
                     // probability keeps fewer than it.
                     Verdict::Keep(kept) => {
-                        let _ = lower_bound.try_acquire();
-                        Some((Some(kept), &self.attributes))
+                        let permit = lower_bound.take().unwrap_or_else(Permit::none);
+                        Some(((Some(kept), &self.attributes), permit.optional()))
                     }
                     // Refused by probability: kept like a rate-limited trace if the
                     // bound admits it (no `th`: it was not sampled at the rule's
                     // probability).
-                    Verdict::Drop => lower_bound
-                        .try_acquire()
-                        .then_some((None, bound_attributes)),
+                    Verdict::Drop => lower_bound.take().map(|p| ((None, bound_attributes), p)),
                 },
             ),
             Action::Adaptive { adaptive, .. } => {
                 // Every decision of this rule was offered to it.
                 let threshold = adaptive.threshold(|| self.counters.snapshot().total());
                 match consistent(threshold) {
-                    Verdict::Keep(kept) if adaptive.admit() => {
-                        return Some((Some(kept), &self.attributes))
-                    }
-                    // Kept by the probability, refused by the adaptive rule's own cap.
-                    Verdict::Keep(_) => (DropReason::RateLimit, None),
+                    Verdict::Keep(kept) => match Permit::take(adaptive.cap()) {
+                        Some(p) => return Some(((Some(kept), &self.attributes), p)),
+                        // Kept by the probability, refused by the adaptive rule's own cap.
+                        None => (DropReason::RateLimit, None),
+                    },
                     Verdict::Drop => (DropReason::Probability, None),
                 }
             }

@@ -73,8 +73,10 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     ///   again), so lowering and restoring it, renaming it or removing and restoring
     ///   it re-opens nothing of its window.
     /// * A rule removed (or made a probability) and brought back is the same rule: within
-    ///   a window it finds its limiter (limits whose identity left the rules are kept
-    ///   aside while their window holds admissions); later, its new limiter goes on from
+    ///   a window it finds what its limiter used (limits whose identity left the rules
+    ///   are closed, as a replaced one is, so a decision still on the old rules is
+    ///   refused, and kept aside while their window holds admissions: the rule brought
+    ///   back carries them, at any reload rate); later, its new limiter goes on from
     ///   what the dropped one was, as a changed limit does (a longer window counts what
     ///   the old limit could have let through before; 1 per 1 s, 1 kept at 0.7 s,
     ///   removed at 1.25 s and brought back at 1.3 s as 2 per 1.5 s keeps 1 more in

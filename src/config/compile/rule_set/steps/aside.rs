@@ -6,7 +6,7 @@
 use super::super::compiled::{Aside, Identity, Was};
 use super::super::RuleSet;
 use crate::clock::Clock;
-use crate::config::compile::handover::{Forgotten, LocalRule};
+use crate::config::compile::handover::{Forgotten, Handover, LocalRule};
 use crate::config::model::Rule;
 
 /// Of `previous`'s rules (current first, then those kept aside or forgotten in their
@@ -44,8 +44,15 @@ pub(crate) const FORGOTTEN: usize = 256;
 /// limit went on from (`kept_on`), the first of each identity (by name): kept while
 /// their window holds admissions, so a rule removed (or made a probability) and brought
 /// back within a window finds its limiter; forgotten after (what their lineage needs,
-/// no limiter), the newest [`FORGOTTEN`] of them.
-pub(super) fn aside<C: Clock>(previous: &RuleSet<C>, kept_on: &[Was<C>]) -> Vec<Aside<C>> {
+/// no limiter), the newest [`FORGOTTEN`] of them. A limit set aside by this reload is
+/// kept, and closed by a handover pushed on `handovers` (settled before the new rules
+/// are published): decisions on the old rules may still reach it until then, so only
+/// a closed one is forgotten, once what it counted has left its window.
+pub(super) fn aside<C: Clock>(
+    previous: &RuleSet<C>,
+    kept_on: &[Was<C>],
+    handovers: &mut Vec<Handover<C>>,
+) -> Vec<Aside<C>> {
     let mut aside: Vec<Aside<C>> = Vec::new();
     let mut forgotten = 0;
     let candidates = previous
@@ -60,8 +67,15 @@ pub(super) fn aside<C: Clock>(previous: &RuleSet<C>, kept_on: &[Was<C>]) -> Vec<
         if !c.limits() || kept {
             continue;
         }
+        let open = match c {
+            Was::Rule(c) => c.open_limit(),
+            Was::Forgotten(_) => None,
+        };
         let next = match c {
-            Was::Rule(c) if c.holds_window() => Some(Aside::Kept(Box::new(c.clone()))),
+            Was::Rule(c) if open.is_some() || c.holds_window() => {
+                handovers.extend(open.map(|l| Handover::Retire(l.clone())));
+                Some(Aside::Kept(Box::new(c.clone())))
+            }
             Was::Rule(c) => c.forget().map(|t| Aside::Forgotten(Box::new(t))),
             Was::Forgotten(t) => Some(Aside::Forgotten(Box::new(t.clone()))),
         };
@@ -110,9 +124,10 @@ mod tests {
             ));
         }
         let config = SamplingConfig::from_toml_str(&toml, "t.toml").unwrap();
-        RuleSet::compile(&config.service("svc"), &config.fleet, clock, previous)
-            .unwrap()
-            .0
+        let (set, handovers) =
+            RuleSet::compile(&config.service("svc"), &config.fleet, clock, previous).unwrap();
+        handovers.iter().for_each(Handover::settle);
+        set
     }
 
     fn forgotten(set: &RuleSet<ManualClock>) -> Vec<String> {
@@ -125,6 +140,14 @@ mod tests {
             .collect()
     }
 
+    /// The rule set with no rule replacing `previous`, twice: a limit set aside is kept
+    /// (and closed) by the first reload, forgotten by the next once its window is empty.
+    fn removed(clock: &ManualClock, previous: &RuleSet<ManualClock>) -> RuleSet<ManualClock> {
+        let aside = with_rules(std::iter::empty(), clock, Some(previous));
+        assert!(forgotten(&aside).len() <= forgotten(previous).len());
+        with_rules(std::iter::empty(), clock, Some(&aside))
+    }
+
     /// 257 rules removed with nothing in their windows: what a reload keeps of them is
     /// bounded, the newest first; another 257 removed push the older ones out.
     #[test]
@@ -133,14 +156,14 @@ mod tests {
         clock.set(5_000_000_000);
         let batch = |b: usize| (0..=FORGOTTEN).map(move |i| format!("b{b}-{i}"));
         let first = with_rules(batch(0), &clock, None);
-        let none = with_rules(std::iter::empty(), &clock, Some(&first));
+        let none = removed(&clock, &first);
         assert_eq!(
             forgotten(&none),
             batch(0).take(FORGOTTEN).collect::<Vec<_>>()
         );
         let second = with_rules(batch(1), &clock, Some(&none));
         assert_eq!(forgotten(&second), forgotten(&none), "carried while away");
-        let none = with_rules(std::iter::empty(), &clock, Some(&second));
+        let none = removed(&clock, &second);
         assert_eq!(
             forgotten(&none),
             batch(1).take(FORGOTTEN).collect::<Vec<_>>()

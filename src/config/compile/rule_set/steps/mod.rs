@@ -82,7 +82,7 @@ impl<C: Clock + Clone> RuleSet<C> {
             .filter(|(_, new)| new.limits())
             .filter_map(|(old, _)| *old)
             .collect();
-        let retired = previous.map_or_else(Vec::new, |p| aside(p, &kept_on));
+        let retired = previous.map_or_else(Vec::new, |p| aside(p, &kept_on, &mut build.handovers));
         let set = Self {
             remote_parents: service.remote_parents,
             matchers: Matchers::new(&service.rules),
@@ -232,7 +232,10 @@ impl<'a, C: Clock + Clone> Build<'a, C> {
             Policy::Probability(p) => Action::Probability(Threshold::from_probability(p)),
             Policy::Adaptive(limit) => match old.map(|o| (&o.action, o.policy)) {
                 // The same limit: keep the estimate and the cap's window.
-                Some((adaptive @ Action::Adaptive { .. }, Policy::Adaptive(l))) if l == limit => {
+                // (Unless a reload closed its cap, setting it aside.)
+                Some((adaptive @ Action::Adaptive { cap, .. }, Policy::Adaptive(l)))
+                    if l == limit && cap.local().is_none_or(|c| !c.is_closed()) =>
+                {
                     adaptive.clone()
                 }
                 // A changed one: a new estimate, and a cap that takes over the
