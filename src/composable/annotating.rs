@@ -1,9 +1,12 @@
 //! `ComposableAnnotating`.
 
+use std::cell::RefCell;
+use std::fmt;
 use std::sync::Arc;
 
 use opentelemetry::trace::{Link, SpanKind};
 use opentelemetry::{Context, KeyValue};
+use thread_local::ThreadLocal;
 
 use crate::composable::{AttributesProvider, ComposableSampler, SamplingIntent};
 
@@ -15,13 +18,35 @@ use crate::composable::{AttributesProvider, ComposableSampler, SamplingIntent};
 /// delegate's own.
 ///
 /// Allocates nothing when the delegate has no attributes of its own (the intent shares
-/// these) or no threshold (the span is dropped); when it has both, the two are chained,
-/// one small allocation. (The intent is made without the trace's randomness, so it
-/// cannot tell a keep from a drop.)
-#[derive(Clone, Debug)]
+/// these) or no threshold (the span is dropped). When it has both, the two are chained
+/// (the intent is made without the trace's randomness, so it cannot tell a keep from a
+/// drop): the chain is remembered per thread for the delegate's provider, so a delegate
+/// that hands out the same provider every time (every sampler of this crate) costs one
+/// small allocation per thread, not one per decision.
 pub struct ComposableAnnotating<D> {
     attributes: Arc<dyn AttributesProvider>,
     delegate: D,
+    /// This thread's last chain: the delegate's provider, then these attributes.
+    chains: ThreadLocal<RefCell<Option<Arc<Chain>>>>,
+}
+
+impl<D: Clone> Clone for ComposableAnnotating<D> {
+    fn clone(&self) -> Self {
+        Self {
+            attributes: Arc::clone(&self.attributes),
+            delegate: self.delegate.clone(),
+            chains: ThreadLocal::new(),
+        }
+    }
+}
+
+impl<D: fmt::Debug> fmt::Debug for ComposableAnnotating<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ComposableAnnotating")
+            .field("attributes", &self.attributes)
+            .field("delegate", &self.delegate)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<D: ComposableSampler> ComposableAnnotating<D> {
@@ -35,6 +60,21 @@ impl<D: ComposableSampler> ComposableAnnotating<D> {
         Self {
             attributes: provider,
             delegate,
+            chains: ThreadLocal::new(),
+        }
+    }
+
+    /// `theirs`, then these attributes: this thread's last chain when it chains the same
+    /// provider, else a new one, remembered.
+    fn chain(&self, theirs: Arc<dyn AttributesProvider>) -> Arc<Chain> {
+        let mut last = self.chains.get_or_default().borrow_mut();
+        match &*last {
+            Some(chain) if Arc::ptr_eq(&chain.0, &theirs) => Arc::clone(chain),
+            _ => {
+                let chain = Arc::new(Chain(theirs, Arc::clone(&self.attributes)));
+                *last = Some(Arc::clone(&chain));
+                chain
+            }
         }
     }
 
@@ -56,12 +96,11 @@ impl<D: ComposableSampler> ComposableSampler for ComposableAnnotating<D> {
         let mut intent = self
             .delegate
             .sampling_intent(parent, name, kind, attributes, links);
-        let own = Arc::clone(&self.attributes);
         match intent.take_attributes() {
-            None => intent.with_attributes(own),
+            None => intent.with_attributes(Arc::clone(&self.attributes)),
             // No threshold: dropped, no attributes asked.
             Some(theirs) if intent.threshold().is_none() => intent.with_attributes(theirs),
-            Some(theirs) => intent.with_attributes(Arc::new(Chain(theirs, own))),
+            Some(theirs) => intent.with_attributes(self.chain(theirs)),
         }
     }
 }

@@ -2,6 +2,7 @@
 //! or without `SkipDropped`, and the checks every test makes of what was exported.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::OnceLock;
 
 use opentelemetry::trace::{SpanId, TraceContextExt as _, TraceId, TracerProvider as _};
 use opentelemetry_sdk::trace::{
@@ -13,6 +14,19 @@ use tracing_opentelemetry::OpenTelemetryLayer;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::registry::LookupSpan;
 
+/// While at most one dispatcher is registered, tracing-core computes a callsite's
+/// cached interest from the registering thread's default dispatcher alone, without a
+/// lock: a test registering a callsite then can overwrite the interest another test's
+/// new dispatcher has just computed, so a filter is skipped (a filtered-out span
+/// reaches the layers) or a span never reaches them. Two dispatchers registered for
+/// the whole run keep every test of this binary on tracing-core's locked path.
+fn keep_interest_locked() {
+    static KEEP: OnceLock<[tracing::Dispatch; 2]> = OnceLock::new();
+    KEEP.get_or_init(|| {
+        [(); 2].map(|()| tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default()))
+    });
+}
+
 /// A provider with `sampler`, exporting every ended span to memory at once.
 pub(crate) struct Provider {
     pub(crate) provider: SdkTracerProvider,
@@ -21,6 +35,7 @@ pub(crate) struct Provider {
 
 impl Provider {
     pub(crate) fn new(sampler: impl ShouldSample + 'static) -> Self {
+        keep_interest_locked();
         let exporter = InMemorySpanExporter::default();
         let provider = SdkTracerProvider::builder()
             .with_sampler(sampler)
