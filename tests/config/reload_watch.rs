@@ -155,6 +155,18 @@ impl Followed {
         }
     }
 
+    /// Waits for a successful reload, past the errors of a file missing meanwhile (its
+    /// directory removed and made again).
+    fn reloaded_past_missing(&self) {
+        loop {
+            match self.outcomes.recv_timeout(DEADLINE) {
+                Ok(Ok(())) => return,
+                Ok(Err(e)) if e.to_string().contains("cannot read the file") => {}
+                other => panic!("expected a reload, got {other:?}"),
+            }
+        }
+    }
+
     /// The limit in force: what a fresh window keeps.
     fn limit(&self) -> usize {
         self.clock.advance(Duration::from_secs(1));
@@ -398,6 +410,26 @@ fn after_a_directory_is_replaced_edits_are_seen_by_notification_again() {
         save(&conf.join("sampling.toml"), &limit(n + 1));
         f.reloaded();
         assert_eq!(f.limit(), n as usize + 1, "edit after replacement {round}");
+    }
+}
+
+#[test]
+fn after_a_directory_is_deleted_and_made_again_at_once_edits_are_seen_by_notification() {
+    // `rm -rf` then `mkdir`: on ext4 the new directory gets the old one's inode number,
+    // so its identity looked unchanged and it was never watched again (the old watch
+    // went with the old directory): edits after it came only by polling, an hour away
+    // here.
+    let tmp = TempDir::new("recreated-notify");
+    let (conf, f) = followed_in_a_directory(&tmp, Duration::from_secs(3600));
+    for (round, n) in [(1, 8), (2, 5)] {
+        std::fs::remove_dir_all(&conf).unwrap();
+        std::fs::create_dir(&conf).unwrap();
+        std::fs::write(conf.join("sampling.toml"), limit(n)).unwrap();
+        f.reloaded_past_missing();
+        assert_eq!(f.limit(), n as usize, "recreated {round}");
+        save(&conf.join("sampling.toml"), &limit(n + 1));
+        f.reloaded();
+        assert_eq!(f.limit(), n as usize + 1, "edit after recreation {round}");
     }
 }
 

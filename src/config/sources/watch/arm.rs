@@ -33,6 +33,18 @@ impl Watches {
         self.backend = Some(backend);
     }
 
+    /// Forgets the watch on `dir` (a directory was created or removed at that path), so
+    /// the next [`arm`](Self::arm) watches what is there again: a directory removed and
+    /// another made at once (`rm -rf`, then `mkdir`) can get the old one's inode number,
+    /// which its identity cannot tell from the old one.
+    pub(super) fn rearm(&mut self, dir: &Path) {
+        if self.armed.remove(dir).is_some() {
+            if let Some(backend) = self.backend.as_mut() {
+                let _ = backend.unwatch(dir);
+            }
+        }
+    }
+
     /// Watches the directories `resolved`'s lookup depends on (for one that does not
     /// exist, its nearest existing ancestor, to see it come back), and stops watching
     /// the ones it no longer depends on.

@@ -171,6 +171,9 @@ impl<C: Clock + Clone + Send + Sync + 'static> Worker<C> {
         match event {
             Ok(event) if !self.relevant(&event) => return,
             Ok(event) => {
+                if matches!(event.kind, EventKind::Create(_) | EventKind::Remove(_)) {
+                    event.paths.iter().for_each(|p| self.watches.rearm(p));
+                }
                 if self.on_the_file(&event) {
                     self.pending = None;
                 }
