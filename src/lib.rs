@@ -101,8 +101,9 @@ pub use fleet::{
 };
 pub use limit::{Limit, LimitError};
 pub use limiter::{
-    Algorithm, AnyLimiter, BucketedWindow, FixedWindow, ParseAlgorithmError, RateLimiter,
-    SlidingLog, SlidingWindowCounter,
+    Algorithm, AnyLimiter, BucketedWindow, FairAdmission, FairError, FairLimiter, FairStats,
+    FixedWindow, ParseAlgorithmError, RateLimiter, SlidingLog, SlidingWindowCounter,
+    DEFAULT_MAX_KEYS,
 };
 #[cfg(feature = "metrics")]
 pub use metrics::SamplerMetrics;
