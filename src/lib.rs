@@ -110,8 +110,8 @@ pub use metrics::SamplerMetrics;
 #[cfg(not(feature = "config"))]
 pub use sampler::env;
 pub use sampler::{
-    attributes, AdaptiveSampler, AdaptiveSamplerBuilder, RateLimitingSampler,
-    RateLimitingSamplerBuilder, RemoteParents,
+    attributes, AdaptiveSampler, AdaptiveSamplerBuilder, FairBy, FairSamplerBuilder,
+    RateLimitingSampler, RateLimitingSamplerBuilder, RemoteParents,
 };
 #[cfg(feature = "tracing")]
 pub use tracing_layer::{DroppedContextExt, SkipDropped};

@@ -211,6 +211,22 @@ impl<C: Clock> FairLimiter<C> {
     }
 }
 
+/// Calls without a key are the calls of key 0 (the sampler always names a key).
+impl<C: Clock> RateLimiter for FairLimiter<C> {
+    #[inline]
+    fn acquire_stamped(&self) -> Option<u64> {
+        self.acquire(0).map(|admission| admission.stamp)
+    }
+
+    fn limit(&self) -> Limit {
+        self.inner.limit()
+    }
+
+    fn count_in_window(&self) -> Option<u64> {
+        self.inner.count_in_window()
+    }
+}
+
 impl<C: fmt::Debug> fmt::Debug for FairLimiter<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FairLimiter")
