@@ -22,6 +22,8 @@ pub(crate) struct Roll {
     pub(super) floors: Vec<bool>,
     pub(super) needs: Vec<u64>,
     pub(super) shares: Vec<u64>,
+    /// Scratch: a learning pass's extrapolated demands.
+    pub(super) spare: Vec<u64>,
     /// What the overflow key was offered up to the last roll.
     pub(super) overflow_offered: u64,
     /// The permits the last roll could reserve (what the wrapped limiter had free).
@@ -40,6 +42,7 @@ impl Roll {
             floors: vec![false; entries],
             needs: vec![0; entries],
             shares: vec![0; entries],
+            spare: vec![0; entries],
             overflow_offered: 0,
             capacity: 0,
         }
@@ -47,7 +50,7 @@ impl Roll {
 
     /// What the bookkeeping of `entries` entries holds on the heap.
     pub(super) fn heap_bytes(entries: usize) -> usize {
-        entries * (8 * 6 + 4 * 2 + 1)
+        entries * (8 * 7 + 4 * 2 + 1)
     }
 
     /// What the overflow key was offered so far.

@@ -14,13 +14,10 @@
 //! refusal loads and compares only (its demand count is the thread's own cell).
 
 use super::keys::hash_of;
-use super::limiter::{FairAdmission, FairLimiter};
+use super::limiter::{FairAdmission, FairLimiter, LEARNING, ROLLING, SHIFT};
 use crate::clock::Clock;
 use crate::limiter::packed::{self, pack, unpack, window_index};
 use crate::sync::Ordering;
-
-/// The state word's rolling bit.
-pub(super) const ROLLING: u64 = 1;
 
 /// A decision, with why a call was refused.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -29,8 +26,9 @@ pub(crate) enum Verdict {
     Kept(FairAdmission),
     /// Neither a reserved permit nor the wrapped limiter had one.
     Refused,
-    /// Refused because another thread was rolling the window.
-    Rolling,
+    /// Refused because another thread was rolling the window; `counted`: in the
+    /// window's demand all the same (the roll was a learning window's second).
+    Rolling { counted: bool },
 }
 
 impl<C: Clock> FairLimiter<C> {
@@ -39,7 +37,7 @@ impl<C: Clock> FairLimiter<C> {
     pub fn acquire(&self, key: u64) -> Option<FairAdmission> {
         match self.decide(key) {
             Verdict::Kept(admission) => Some(admission),
-            Verdict::Refused | Verdict::Rolling => None,
+            Verdict::Refused | Verdict::Rolling { .. } => None,
         }
     }
 
@@ -47,8 +45,16 @@ impl<C: Clock> FairLimiter<C> {
     #[inline]
     pub(crate) fn decide(&self, key: u64) -> Verdict {
         let now = self.inner.clock().now_nanos();
-        let Some(window) = self.window_for(now) else {
-            return Verdict::Rolling;
+        let window = match self.window_for(now) {
+            Ok(window) => window,
+            Err(learning) => {
+                // A learning pass counts the window's demand so far; the next roll
+                // counts the whole window's, this call's with it.
+                if learning {
+                    self.demand.count(self.keys.entry_of(hash_of(key)));
+                }
+                return Verdict::Rolling { counted: learning };
+            }
         };
         let entry_id = self.keys.entry_of(hash_of(key));
         self.demand.count(entry_id);
@@ -109,33 +115,44 @@ impl<C: Clock> FairLimiter<C> {
 
     /// The window a call at `now` decides in: the newest the allocations are for (a
     /// `now` older than it is counted there, as the limiters do), after rolling to the
-    /// window of `now` if it is newer. `None` while another thread rolls.
+    /// window of `now` if it is newer, or rolling a learning window again. While
+    /// another thread rolls, `Err(whether it rolls a learning window again)`.
     #[inline]
-    fn window_for(&self, now: u64) -> Option<u64> {
+    fn window_for(&self, now: u64) -> Result<u64, bool> {
         let window = window_index(now, self.window);
         // Acquire: pairs with the Release that publishes a roll (see the module docs).
         let mut state = self.state.load(Ordering::Acquire);
         loop {
             if state & ROLLING != 0 {
-                return None;
+                return Err(state & LEARNING != 0);
             }
-            let current = state >> 1;
-            if window <= current {
-                return Some(current);
+            let current = state >> SHIFT;
+            let learn = window == current
+                && state & LEARNING != 0
+                && now - current.saturating_mul(self.window) >= self.window / 10;
+            if window < current || (window == current && !learn) {
+                return Ok(current);
             }
+            // The learning bit while rolling: this pass rolls a learning window again.
+            let pass = if learn { LEARNING } else { 0 };
             // Acquire both ways: on success this thread reads the entry words the last
             // roll wrote; on failure the state found is read as the load above.
             match self.state.compare_exchange(
                 state,
-                (window << 1) | ROLLING,
+                (window << SHIFT) | pass | ROLLING,
                 Ordering::Acquire,
                 Ordering::Acquire,
             ) {
                 Ok(_) => {
-                    self.roll_to(current, window);
+                    let learning = !learn && self.roll_to(current, window);
+                    if learn {
+                        self.learn(window, now);
+                    }
+                    let learning = if learning { LEARNING } else { 0 };
                     // Release: publishes every entry word the roll wrote.
-                    self.state.store(window << 1, Ordering::Release);
-                    return Some(window);
+                    self.state
+                        .store((window << SHIFT) | learning, Ordering::Release);
+                    return Ok(window);
                 }
                 Err(actual) => state = actual,
             }

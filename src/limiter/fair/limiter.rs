@@ -12,6 +12,14 @@ use crate::limit::Limit;
 use crate::limiter::{Algorithm, AnyLimiter, RateLimiter};
 use crate::sync::AtomicU64;
 
+/// The state word's rolling bit: a roll is under way.
+pub(super) const ROLLING: u64 = 1;
+/// The state word's learning bit: the window started with nothing to go by, and rolls
+/// again a tenth into it (see `roll.rs`); while rolling, this roll is that second one.
+pub(super) const LEARNING: u64 = 2;
+/// The window's place in the state word.
+pub(super) const SHIFT: u32 = 2;
+
 /// The default [`FairLimiter::max_keys`]: 500, as Honeycomb Refinery's `MaxKeys` and the
 /// OpenTelemetry Collector's adaptive tail sampler.
 pub const DEFAULT_MAX_KEYS: usize = 500;
@@ -45,15 +53,21 @@ pub const DEFAULT_MAX_KEYS: usize = 500;
 ///   schedule (its floor at once); the unreserved rest goes first-come to any key
 ///   through the wrapped limiter, on its own schedule. A share a key leaves unused stays
 ///   reserved until the window ends; the next window's estimates move it.
+/// * **Learning windows.** A window that starts with nothing to go by (the first, or one
+///   after windows without a call) is first come, first served until a call a tenth
+///   into it rolls it again: each key's demand is then what it was offered so far at
+///   that pace, and what the limit has left is reserved over it as above.
 /// * **Bounded keys.** At most [`max_keys`](Self::max_keys) keys (default
 ///   [`DEFAULT_MAX_KEYS`], at most 65 534); keys beyond share one overflow key (counted
 ///   in [`stats`](Self::stats)); a key not offered in 8 consecutive windows ages out and
 ///   gives its entry back. Memory: [`heap_bytes`](Self::heap_bytes), about 0.7 KB per
 ///   key of `max_keys`, allocated once; traffic never grows it.
 /// * **Weights.** Each admission carries its key's probability in the window
-///   ([`FairAdmission::probability`]): its reserved permits over its demand estimate, 1
-///   when they cover it (or the key has no estimate yet). The sum of `1/p` over a key's
-///   admissions estimates what it offered, as well as its estimate tracks its demand.
+///   ([`FairAdmission::probability`]): its reserved permits over its demand estimate
+///   (in a learning window's second roll, over its demand in the rest of the window), 1
+///   when they cover it, or when the key holds none (a new key, a learning window's
+///   first tenth). The sum of `1/p` over a key's admissions estimates what it offered,
+///   as well as its estimate tracks its demand.
 ///
 /// The sliding guarantees of the sliding log and the bucketed window (any interval of
 /// `W`) hold for the unreserved part; the reserved part is counted in the wrapped
@@ -73,8 +87,8 @@ pub struct FairLimiter<C = MonotonicClock> {
     pub(super) demand: Demand,
     /// One per key, the overflow key's last.
     pub(super) entries: Box<[CachePadded<Entry>]>,
-    /// `window << 1 | rolling`: the window the entries' allocations are for, and whether
-    /// a roll to it is under way.
+    /// `window << 2 | learning << 1 | rolling`: the window the entries' allocations are
+    /// for, whether it is a learning window, and whether a roll to it is under way.
     pub(super) state: CachePadded<AtomicU64>,
     pub(super) roll: Mutex<Roll>,
     pub(super) window: u64,
@@ -96,7 +110,6 @@ pub struct FairStats {
 }
 
 /// One key's words for the current window.
-#[derive(Default)]
 pub(super) struct Entry {
     /// Packed (window, admissions on its reserved permits).
     pub(super) used: AtomicU64,
@@ -104,6 +117,17 @@ pub(super) struct Entry {
     pub(super) reserved: AtomicU64,
     /// The bits of its probability in that window (`f64`).
     pub(super) probability: AtomicU64,
+}
+
+impl Default for Entry {
+    /// No permit reserved in window 0, probability 1.
+    fn default() -> Self {
+        Self {
+            used: AtomicU64::new(0),
+            reserved: AtomicU64::new(0),
+            probability: AtomicU64::new(1.0f64.to_bits()),
+        }
+    }
 }
 
 /// An admission by a [`FairLimiter`]: when it is counted, and its key's probability.
@@ -155,7 +179,7 @@ impl<C: Clock> FairLimiter<C> {
             keys: Keys::new(max_keys),
             demand: Demand::new(max_keys + 1),
             entries: (0..=max_keys).map(|_| CachePadded::default()).collect(),
-            state: CachePadded::new(AtomicU64::new(0)),
+            state: CachePadded::new(AtomicU64::new(LEARNING)),
             roll: Mutex::new(Roll::new(max_keys + 1)),
             window: limit.window_nanos(),
             steps,

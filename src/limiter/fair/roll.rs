@@ -12,6 +12,11 @@
 //!    it took, so reserved permits never pass what it counted.
 //! 5. Write every entry's reserved permits and probability for the window.
 //!
+//! A window that starts with no key offered in the window before (the first, or one
+//! after idle windows) is a *learning* window: first come, first served, until a call a
+//! tenth into it rolls it again (`learn`), with each key's demand extrapolated from
+//! what it was offered so far, over what the limiter has left.
+//!
 //! No allocation: the bookkeeping's vectors are sized once.
 
 use super::book::AGE_WINDOWS;
@@ -22,9 +27,11 @@ use crate::limiter::RateLimiter;
 use crate::sync::Ordering;
 
 impl<C: Clock> FairLimiter<C> {
-    /// Rolls from window `from` to `to` (`to > from`). Called by the one thread that set
-    /// the state word's rolling bit.
-    pub(super) fn roll_to(&self, from: u64, to: u64) {
+    /// Rolls from window `from` to `to` (`to > from`); returns whether `to` starts with
+    /// nothing to go by (no key offered in the window before): a *learning* window,
+    /// which [`learn`](Self::learn) rolls again a tenth into it. Called by the one
+    /// thread that set the state word's rolling bit.
+    pub(super) fn roll_to(&self, from: u64, to: u64) -> bool {
         let mut guard = self.lock_roll();
         let roll = &mut *guard;
         let overflow = self.entries.len() - 1;
@@ -64,20 +71,62 @@ impl<C: Clock> FairLimiter<C> {
                 }
             }
         }
+        let learning = roll.offered.iter().all(|&n| n == 0);
+        self.reserve(roll, to, |estimate| estimate);
+        if aged {
+            self.keys.rebuild();
+        }
+        learning
+    }
+
+    /// Rolls learning window `window` again at `now` (at least a tenth into it): each
+    /// key's demand is what it was offered so far, at that pace for the whole window;
+    /// what the limiter has left is allocated over it, each admission's probability
+    /// that of the rest of the window.
+    pub(super) fn learn(&self, window: u64, now: u64) {
+        let mut guard = self.lock_roll();
+        let roll = &mut *guard;
+        roll.sums.iter_mut().for_each(|s| *s = 0);
+        self.demand.sum_into(&mut roll.sums);
+        let elapsed = now
+            .saturating_sub(window.saturating_mul(self.window))
+            .max(1);
+        for entry in 0..self.entries.len() {
+            // Not stored: the next roll counts the whole window.
+            let counted = u64::from(roll.sums[entry].wrapping_sub(roll.last[entry]));
+            roll.offered[entry] = counted;
+            let whole = u128::from(counted) * u128::from(self.window);
+            roll.spare[entry] =
+                u64::try_from(whole.div_ceil(u128::from(elapsed))).unwrap_or(u64::MAX);
+        }
+        let left = self.window.saturating_sub(elapsed) as f64 / self.window as f64;
+        // The extrapolations stand in for the estimates for this allocation only.
+        std::mem::swap(&mut roll.estimate, &mut roll.spare);
+        self.reserve(roll, window, |estimate| {
+            (estimate as f64 * left).ceil() as u64
+        });
+        std::mem::swap(&mut roll.estimate, &mut roll.spare);
+    }
+
+    /// Allocates the limit over the keys `roll` says were offered, counts the
+    /// reservations in the wrapped limiter (allocating again within what it took when
+    /// it took fewer), and writes every entry's words for `window`; a key's probability
+    /// is its reserved permits over `demand(estimate)`, at most 1.
+    fn reserve(&self, roll: &mut super::book::Roll, window: u64, demand: impl Fn(u64) -> u64) {
         let permits = u64::from(self.inner.limit().permits());
-        let mut reserved = roll.allocate(permits, to);
+        let mut reserved = roll.allocate(permits, window);
         roll.capacity = permits;
         let counted = self.inner.absorb(reserved);
         if counted < reserved {
             roll.capacity = counted;
-            reserved = roll.allocate(counted, to);
+            reserved = roll.allocate(counted, window);
             debug_assert!(reserved <= counted);
         }
         for (entry, words) in self.entries.iter().enumerate() {
             let share = roll.shares[entry];
-            let estimate = roll.estimate[entry];
-            let probability = if share > 0 && share < estimate {
-                share as f64 / estimate as f64
+            let demand = demand(roll.estimate[entry]);
+            let probability = if share > 0 && share < demand {
+                share as f64 / demand as f64
             } else {
                 1.0
             };
@@ -86,10 +135,7 @@ impl<C: Clock> FairLimiter<C> {
             words
                 .probability
                 .store(probability.to_bits(), Ordering::Relaxed);
-            words.reserved.store(pack(to, share), Ordering::Relaxed);
-        }
-        if aged {
-            self.keys.rebuild();
+            words.reserved.store(pack(window, share), Ordering::Relaxed);
         }
     }
 }

@@ -104,15 +104,16 @@ fn stamps_per_window(calls: &[Call]) -> BTreeMap<u64, u64> {
     per
 }
 
-/// `(offered without a roll refusal, kept)` per window and key.
+/// `(offered, kept)` per window and key, leaving out the calls refused by a roll
+/// that did not count them.
 fn per_key(calls: &[Call]) -> BTreeMap<(u64, u64), (u64, u64)> {
     let mut per = BTreeMap::new();
     for c in calls {
         let e = per.entry((c.window, c.key)).or_insert((0, 0));
         match c.verdict {
             Verdict::Kept(_) => *e = (e.0 + 1, e.1 + 1),
-            Verdict::Refused => e.0 += 1,
-            Verdict::Rolling => {}
+            Verdict::Refused | Verdict::Rolling { counted: true } => e.0 += 1,
+            Verdict::Rolling { counted: false } => {}
         }
     }
     per
@@ -232,6 +233,12 @@ fn a_rare_key_keeps_one_beside_a_hot_one_and_its_weight_counts_the_hot_ones_call
         .map(|a| 1.0 / a.probability())
         .sum();
     assert!((weights - 1000.0).abs() < 1e-6, "{weights}");
+}
+
+#[test]
+fn admissions_in_the_first_window_have_probability_one() {
+    let (l, _clock) = limiter(Algorithm::FixedWindow, 3, false, 8);
+    assert_eq!(l.acquire(7).map(|a| a.probability()), Some(1.0));
 }
 
 #[test]
