@@ -103,17 +103,23 @@ impl KeyHasher {
     fn bytes(&mut self, bytes: &[u8]) {
         let mut chunks = bytes.chunks_exact(8);
         for chunk in &mut chunks {
+            // Always 8 bytes: `chunks_exact`.
             let mut word = [0u8; 8];
             word.copy_from_slice(chunk);
             self.word(u64::from_le_bytes(word));
         }
-        let mut last = [0u8; 8];
-        last[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
-        self.word(u64::from_le_bytes(last));
+        // The last 0 to 7 bytes, little-endian, without a call to copy them.
+        let last = chunks
+            .remainder()
+            .iter()
+            .rev()
+            .fold(0u64, |word, &b| (word << 8) | u64::from(b));
+        self.word(last);
         // The length ends the string, so ("ab", "c") and ("a", "bc") differ.
         self.word(bytes.len() as u64);
     }
 
+    #[inline]
     fn value(&mut self, value: &Value) {
         match value {
             Value::Bool(b) => self.word(1 + u64::from(*b)),

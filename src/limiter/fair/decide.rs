@@ -63,10 +63,13 @@ impl<C: Clock> FairLimiter<C> {
         };
         // Relaxed (here and below): see the module's "Memory ordering".
         let (reserved_for, reserved) = unpack(entry.reserved.load(Ordering::Relaxed));
-        let probability = if reserved_for == window {
-            f64::from_bits(entry.probability.load(Ordering::Relaxed))
-        } else {
-            1.0
+        // Read on admission only.
+        let probability = || {
+            if reserved_for == window {
+                f64::from_bits(entry.probability.load(Ordering::Relaxed))
+            } else {
+                1.0
+            }
         };
         if reserved_for == window && reserved > 0 {
             let start = window.saturating_mul(self.window);
@@ -88,7 +91,7 @@ impl<C: Clock> FairLimiter<C> {
                     Ok(()) => {
                         return Verdict::Kept(FairAdmission {
                             stamp: now.max(start),
-                            probability,
+                            probability: probability(),
                         })
                     }
                     Err(actual) => current = actual,
@@ -96,7 +99,10 @@ impl<C: Clock> FairLimiter<C> {
             }
         }
         match self.inner.acquire_at(now) {
-            Some(stamp) => Verdict::Kept(FairAdmission { stamp, probability }),
+            Some(stamp) => Verdict::Kept(FairAdmission {
+                stamp,
+                probability: probability(),
+            }),
             None => Verdict::Refused,
         }
     }

@@ -4,7 +4,8 @@
 //!
 //! By role: `limiter.rs` the type and its public surface, `decide.rs` a decision,
 //! `roll.rs` a window's roll (`book.rs` its bookkeeping), `allocation.rs` the floors and shares, `keys.rs` the
-//! bounded keys table, `demand.rs` the per-thread demand counts, `error.rs` the error.
+//! bounded keys table, `demand.rs` the per-thread demand counts, `error.rs` the error; `tests.rs` the
+//! threaded proptests, `loom_tests.rs` the loom models.
 
 mod allocation;
 mod book;
@@ -13,6 +14,8 @@ mod demand;
 mod error;
 mod keys;
 mod limiter;
+#[cfg(all(test, loom))]
+mod loom_tests;
 mod roll;
 #[cfg(all(test, not(loom)))]
 mod tests;
