@@ -150,5 +150,7 @@ mod guide_doctests {
     struct Tools;
     #[doc = include_str!("../docs/pay-only-for-what-you-keep.md")]
     struct PayOnlyForWhatYouKeep;
+    #[doc = include_str!("../docs/every-key-seen.md")]
+    struct EveryKeySeen;
     // A new page of docs/ gets its struct here, and its line in the README's map.
 }

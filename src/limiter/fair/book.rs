@@ -28,6 +28,9 @@ pub(crate) struct Roll {
     pub(super) overflow_offered: u64,
     /// The permits the last roll could reserve (what the wrapped limiter had free).
     pub(super) capacity: u64,
+    /// The learning window and how far into it its first call came (its counts cover
+    /// the rest).
+    pub(super) learning_since: Option<(u64, u64)>,
 }
 
 impl Roll {
@@ -45,6 +48,7 @@ impl Roll {
             spare: vec![0; entries],
             overflow_offered: 0,
             capacity: 0,
+            learning_since: None,
         }
     }
 
@@ -61,7 +65,7 @@ impl Roll {
     }
 
     /// The permits the last roll could reserve.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(super) fn capacity(&self) -> u64 {
         self.capacity
     }

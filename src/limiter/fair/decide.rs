@@ -133,9 +133,10 @@ impl<C: Clock> FairLimiter<C> {
                 return Err(state & LEARNING != 0);
             }
             let current = state >> SHIFT;
+            // Relaxed: written before the Release that published this state.
             let learn = window == current
                 && state & LEARNING != 0
-                && now - current.saturating_mul(self.window) >= self.window / 10;
+                && now >= self.learn_at.load(Ordering::Relaxed);
             if window < current || (window == current && !learn) {
                 return Ok(current);
             }
@@ -150,7 +151,7 @@ impl<C: Clock> FairLimiter<C> {
                 Ordering::Acquire,
             ) {
                 Ok(_) => {
-                    let learning = !learn && self.roll_to(current, window);
+                    let learning = !learn && self.roll_to(current, window, now);
                     if learn {
                         self.learn(window, now);
                     }

@@ -12,9 +12,11 @@
 
 use crossbeam_utils::CachePadded;
 
+// `std`'s atomics even under loom: the counts order nothing (each is read on its own),
+// and the roll's thousands of loads would only exhaust a model's branches.
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use crate::limiter::slot::{self, SLOTS};
-use crate::sync::AtomicU32;
-use crate::sync::Ordering;
 
 /// Cells per chunk: a chunk is 128 bytes, so rows never share a cache line pair.
 const CHUNK: usize = 32;

@@ -29,12 +29,18 @@ const ENTRY_MASK: u64 = (1 << ENTRY_BITS) - 1;
 /// fit in [`ENTRY_BITS`]).
 pub(super) const MAX_KEYS: usize = (1 << ENTRY_BITS) - 2;
 
-/// A key's hash as the table holds it: mixed (so nearby keys spread over the index) and
-/// never 0, the free entry's mark (0 and the key mixing to it share one entry).
+/// A key's hash as the table holds it: mixed (the finalizer of MurmurHash3, so every
+/// bit of the key reaches the low bits that place it in the index) and never 0, the
+/// free entry's mark (0 and the key mixing to it share one entry).
 #[inline]
 pub(super) fn hash_of(key: u64) -> u64 {
-    let x = (key ^ (key >> 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    (x ^ (x >> 29)).max(1)
+    let mut x = key;
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^= x >> 33;
+    x.max(1)
 }
 
 pub(super) struct Keys {

@@ -45,9 +45,8 @@ pub const DEFAULT_MAX_KEYS: usize = 500;
 ///   turns: every key of a stable set offered in `k + 1` consecutive windows keeps one in
 ///   them. A new key keeps one as soon as the limiter has an unreserved permit.
 /// * **Max-min shares.** The permits beyond the floors are reserved max-min fair by each
-///   key's demand estimate (an average of its offered counts, half the last window, half
-///   the estimate before): a key gets `min(estimate, L)` for the largest level `L` that
-///   fits, plus one for some. When each key offers as many in a window as in the one
+///   key's demand estimate (its offered count in the window before): a key gets
+///   `min(estimate, L)` for the largest level `L` that fits, plus one for some. When each key offers as many in a window as in the one
 ///   before, no key keeps more than one more than a key whose calls it refuses. Paced
 ///   (the limit's default), a key's share is released over the window on the limit's
 ///   schedule (its floor at once); the unreserved rest goes first-come to any key
@@ -55,8 +54,9 @@ pub const DEFAULT_MAX_KEYS: usize = 500;
 ///   reserved until the window ends; the next window's estimates move it.
 /// * **Learning windows.** A window that starts with nothing to go by (the first, or one
 ///   after windows without a call) is first come, first served until a call a tenth
-///   into it rolls it again: each key's demand is then what it was offered so far at
-///   that pace, and what the limit has left is reserved over it as above.
+///   of a window after its first rolls it again (in the same window): each key's
+///   demand is then what it was offered so far at that pace, and what the limit has
+///   left is reserved over it as above.
 /// * **Bounded keys.** At most [`max_keys`](Self::max_keys) keys (default
 ///   [`DEFAULT_MAX_KEYS`], at most 65 534); keys beyond share one overflow key (counted
 ///   in [`stats`](Self::stats)); a key not offered in 8 consecutive windows ages out and
@@ -97,6 +97,9 @@ pub struct FairLimiter<C = MonotonicClock> {
     /// The pacing schedule's steps (1: unpaced) and the length of each.
     pub(super) steps: u64,
     pub(super) step_len: u64,
+    /// In a learning window: the clock time its second roll is due, a tenth of a window
+    /// after its first call.
+    pub(super) learn_at: AtomicU64,
 }
 
 /// What a [`FairLimiter`] holds: its keys, and what the overflow key was offered.
@@ -177,15 +180,23 @@ impl<C: Clock> FairLimiter<C> {
         }
         let limit = inner.limit();
         let steps = u64::from(limit.pacing_steps().clamp(1, limit.permits()));
+        let mut roll = Roll::new(max_keys + 1);
+        // Window 0 learns from now on (the first roll of a later window sets its own).
+        let now = inner.clock().now_nanos();
+        if now < limit.window_nanos() {
+            roll.learning_since = Some((0, now));
+        }
+        let learn_at = AtomicU64::new(now.saturating_add(limit.window_nanos() / 10));
         Ok(Self {
             keys: Keys::new(max_keys),
             demand: Demand::new(max_keys + 1),
             entries: (0..=max_keys).map(|_| Entry::default()).collect(),
             state: CachePadded::new(AtomicU64::new(LEARNING)),
-            roll: Mutex::new(Roll::new(max_keys + 1)),
+            roll: Mutex::new(roll),
             window: limit.window_nanos(),
             steps,
             step_len: limit.window_nanos() / steps,
+            learn_at,
             inner,
         })
     }
@@ -223,7 +234,7 @@ impl<C: Clock> FairLimiter<C> {
     }
 
     /// The permits the last roll could reserve: the floors' precondition (tests).
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(super) fn reserved_capacity(&self) -> u64 {
         self.lock_roll().capacity()
     }

@@ -3,8 +3,8 @@
 //!
 //! 1. Sum each key's demand cells; what grew since the last roll is what the key was
 //!    offered in the window before (nothing, when windows passed without a call).
-//! 2. Update each key's estimate (half the last count, half the estimate before; the
-//!    first count as it is) and its idle windows; a key idle for [`AGE_WINDOWS`] gives
+//! 2. Update each key's estimate (its count in the window before; after a learning
+//!    window, at its pace for the whole window) and its idle windows; a key idle for [`AGE_WINDOWS`] gives
 //!    its entry back (and the index is rebuilt).
 //! 3. Allocate `N`: floors, then max-min shares of the rest (`allocation.rs`).
 //! 4. Count the reserved permits in the wrapped limiter (`absorb`). When it takes fewer
@@ -14,8 +14,8 @@
 //!
 //! A window that starts with no key offered in the window before (the first, or one
 //! after idle windows) is a *learning* window: first come, first served, until a call a
-//! tenth into it rolls it again (`learn`), with each key's demand extrapolated from
-//! what it was offered so far, over what the limiter has left.
+//! tenth of a window after its first rolls it again (`learn`), with each key's demand
+//! extrapolated from what it was offered so far, over what the limiter has left.
 //!
 //! No allocation: the bookkeeping's vectors are sized once.
 
@@ -31,9 +31,15 @@ impl<C: Clock> FairLimiter<C> {
     /// nothing to go by (no key offered in the window before): a *learning* window,
     /// which [`learn`](Self::learn) rolls again a tenth into it. Called by the one
     /// thread that set the state word's rolling bit.
-    pub(super) fn roll_to(&self, from: u64, to: u64) -> bool {
+    pub(super) fn roll_to(&self, from: u64, to: u64, now: u64) -> bool {
         let mut guard = self.lock_roll();
         let roll = &mut *guard;
+        // A learning window counted from its first call on: its counts stand for the
+        // part of the window after it.
+        let counted_for = match roll.learning_since.take() {
+            Some((window, since)) if window == from => self.window.saturating_sub(since).max(1),
+            _ => self.window,
+        };
         let overflow = self.entries.len() - 1;
         roll.sums.iter_mut().for_each(|s| *s = 0);
         self.demand.sum_into(&mut roll.sums);
@@ -55,10 +61,10 @@ impl<C: Clock> FairLimiter<C> {
             let offered = if to == from + 1 { counted } else { 0 };
             roll.offered[entry] = offered;
             if offered > 0 {
-                roll.estimate[entry] = match roll.estimate[entry] {
-                    0 => offered,
-                    before => (before + offered).div_ceil(2),
-                };
+                let whole = u128::from(offered) * u128::from(self.window);
+                let rate =
+                    u64::try_from(whole.div_ceil(u128::from(counted_for))).unwrap_or(u64::MAX);
+                roll.estimate[entry] = rate;
                 roll.idle[entry] = 0;
             } else {
                 roll.estimate[entry] /= 2;
@@ -72,6 +78,13 @@ impl<C: Clock> FairLimiter<C> {
             }
         }
         let learning = roll.offered.iter().all(|&n| n == 0);
+        if learning {
+            let since = now.saturating_sub(to.saturating_mul(self.window));
+            roll.learning_since = Some((to, since.min(self.window - 1)));
+            // Relaxed: published by the Release store of the state word.
+            self.learn_at
+                .store(now.saturating_add(self.window / 10), Ordering::Relaxed);
+        }
         self.reserve(roll, to, |estimate| estimate);
         if aged {
             self.keys.rebuild();
@@ -79,7 +92,8 @@ impl<C: Clock> FairLimiter<C> {
         learning
     }
 
-    /// Rolls learning window `window` again at `now` (at least a tenth into it): each
+    /// Rolls learning window `window` again at `now` (a tenth of a window after its
+    /// first call, or later): each
     /// key's demand is what it was offered so far, at that pace for the whole window;
     /// what the limiter has left is allocated over it, each admission's probability
     /// that of the rest of the window.
@@ -88,9 +102,10 @@ impl<C: Clock> FairLimiter<C> {
         let roll = &mut *guard;
         roll.sums.iter_mut().for_each(|s| *s = 0);
         self.demand.sum_into(&mut roll.sums);
-        let elapsed = now
-            .saturating_sub(window.saturating_mul(self.window))
-            .max(1);
+        let start = window.saturating_mul(self.window);
+        let since = roll.learning_since.map_or(0, |(_, since)| since);
+        // Counted from the window's first call on.
+        let elapsed = now.saturating_sub(start + since).max(1);
         for entry in 0..self.entries.len() {
             // Not stored: the next roll counts the whole window.
             let counted = u64::from(roll.sums[entry].wrapping_sub(roll.last[entry]));
@@ -99,7 +114,7 @@ impl<C: Clock> FairLimiter<C> {
             roll.spare[entry] =
                 u64::try_from(whole.div_ceil(u128::from(elapsed))).unwrap_or(u64::MAX);
         }
-        let left = self.window.saturating_sub(elapsed) as f64 / self.window as f64;
+        let left = (start + self.window).saturating_sub(now) as f64 / self.window as f64;
         // The extrapolations stand in for the estimates for this allocation only.
         std::mem::swap(&mut roll.estimate, &mut roll.spare);
         self.reserve(roll, window, |estimate| {

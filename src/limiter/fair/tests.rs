@@ -296,3 +296,25 @@ fn a_refusal_writes_nothing_another_thread_writes() {
     }
     assert_eq!(words(&l), before);
 }
+
+#[test]
+fn memory_is_fixed_at_construction_about_0_4_kb_per_key() {
+    let (l, clock) = limiter(Algorithm::FixedWindow, 10, false, 500);
+    let at_start = l.heap_bytes();
+    assert!(at_start <= 500 * 420, "{at_start} bytes for 500 keys");
+    // A million distinct keys in each of two windows: at most N kept in each, the
+    // overflow counted, nothing grown.
+    for w in 1..=2 {
+        clock.set(w * W);
+        let kept = (0..1_000_000)
+            .filter(|&key| l.acquire(key).is_some())
+            .count();
+        assert!(kept <= 10, "window {w} kept {kept}");
+    }
+    assert_eq!(l.heap_bytes(), at_start);
+    let stats = l.stats();
+    assert_eq!(
+        (stats.keys, stats.overflow_offered),
+        (500, 2 * (1_000_000 - 500))
+    );
+}
