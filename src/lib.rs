@@ -101,16 +101,17 @@ pub use fleet::{
 };
 pub use limit::{Limit, LimitError};
 pub use limiter::{
-    Algorithm, AnyLimiter, BucketedWindow, FixedWindow, ParseAlgorithmError, RateLimiter,
-    SlidingLog, SlidingWindowCounter,
+    Algorithm, AnyLimiter, BucketedWindow, FairAdmission, FairError, FairLimiter, FairStats,
+    FixedWindow, ParseAlgorithmError, RateLimiter, SlidingLog, SlidingWindowCounter,
+    DEFAULT_MAX_KEYS,
 };
 #[cfg(feature = "metrics")]
 pub use metrics::SamplerMetrics;
 #[cfg(not(feature = "config"))]
 pub use sampler::env;
 pub use sampler::{
-    attributes, AdaptiveSampler, AdaptiveSamplerBuilder, RateLimitingSampler,
-    RateLimitingSamplerBuilder, RemoteParents,
+    attributes, AdaptiveSampler, AdaptiveSamplerBuilder, FairBy, FairSamplerBuilder,
+    RateLimitingSampler, RateLimitingSamplerBuilder, RemoteParents,
 };
 #[cfg(feature = "tracing")]
 pub use tracing_layer::{DroppedContextExt, SkipDropped};
@@ -149,5 +150,7 @@ mod guide_doctests {
     struct Tools;
     #[doc = include_str!("../docs/pay-only-for-what-you-keep.md")]
     struct PayOnlyForWhatYouKeep;
+    #[doc = include_str!("../docs/every-key-seen.md")]
+    struct EveryKeySeen;
     // A new page of docs/ gets its struct here, and its line in the README's map.
 }

@@ -133,6 +133,25 @@ struct Args {
     #[arg(long, value_name = "NAME", default_value = crate::SERVICE, requires = "config")]
     service: String,
 
+    /// Give each root an `http.route` drawn from K routes (`/route/0` ...); the summary
+    /// then adds `per_key` (offered, kept and adjusted per route) and `keys_starved`.
+    /// With --via sdk.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    keys: Option<u32>,
+
+    /// Draw the routes Zipf with exponent S (0: uniform).
+    #[arg(long, value_name = "S", default_value_t = 0.0, requires = "keys", value_parser = skew)]
+    skew: f64,
+
+    /// Keep fair shares of --limit per value of this attribute (repeat for several;
+    /// e.g. http.route), as `fair_by` does (not with --config, --redis or --adaptive).
+    #[arg(long, value_name = "ATTR", conflicts_with_all = ["config", "redis", "adaptive"])]
+    fair_by: Vec<String>,
+
+    /// With --fair-by: the most keys told apart; the rest share one overflow key.
+    #[arg(long, value_name = "N", default_value_t = otel_rate_sampler::DEFAULT_MAX_KEYS)]
+    max_keys: usize,
+
     /// Follow --config as it changes (saves, symlink swaps such as a Kubernetes
     /// ConfigMap update): one line per reload on stderr, counted in the summary's
     /// `reloads`. Needs --features reload.
@@ -170,6 +189,11 @@ pub(crate) struct Config {
     /// `--config`: the rule file and service, whose cap (or default limit) is `limit`.
     #[cfg(feature = "config")]
     pub(crate) rules: Option<crate::rules::RulesSource>,
+    /// `--keys K --skew S`.
+    pub(crate) keys: Option<(u32, f64)>,
+    /// `--fair-by ATTR...`, with `--max-keys` (empty: no fair shares).
+    pub(crate) fair_by: Vec<String>,
+    pub(crate) max_keys: usize,
 }
 
 /// `--redis URL --redis-key KEY`, and the TLS files of a `rediss://` URL.
@@ -285,6 +309,11 @@ impl Args {
                     .into(),
             ));
         }
+        if self.keys.is_some() && self.via != Via::Sdk {
+            return Err(invalid(
+                "--keys gives routes to roots made with --via sdk".into(),
+            ));
+        }
         #[cfg(not(feature = "config"))]
         let _: Option<std::convert::Infallible> = rules;
         Ok(Config {
@@ -300,6 +329,9 @@ impl Args {
             fleet,
             #[cfg(feature = "config")]
             rules,
+            keys: self.keys.map(|k| (k, self.skew)),
+            fair_by: self.fair_by,
+            max_keys: self.max_keys,
         })
     }
 
@@ -399,6 +431,14 @@ fn run_duration(value: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// A Zipf exponent: a finite number, 0 or more.
+fn skew(value: &str) -> Result<f64, String> {
+    match value.trim().parse::<f64>() {
+        Ok(s) if s.is_finite() && s >= 0.0 => Ok(s),
+        _ => Err("not a finite number of 0 or more".into()),
+    }
+}
+
 /// A rate per second: a finite number above 0, at most [`MAX_RATE`].
 fn rate(value: &str) -> Result<f64, String> {
     let r: f64 = value
@@ -432,6 +472,13 @@ impl fmt::Display for Config {
         }
         if self.adaptive {
             f.write_str("adaptive probability under a cap of ")?;
+        }
+        if !self.fair_by.is_empty() {
+            write!(
+                f,
+                "fair shares by {:?} (max keys {}) of ",
+                self.fair_by, self.max_keys
+            )?;
         }
         match &self.fleet {
             None => write!(
@@ -468,6 +515,9 @@ impl fmt::Display for Config {
                 ", spans via tracing through SkipDropped (nothing below a dropped root \
                  reaches the OpenTelemetry layer)",
             )?,
+        }
+        if let Some((keys, skew)) = self.keys {
+            write!(f, ", {keys} routes (Zipf {skew})")?;
         }
         match &self.otlp {
             Some(t) => write!(f, ", OTLP to {} over {}", t.url, t.protocol),

@@ -13,10 +13,11 @@ use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{SamplingResult, SdkTracer, ShouldSample};
 use otel_rate_sampler::stats::DecisionStats;
 use otel_rate_sampler::{
-    AdaptiveSampler, AnyLimiter, Clock, Limit, RateLimiter, RateLimitingSampler,
+    AdaptiveSampler, AnyLimiter, Clock, FairLimiter, Limit, RateLimiter, RateLimitingSampler,
 };
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
+use crate::keys::{self, RouteCounts, Routes};
 use crate::windows::{AlignedClock, WindowCounts};
 
 /// Children started under each root span.
@@ -33,6 +34,47 @@ thread_local! {
     /// The tenth of its window (0 to 9) this thread's last admission by a local
     /// [`StampingLimiter`] was stamped in; `None` if refused, or in fleet mode.
     static KEPT_TENTH: Cell<Option<usize>> = const { Cell::new(None) };
+    /// This thread's last reading of a [`RecordingClock`] (`None`: none since reset).
+    static LAST_READ: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+/// The demo's clock, leaving each reading in this thread's [`LAST_READ`]: for samplers
+/// whose limiters sit inside them (the rules', the fair one's), the window of a kept
+/// root is that of the last reading.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RecordingClock(pub(crate) AlignedClock);
+
+impl Clock for RecordingClock {
+    fn now_nanos(&self) -> u64 {
+        let now = self.0.now_nanos();
+        LAST_READ.with(|c| c.set(Some(now)));
+        now
+    }
+
+    fn resolution(&self) -> Duration {
+        self.0.resolution()
+    }
+}
+
+/// The decision `decide` takes, telling this thread the window (of windows of
+/// `window_nanos`) a kept root was counted in: that of the last reading of `clock` the
+/// decision made (now, when it made none: a probability reads no clock).
+pub(crate) fn stamped_by_clock(
+    clock: &RecordingClock,
+    window_nanos: u64,
+    decide: impl FnOnce() -> SamplingResult,
+) -> SamplingResult {
+    LAST_READ.with(|c| c.set(None));
+    let result = decide();
+    let at = (result.decision == opentelemetry_sdk::trace::SamplingDecision::RecordAndSample).then(
+        || {
+            LAST_READ
+                .with(Cell::take)
+                .unwrap_or_else(|| clock.now_nanos())
+        },
+    );
+    counted_at(at, window_nanos);
+    result
 }
 
 /// The limiter the demo samples with.
@@ -107,6 +149,8 @@ pub(crate) enum DemoSampler {
     Rate(RateLimitingSampler<StampingLimiter>),
     /// `--adaptive`: a consistent probability adapted each window, under that limit.
     Adaptive(AdaptiveSampler<AlignedClock, StampingLimiter>),
+    /// `--fair-by ATTR`: fair shares of that limit per key, on the recording clock.
+    Fair(RateLimitingSampler<FairLimiter<RecordingClock>>, u64),
     /// `--config FILE --service NAME`.
     #[cfg(feature = "config")]
     Rules(crate::rules::Rules),
@@ -118,6 +162,7 @@ impl DemoSampler {
         match self {
             DemoSampler::Rate(s) => Some(s.stats().decisions),
             DemoSampler::Adaptive(s) => Some(s.stats().decisions),
+            DemoSampler::Fair(s, _) => Some(s.stats().decisions),
             #[cfg(feature = "config")]
             DemoSampler::Rules(r) => r.decisions(),
         }
@@ -134,18 +179,26 @@ impl ShouldSample for DemoSampler {
         attributes: &[KeyValue],
         links: &[Link],
     ) -> SamplingResult {
-        match self {
+        let result = match self {
             DemoSampler::Rate(s) => {
                 s.should_sample(parent_context, trace_id, name, span_kind, attributes, links)
             }
             DemoSampler::Adaptive(s) => {
                 s.should_sample(parent_context, trace_id, name, span_kind, attributes, links)
             }
+            DemoSampler::Fair(s, window_nanos) => {
+                let clock = s.limiter().inner().clock();
+                stamped_by_clock(clock, *window_nanos, || {
+                    s.should_sample(parent_context, trace_id, name, span_kind, attributes, links)
+                })
+            }
             #[cfg(feature = "config")]
             DemoSampler::Rules(r) => r.stamped(|s| {
                 s.should_sample(parent_context, trace_id, name, span_kind, attributes, links)
             }),
-        }
+        };
+        keys::note_probability(&result);
+        result
     }
 }
 
@@ -163,6 +216,8 @@ pub(crate) struct WorkerSlot {
     /// A clock reading such that everything this thread will still record lies in a
     /// window at or after it (`u64::MAX` once the thread is done).
     pub(crate) progress: AtomicU64,
+    /// `--keys`: counts per route.
+    pub(crate) routes: Mutex<RouteCounts>,
 }
 
 /// A generating thread's totals.
@@ -201,6 +256,8 @@ pub(crate) struct Run {
     pub(crate) fleet: Option<crate::fleet::Watch>,
     /// The sampler (a clone sharing its counters), for its `stats()` at the end.
     pub(crate) sampler: DemoSampler,
+    /// `--keys`: the routes roots are given.
+    pub(crate) routes: Option<Routes>,
     /// `--watch`: the watcher following the rule file for the run.
     #[cfg(feature = "reload")]
     pub(crate) _watcher: Option<otel_rate_sampler::ConfigWatcher>,
@@ -215,8 +272,15 @@ fn window_value(window: u64) -> i64 {
 /// current context), reads the window the limiter counted it in, records it on a kept
 /// root, adds the children and ends the trace. Says whether the root was sampled, and
 /// that window.
-fn offer_sdk(run: &Run) -> (bool, Option<u64>) {
-    let mut root = run.tracer.start_with_context("demo.root", &Context::new());
+fn offer_sdk(run: &Run, route: Option<KeyValue>) -> (bool, Option<u64>) {
+    let mut root = match route {
+        None => run.tracer.start_with_context("demo.root", &Context::new()),
+        Some(route) => run
+            .tracer
+            .span_builder("demo.root")
+            .with_attributes([route])
+            .start_with_context(&run.tracer, &Context::new()),
+    };
     let window = COUNTED_IN.with(Cell::take);
     let sampled = root.span_context().is_sampled();
     if let (true, Some(window)) = (sampled, window) {
@@ -272,6 +336,8 @@ pub(crate) fn generate(run: &Run, slot: &WorkerSlot) -> WorkerTotals {
     let _dispatch = run.dispatch.as_ref().map(tracing::dispatcher::set_default);
     let mut totals = WorkerTotals::default();
     let w = run.window_nanos;
+    // The route draw's state: distinct per thread, never 0.
+    let mut draw = (slot as *const WorkerSlot as u64) | 1;
     loop {
         if !pace(run, slot) {
             break;
@@ -282,8 +348,11 @@ pub(crate) fn generate(run: &Run, slot: &WorkerSlot) -> WorkerTotals {
         }
         COUNTED_IN.with(|cell| cell.set(None));
         KEPT_TENTH.with(|cell| cell.set(None));
+        keys::reset_probability();
+        let route = run.routes.as_ref().map(|r| r.draw(&mut draw));
+        let attribute = route.zip(run.routes.as_ref()).map(|(i, r)| r.attribute(i));
         let (sampled, counted_in) = match run.dispatch {
-            None => offer_sdk(run),
+            None => offer_sdk(run, attribute),
             Some(_) => offer_tracing(totals.offered),
         };
         totals.offered += 1;
@@ -300,6 +369,10 @@ pub(crate) fn generate(run: &Run, slot: &WorkerSlot) -> WorkerTotals {
         };
         totals.sampled += u64::from(sampled);
 
+        if let Some((route, routes)) = route.zip(run.routes.as_ref()) {
+            let kept = kept_window.map(|window| (window, keys::take_probability()));
+            lock(&slot.routes).count(routes.len(), route, now / w, kept);
+        }
         {
             let mut counts = lock(&slot.counts);
             counts.entry(now / w).or_default().offered += 1;

@@ -98,6 +98,7 @@ mod cpu;
 mod export;
 #[cfg(feature = "redis")]
 mod fleet;
+mod keys;
 mod load;
 #[cfg(feature = "metrics")]
 mod metrics;
@@ -117,7 +118,9 @@ use std::time::{Duration, Instant};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::{BatchSpanProcessor, SdkTracerProvider};
 use otel_rate_sampler::stats::DecisionStats;
-use otel_rate_sampler::{AdaptiveSampler, AnyLimiter, Clock, RateLimitingSampler, RemoteParents};
+use otel_rate_sampler::{
+    AdaptiveSampler, AnyLimiter, Clock, FairBy, RateLimitingSampler, RemoteParents,
+};
 use tracing_subscriber::layer::SubscriberExt as _;
 
 use args::{Config, Via};
@@ -203,7 +206,9 @@ fn run(config: &Config) -> Result<(), String> {
         loaded.decisions.as_ref(),
         otlp,
     );
-    let summary = summary.with_cpu(cpu_spent, loaded.totals.offered);
+    let summary = summary
+        .with_cpu(cpu_spent, loaded.totals.offered)
+        .with_keys(&loaded.report);
     #[cfg(feature = "config")]
     let summary = summary.with_rules(config, loaded.reloads.as_ref().map(|r| r.counts()));
     // With --watch the largest limit in force during the run bounds its windows.
@@ -336,6 +341,7 @@ fn offer_load(
             run.end,
         );
         report.settle = run.settle;
+        report.keys = run.routes.as_ref().map(|r| keys::KeyReport::new(r.len()));
         report_live(run, &slots, local, &mut report);
         let mut totals = WorkerTotals::default();
         for h in handles {
@@ -349,6 +355,9 @@ fn offer_load(
             totals.stamped_but_dropped += t.stamped_but_dropped;
         }
         report_rest(run, &slots, local, &mut report);
+        if let Some(keys) = &mut report.keys {
+            keys.finish(&slots);
+        }
         Ok(Loaded {
             provider,
             totals,
@@ -358,7 +367,7 @@ fn offer_load(
             #[cfg(feature = "config")]
             reloads: match &run.sampler {
                 DemoSampler::Rules(r) => Some(std::sync::Arc::clone(&r.reloads)),
-                DemoSampler::Rate(_) | DemoSampler::Adaptive(_) => None,
+                DemoSampler::Rate(_) | DemoSampler::Adaptive(_) | DemoSampler::Fair(..) => None,
             },
             #[cfg(feature = "redis")]
             fleet: run.fleet.as_ref().map(fleet::Watch::finish),
@@ -389,6 +398,24 @@ fn build_run(
             watcher,
         };
         let sampler = DemoSampler::Rules(rules);
+        return finish_run(config, clock, sampler, extras, local, batch, metrics);
+    }
+    if !config.fair_by.is_empty() {
+        let sampler = RateLimitingSampler::builder(config.limit)
+            .algorithm(config.algorithm)
+            .clock(load::RecordingClock(clock))
+            .fair_by(FairBy::attributes(config.fair_by.clone()))
+            .max_keys(config.max_keys)
+            .build()
+            .map_err(|e| format!("--max-keys: {e}"))?;
+        let extras = Extras {
+            settle: 0,
+            #[cfg(feature = "redis")]
+            fleet: None,
+            #[cfg(feature = "reload")]
+            watcher: None,
+        };
+        let sampler = DemoSampler::Fair(sampler, window_nanos);
         return finish_run(config, clock, sampler, extras, local, batch, metrics);
     }
     let inner = demo_limiter(config, clock)?;
@@ -493,6 +520,9 @@ fn finish_run(
         #[cfg(feature = "redis")]
         fleet: extras.fleet,
         sampler,
+        routes: config
+            .keys
+            .map(|(keys, skew)| keys::Routes::new(keys, skew)),
         #[cfg(feature = "reload")]
         _watcher: extras.watcher,
     };

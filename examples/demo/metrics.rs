@@ -59,6 +59,7 @@ impl MetricsExport {
         let metrics = SamplerMetrics::with_meter(self.provider.meter(env!("CARGO_PKG_NAME")));
         match sampler {
             DemoSampler::Rate(s) => metrics.register(s),
+            DemoSampler::Fair(s, _) => metrics.register(s),
             #[cfg(feature = "config")]
             DemoSampler::Rules(r) => {
                 if let Some(s) = r.rule_based() {

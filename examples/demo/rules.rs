@@ -7,47 +7,25 @@
 //! composite rate limiter, else of 1 s with no limit.
 //!
 //! The limiters sit inside the rule-based sampler, so the window of a kept trace is
-//! learnt from the clock: a [`RecordingClock`] leaves each reading in a thread-local,
+//! learnt from the clock: a `RecordingClock` (`load.rs`) leaves each reading in a thread-local,
 //! and after a kept decision the last reading of the deciding thread (the limiter's, or
 //! the cap's when there is one) gives the window, on the windows of the limit the
 //! report uses (see [`bound`]).
 
-use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
-use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult, ShouldSample};
+use opentelemetry_sdk::trace::{SamplingResult, ShouldSample};
 use otel_rate_sampler::stats::DecisionStats;
 use otel_rate_sampler::summary::RulePolicy;
 #[cfg(feature = "yaml")]
 use otel_rate_sampler::DeclarativeSampler;
-use otel_rate_sampler::{Algorithm, Clock, Limit, RuleBasedSampler, SamplingConfig};
+use otel_rate_sampler::{Algorithm, Limit, RuleBasedSampler, SamplingConfig};
 use serde::Serialize;
 
+use crate::load::RecordingClock;
 use crate::windows::AlignedClock;
-
-thread_local! {
-    /// This thread's last reading of a [`RecordingClock`] (`None`: none since reset).
-    static LAST_READ: Cell<Option<u64>> = const { Cell::new(None) };
-}
-
-/// The demo's clock, leaving each reading in this thread's [`LAST_READ`].
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct RecordingClock(pub(crate) AlignedClock);
-
-impl Clock for RecordingClock {
-    fn now_nanos(&self) -> u64 {
-        let now = self.0.now_nanos();
-        LAST_READ.with(|c| c.set(Some(now)));
-        now
-    }
-
-    fn resolution(&self) -> Duration {
-        self.0.resolution()
-    }
-}
 
 /// `--config FILE --service NAME [--watch]`, checked.
 #[derive(Debug, Clone)]
@@ -139,7 +117,7 @@ fn composite_bound(file: &Path, service: &str) -> Result<Option<Limit>, String> 
     };
     match sampler.composite_limits().first() {
         Some(limit) => Ok(Some(*limit)),
-        None => Limit::per_window(Limit::MAX_PERMITS, Duration::from_secs(1))
+        None => Limit::per_window(Limit::MAX_PERMITS, std::time::Duration::from_secs(1))
             .map(|l| Some(l.unpaced()))
             .map_err(|e| e.to_string()),
     }
@@ -227,20 +205,11 @@ impl Rules {
         &self,
         decide: impl FnOnce(&dyn ShouldSample) -> SamplingResult,
     ) -> SamplingResult {
-        LAST_READ.with(|c| c.set(None));
-        let result = match &self.sampler {
+        crate::load::stamped_by_clock(&self.clock, self.window_nanos, || match &self.sampler {
             Sampler::Rules(s) => decide(s),
             #[cfg(feature = "yaml")]
             Sampler::Declarative(s) => decide(s),
-        };
-        let at = (result.decision == SamplingDecision::RecordAndSample).then(|| {
-            // A probability reads no clock: now.
-            LAST_READ
-                .with(Cell::take)
-                .unwrap_or_else(|| self.clock.now_nanos())
-        });
-        crate::load::counted_at(at, self.window_nanos);
-        result
+        })
     }
 
     /// Every span the sampler decided, summed over its rules (`None` for a

@@ -75,6 +75,14 @@ pub(crate) struct Summary {
     /// while the load ran, per offered trace, in nanoseconds (`null` where the platform
     /// has no process CPU clock).
     cpu_ns_per_offered_trace: Option<f64>,
+    /// `--keys`: per route, offered, kept and adjusted (the sum of `1/p` over its kept
+    /// roots, `p` their `sampler.key_probability`, 1 where none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    per_key: Option<BTreeMap<String, crate::keys::KeyTotals>>,
+    /// `--keys`: the pairs of a whole window and a route offered in it and in the window
+    /// before that kept nothing in it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    keys_starved: Option<u64>,
     /// Fleet mode: what the fleet's limiter did, flat in the summary.
     #[cfg(feature = "redis")]
     #[serde(flatten)]
@@ -128,8 +136,22 @@ impl Summary {
             reloads: None,
             otlp,
             cpu_ns_per_offered_trace: None,
+            per_key: None,
+            keys_starved: None,
             #[cfg(feature = "redis")]
             fleet: None,
+        }
+    }
+
+    /// The summary with `--keys`' routes, from the report and the threads' counts.
+    pub(crate) fn with_keys(self, report: &Report) -> Self {
+        let Some(keys) = &report.keys else {
+            return self;
+        };
+        Self {
+            per_key: Some(keys.per_key.clone()),
+            keys_starved: Some(keys.starved),
+            ..self
         }
     }
 

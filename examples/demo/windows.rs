@@ -17,6 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use otel_rate_sampler::{Clock, MonotonicClock};
 
 use crate::export::ExportTally;
+use crate::keys::KeyReport;
 use crate::load::{lock, WorkerSlot};
 
 /// [`MonotonicClock`] shifted so that its windows start on multiples of the window in
@@ -143,6 +144,8 @@ pub(crate) struct Report {
     pub(crate) mismatched_windows: u64,
     /// Counts that arrived for a window already reported (should never happen).
     pub(crate) late: WindowCounts,
+    /// `--keys`: the routes' starved pairs.
+    pub(crate) keys: Option<KeyReport>,
 }
 
 impl Report {
@@ -173,6 +176,7 @@ impl Report {
             max_per_window: 0,
             mismatched_windows: 0,
             late: WindowCounts::default(),
+            keys: None,
         }
     }
 
@@ -211,6 +215,9 @@ impl Report {
             },
         );
         self.per_window.insert(unix_ms, c.exported);
+        if let Some(keys) = &mut self.keys {
+            keys.take_window(k, place == Place::Whole, slots);
+        }
         self.fold(place, c);
         self.next += 1;
     }

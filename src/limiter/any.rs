@@ -339,6 +339,18 @@ impl<C: Clock> AnyLimiter<C> {
         self.shape().counted_from(now)
     }
 
+    /// The decision for a call made at `now` (clock nanoseconds), for a caller that
+    /// has read the clock already (the fair limiter).
+    #[inline]
+    pub(crate) fn acquire_at(&self, now: u64) -> Option<u64> {
+        match &self.inner {
+            Inner::Fixed(l) => l.acquire_at(now),
+            Inner::Sliding(l) => l.acquire_at(now),
+            Inner::Log(l) => l.acquire_at(now),
+            Inner::Bucketed(l) => l.acquire_at(now),
+        }
+    }
+
     /// The clock the limiter reads.
     pub fn clock(&self) -> &C {
         match &self.inner {

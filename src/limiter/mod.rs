@@ -2,6 +2,7 @@
 
 mod any;
 mod bucketed_window;
+mod fair;
 mod fixed_window;
 mod pacing;
 // Crate-visible: the fleet's lease word is the same word.
@@ -10,6 +11,8 @@ pub(crate) mod packed;
 mod prop_support;
 mod sliding_log;
 mod sliding_window;
+// Crate-visible: the samplers' decision counters count by the same thread slots.
+pub(crate) mod slot;
 
 #[cfg(all(test, loom))]
 pub(crate) mod loom_support;
@@ -20,6 +23,7 @@ pub use any::{Algorithm, AnyLimiter, ParseAlgorithmError};
 #[cfg(feature = "config")]
 pub(crate) use bucketed_window::heap_bytes as bucketed_heap_bytes;
 pub use bucketed_window::BucketedWindow;
+pub use fair::{FairAdmission, FairError, FairLimiter, FairStats, DEFAULT_MAX_KEYS};
 pub use fixed_window::FixedWindow;
 pub use sliding_log::SlidingLog;
 pub use sliding_window::SlidingWindowCounter;

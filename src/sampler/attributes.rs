@@ -7,6 +7,7 @@
 //! | [`SAMPLER_TYPE`] | [`RATELIMITING`], [`PROBABILISTIC`], [`ADAPTIVE`] or [`LOWERBOUND`] |
 //! | [`SAMPLER_PARAM`] | the limit (or an adaptive sampler's cap, or a lower bound) in traces per second, or the probability (`f64`) |
 //! | [`SAMPLER_RULE`] | the rule that decided (`default` when none matched); rule-based sampler only |
+//! | [`SAMPLER_KEY_PROBABILITY`] | with `fair_by`: the probability the span's key was kept with in its window (`f64`, in `(0, 1]`); the sum of its inverse over kept spans estimates each key's offered count |
 //!
 //! The rule-based sampler's rule names are kept for the process's life once a rule set
 //! naming them is built, so a kept span's [`SAMPLER_RULE`] copies a pointer: at most
@@ -24,6 +25,9 @@ pub const SAMPLER_TYPE: &str = "sampler.type";
 pub const SAMPLER_PARAM: &str = "sampler.param";
 /// The span attribute naming the rule that kept a root (`default` for the default).
 pub const SAMPLER_RULE: &str = "sampler.rule";
+/// The span attribute holding, with `fair_by`, the probability with which the span's
+/// key was kept in its window: `1 / p` is the number of the key's roots it stands for.
+pub const SAMPLER_KEY_PROBABILITY: &str = "sampler.key_probability";
 /// The value of [`SAMPLER_TYPE`] for a root kept by a rate limit.
 pub const RATELIMITING: &str = "ratelimiting";
 /// The value of [`SAMPLER_TYPE`] for a root kept by a probability.
@@ -44,6 +48,16 @@ pub(crate) fn kept(sampler_type: &'static str, param: f64) -> Vec<KeyValue> {
     vec![
         KeyValue::new(SAMPLER_TYPE, sampler_type),
         KeyValue::new(SAMPLER_PARAM, param),
+    ]
+}
+
+/// What a root kept under a fair limit of `param` records: [`kept`] and its key's
+/// `probability`.
+pub(crate) fn kept_fair(param: f64, probability: f64) -> Vec<KeyValue> {
+    vec![
+        KeyValue::new(SAMPLER_TYPE, RATELIMITING),
+        KeyValue::new(SAMPLER_PARAM, param),
+        KeyValue::new(SAMPLER_KEY_PROBABILITY, probability),
     ]
 }
 

@@ -11,6 +11,8 @@ mod consistent;
 pub mod env;
 #[cfg(feature = "config")]
 pub(crate) mod env;
+mod fair_builder;
+mod fair_by;
 mod parent;
 mod rate_limiting;
 mod trace_state;
@@ -20,6 +22,8 @@ pub(crate) use adaptive::Adaptive; // the rule layer's `adaptive`
 pub use adaptive::{AdaptiveSampler, AdaptiveSamplerBuilder};
 #[cfg_attr(not(feature = "config"), allow(unused_imports))]
 pub(crate) use consistent::{decide as decide_consistent, Kept, Threshold, Verdict};
+pub use fair_builder::FairSamplerBuilder;
+pub use fair_by::FairBy;
 pub use parent::RemoteParents;
 #[cfg_attr(not(feature = "config"), allow(unused_imports))] // the rule layer uses them
 pub(crate) use parent::{apply as apply_parent_policy, drop_span, Origin};

@@ -6,11 +6,12 @@ use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult, ShouldSample};
 
 use super::attributes::{self, RATELIMITING};
+use super::fair_by::FairBy;
 use super::parent::{self, drop_span, Origin, RemoteParents};
 use super::trace_state::erase_threshold;
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::{Limit, LimitError};
-use crate::limiter::{Algorithm, AnyLimiter, RateLimiter};
+use crate::limiter::{Algorithm, AnyLimiter, FairAdmission, FairStats, RateLimiter};
 use crate::stats::{self, Counters, DropReason, Event, SamplerStats, WindowFill};
 
 /// An OpenTelemetry sampler that keeps at most `N` traces per window.
@@ -55,6 +56,16 @@ struct Inner<L> {
     param: f64,
     /// The decision counters (`None`: counting turned off).
     counters: Option<Counters>,
+    /// Fair shares per key (`fair_by`): what makes the key, and the limiter's keyed
+    /// calls (set where `L` is a [`FairLimiter`](crate::FairLimiter)).
+    fair: Option<Fair<L>>,
+}
+
+/// A fair sampler's keys and its limiter's keyed calls.
+pub(super) struct Fair<L> {
+    pub(super) by: FairBy,
+    pub(super) acquire: fn(&L, u64) -> Option<FairAdmission>,
+    pub(super) stats: fn(&L) -> FairStats,
 }
 
 impl RateLimitingSampler {
@@ -88,10 +99,15 @@ impl<L: RateLimiter> RateLimitingSampler<L> {
 
     /// A sampler asking `limiter`, treating remote parents as `remote_parents` says.
     pub fn with_remote_parents(limiter: L, remote_parents: RemoteParents) -> Self {
-        Self::with_options(limiter, remote_parents, true)
+        Self::with_options(limiter, remote_parents, true, None)
     }
 
-    fn with_options(limiter: L, remote_parents: RemoteParents, count_decisions: bool) -> Self {
+    pub(super) fn with_options(
+        limiter: L,
+        remote_parents: RemoteParents,
+        count_decisions: bool,
+        fair: Option<Fair<L>>,
+    ) -> Self {
         let param = limiter.limit().per_second_rate();
         Self {
             inner: Arc::new(Inner {
@@ -99,6 +115,7 @@ impl<L: RateLimiter> RateLimitingSampler<L> {
                 remote_parents,
                 param,
                 counters: count_decisions.then(Counters::new),
+                fair,
             }),
         }
     }
@@ -142,6 +159,7 @@ impl<L: RateLimiter> RateLimitingSampler<L> {
                 used,
                 permits: limiter.limit().permits(),
             }),
+            fair: self.inner.fair.as_ref().map(|fair| (fair.stats)(limiter)),
         }
     }
 
@@ -155,16 +173,39 @@ impl<L: RateLimiter> RateLimitingSampler<L> {
         self.inner.remote_parents
     }
 
+    /// What makes a key, if it keeps fair shares per key.
+    pub fn fair_by(&self) -> Option<&FairBy> {
+        self.inner.fair.as_ref().map(|fair| &fair.by)
+    }
+
     /// The decision for a trace this sampler decides itself (a root, or a capped remote
-    /// parent): ask the limiter.
+    /// parent): ask the limiter (for the span's key, with `fair_by`).
     #[inline]
-    fn decide(&self, origin: Origin, parent_state: &TraceState) -> SamplingResult {
+    fn decide(
+        &self,
+        origin: Origin,
+        parent_state: &TraceState,
+        name: &str,
+        span_attributes: &[KeyValue],
+    ) -> SamplingResult {
         let counters = self.inner.counters.as_ref();
-        if self.inner.limiter.try_acquire() {
+        // `None`: refused; `Some(None)`: kept; `Some(Some(p))`: kept with its key's
+        // probability.
+        let kept = match &self.inner.fair {
+            None => self.inner.limiter.try_acquire().then_some(None),
+            Some(fair) => {
+                let key = fair.by.key_of(name, span_attributes);
+                (fair.acquire)(&self.inner.limiter, key).map(|a| Some(a.probability()))
+            }
+        };
+        if let Some(probability) = kept {
             stats::record(counters, Event::kept(origin.into()));
             SamplingResult {
                 decision: SamplingDecision::RecordAndSample,
-                attributes: attributes::kept(RATELIMITING, self.inner.param),
+                attributes: match probability {
+                    None => attributes::kept(RATELIMITING, self.inner.param),
+                    Some(p) => attributes::kept_fair(self.inner.param, p),
+                },
                 trace_state: erase_threshold(parent_state),
             }
         } else {
@@ -182,16 +223,16 @@ impl<L: RateLimiter + 'static> ShouldSample for RateLimitingSampler<L> {
         &self,
         parent_context: Option<&Context>,
         _trace_id: TraceId,
-        _name: &str,
+        name: &str,
         _span_kind: &SpanKind,
-        _attributes: &[KeyValue],
+        attributes: &[KeyValue],
         _links: &[Link],
     ) -> SamplingResult {
         parent::apply(
             parent_context,
             self.inner.remote_parents,
             self.inner.counters.as_ref(),
-            |origin, state| self.decide(origin, state),
+            |origin, state| self.decide(origin, state, name, attributes),
         )
     }
 }
@@ -209,6 +250,7 @@ impl<L: fmt::Debug> fmt::Debug for RateLimitingSampler<L> {
         f.debug_struct("RateLimitingSampler")
             .field("limiter", &self.inner.limiter)
             .field("remote_parents", &self.inner.remote_parents)
+            .field("fair_by", &self.inner.fair.as_ref().map(|fair| &fair.by))
             .finish()
     }
 }
@@ -229,11 +271,11 @@ impl<L: fmt::Debug> fmt::Debug for RateLimitingSampler<L> {
 #[derive(Debug)]
 #[must_use]
 pub struct RateLimitingSamplerBuilder<C = MonotonicClock> {
-    limit: Limit,
-    algorithm: Algorithm,
-    clock: C,
-    remote_parents: RemoteParents,
-    count_decisions: bool,
+    pub(super) limit: Limit,
+    pub(super) algorithm: Algorithm,
+    pub(super) clock: C,
+    pub(super) remote_parents: RemoteParents,
+    pub(super) count_decisions: bool,
 }
 
 impl<C: Clock> RateLimitingSamplerBuilder<C> {
@@ -272,7 +314,7 @@ impl<C: Clock> RateLimitingSamplerBuilder<C> {
     /// Builds the sampler.
     pub fn build(self) -> RateLimitingSampler<AnyLimiter<C>> {
         let limiter = AnyLimiter::with_clock(self.algorithm, self.limit, self.clock);
-        RateLimitingSampler::with_options(limiter, self.remote_parents, self.count_decisions)
+        RateLimitingSampler::with_options(limiter, self.remote_parents, self.count_decisions, None)
     }
 }
 

@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
 
-use super::slot::{self, SLOTS};
 use super::snapshot::{DecisionStats, DropReason, ParentOrigin, OUTCOMES};
+use crate::limiter::slot::{self, SLOTS};
 
 /// Cells per row: the 13 possible (outcome, origin) pairs and a spare one, 128 bytes.
 const CELLS: usize = 16;

@@ -3,7 +3,6 @@
 //! `RuleBasedSampler::stats`, the `metrics` feature's instruments).
 
 mod counters;
-mod slot;
 mod snapshot;
 
 pub(crate) use counters::{record, Counters, Event};

@@ -6,6 +6,8 @@
 //! not read at one instant, so, for example, `kept() + dropped()` may include a decision
 //! that a later counter of the same snapshot does not.
 
+use crate::limiter::FairStats;
+
 /// Where the parent of a decided span came from: the semantic conventions'
 /// `otel.span.parent.origin`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -191,6 +193,8 @@ pub struct SamplerStats {
     pub decisions: DecisionStats,
     /// The limiter's current window (`None` if the limiter cannot tell).
     pub window: Option<WindowFill>,
+    /// With `fair_by`: the keys held and the overflow key's count.
+    pub fair: Option<FairStats>,
 }
 
 /// One rule's decisions in a [`RuleBasedStats`].

@@ -5,6 +5,8 @@
 
 mod cross_service;
 mod demo_cli;
+// The demo's routes (--keys) and fair shares (--fair-by): per_key, keys_starved.
+mod demo_keys;
 // The demo with a declarative 1.1 file: a composite sampler, th at the receiver.
 #[cfg(all(feature = "yaml", feature = "composable"))]
 mod demo_composite;

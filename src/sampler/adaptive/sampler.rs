@@ -120,6 +120,7 @@ impl<C: Clock, L: RateLimiter> AdaptiveSampler<C, L> {
         SamplerStats {
             decisions: self.inner.counters.snapshot(),
             window: self.inner.adaptive.window_fill(),
+            fair: None,
         }
     }
 

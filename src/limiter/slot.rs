@@ -1,8 +1,9 @@
-//! Per-thread slot ids for the counters: each thread that records a decision takes, once,
-//! a slot no other live thread holds, and gives it back when it exits.
+//! Per-thread slot ids for the per-thread counters (the samplers' decision counters, the
+//! fair limiter's demand): each thread that counts takes, once, a slot no other live
+//! thread holds, and gives it back when it exits.
 //!
-//! Owning a slot makes the thread the only writer of that slot's cells in every
-//! [`Counters`](super::Counters), so it can count with a plain load and store (no
+//! Owning a slot makes the thread the only writer of that slot's cells in every set of
+//! counters (`stats::Counters`, `fair::Demand`), so it can count with a plain load and store (no
 //! read-modify-write, no cache line shared with another writer). Beyond [`SLOTS`] live
 //! counting threads, the others share an overflow slot counted with `fetch_add`.
 //!
