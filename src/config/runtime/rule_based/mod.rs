@@ -46,6 +46,7 @@ use crate::config::vars::FleetEnv;
 use crate::sampler::apply_parent_policy;
 
 mod reload;
+mod sources;
 
 use crate::stats::{ReloadStats, RuleBasedStats};
 pub use reload::ReloadHandle;
