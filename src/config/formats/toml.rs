@@ -41,7 +41,9 @@ fn toml_error(ctx: &Ctx<'_>, e: &toml::de::Error) -> ConfigError {
         let key = key_path(ctx.text, &span).unwrap_or_else(|| key_before(ctx.text, span.start));
         (ConfigErrorKind::Syntax, key)
     };
-    ConfigError::new(kind, ctx.file, ctx.pos(span), key, message).with_source(e.clone())
+    kind.error(ctx.file, message)
+        .at(ctx.pos(span), key)
+        .with_source(e.clone())
 }
 
 /// The full path (`service[0].rule[1].rat`) of the key spelled at `span`, or whose value

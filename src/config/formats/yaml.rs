@@ -85,7 +85,7 @@ fn yaml_error(e: &serde_saphyr::Error, text: &str, file: &str) -> ConfigError {
             .unwrap_or_else(|| key_on_line(text, pos.line));
         (ConfigErrorKind::Syntax, key)
     };
-    ConfigError::new(kind, file, pos, key, message)
+    kind.error(file, message).at(pos, key)
 }
 
 /// What a breach of serde-saphyr's budget means, said for the file's author (its own

@@ -293,14 +293,9 @@ fn compile<C: Clock + Clone>(
                     .unwrap_or_default(),
             ),
         };
-        ConfigError::new(
-            kind,
-            &config.source,
-            at,
-            key,
-            format!("service {service:?}: {e}"),
-        )
-        .with_source(e)
+        kind.error(&config.source, format!("service {service:?}: {e}"))
+            .at(at, key)
+            .with_source(e)
     })
 }
 

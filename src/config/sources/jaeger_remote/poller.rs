@@ -12,7 +12,7 @@ use std::time::Duration;
 use super::http::Client;
 use super::response::{self, Strategy};
 use crate::clock::Clock;
-use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
+use crate::config::error::{ConfigError, ConfigErrorKind};
 use crate::config::log;
 use crate::config::model::ServiceConfig;
 use crate::config::runtime::rule_based::RuleBasedSampler;
@@ -138,13 +138,9 @@ impl JaegerRemote {
 
     fn check(&self) -> Result<(), ConfigError> {
         let bad = |key: &str, message: String| {
-            Err(ConfigError::new(
-                ConfigErrorKind::InvalidLimit,
-                &self.endpoint,
-                Pos::default(),
-                key,
-                message,
-            ))
+            Err(ConfigErrorKind::InvalidLimit
+                .error(&self.endpoint, message)
+                .on_key(key))
         };
         if self.interval < Self::MIN_INTERVAL {
             return bad(
@@ -258,13 +254,9 @@ pub(crate) fn poll<C: Clock + Clone>(
 ) -> Result<JaegerRemotePoller, ConfigError> {
     remote.check()?;
     let refused = |message| {
-        ConfigError::new(
-            ConfigErrorKind::UnknownValue,
-            &remote.endpoint,
-            Pos::default(),
-            "endpoint",
-            message,
-        )
+        ConfigErrorKind::UnknownValue
+            .error(&remote.endpoint, message)
+            .on_key("endpoint")
     };
     // The endpoint before the TLS files: a plain URL with them is the mistake.
     let files = !remote.tls.is_empty();
@@ -286,14 +278,9 @@ pub(crate) fn poll<C: Clock + Clone>(
         .name("otel-rate-sampler-jaeger-remote".into())
         .spawn(move || poll.run(on_update))
         .map_err(|e| {
-            ConfigError::new(
-                ConfigErrorKind::Io,
-                &url,
-                Pos::default(),
-                "",
-                format!("cannot start the polling thread: {e}"),
-            )
-            .with_source(e)
+            ConfigErrorKind::Io
+                .error(&url, format!("cannot start the polling thread: {e}"))
+                .with_source(e)
         })?;
     Ok(JaegerRemotePoller { shared, url })
 }
