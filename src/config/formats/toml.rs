@@ -7,7 +7,7 @@ use std::ops::Range;
 use toml::de::{DeTable, DeValue};
 
 use crate::config::error::{ConfigError, ConfigErrorKind};
-use crate::config::formats::rule_file::{Ctx, RawFile};
+use crate::config::formats::rule_file::{self, Ctx, RawFile};
 use crate::config::model::SamplingConfig;
 
 /// [`SamplingConfig::from_toml_str`], with `redis` (from the environment), when
@@ -22,7 +22,7 @@ pub(crate) fn load(
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let ctx = Ctx::new(text, file);
     let raw: RawFile = toml::from_str(text).map_err(|e| toml_error(&ctx, &e))?;
-    ctx.config(&raw, redis)
+    rule_file::config(&ctx, &raw, redis)
 }
 
 /// A TOML syntax or shape error, with its kind worked out from serde's message.

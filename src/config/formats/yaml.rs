@@ -9,7 +9,7 @@ use serde::{Deserialize, Deserializer};
 use serde_saphyr::budget::BudgetBreach;
 
 use crate::config::error::{ConfigError, ConfigErrorKind, LineIndex, Pos};
-use crate::config::formats::rule_file::{Ctx, RawFile};
+use crate::config::formats::rule_file::{self, Ctx, RawFile};
 use crate::config::formats::spanned::{reading, Format, Spanned};
 use crate::config::model::SamplingConfig;
 
@@ -21,7 +21,7 @@ pub(crate) fn load(
     redis: Option<&[String]>,
 ) -> Result<SamplingConfig, ConfigError> {
     let raw: RawFile = parse(text, file)?;
-    Ctx::new(text, file).config(&raw, redis)
+    rule_file::config(&Ctx::new(text, file), &raw, redis)
 }
 
 /// Deserialises YAML `text` (from `file`) with spans, into the raw structs.
