@@ -111,29 +111,15 @@ fn cap(ctx: &Ctx<'_>, c: &Spanned<Box<RawCap>>, path: Path<'_>) -> Result<LimitS
     let key = |k: &'static str| Path::Key(&path, k);
     let cap_path = key("cap");
     let cr = c.get_ref();
-    if let Some(a) = &cr.adaptive {
+    // A cap takes none of a rule's other policies' keys (named in this order).
+    let spans = cr.policy_keys().spans();
+    let refused = ["adaptive", "at_least", "probability"];
+    if let Some((k, span)) = refused.into_iter().find_map(|k| Some((k, spans.of(k)?))) {
         return Err(ctx.new_error(
             ConfigErrorKind::UnknownKey,
-            a.span(),
-            format!("{cap_path}.adaptive"),
-            "a cap is a limit and takes no `adaptive`; use `rate`, or `limit` with `window`".into(),
-        ));
-    }
-    if let Some(l) = &cr.at_least {
-        return Err(ctx.new_error(
-            ConfigErrorKind::UnknownKey,
-            l.span(),
-            format!("{cap_path}.at_least"),
-            "a cap is a limit and takes no `at_least`; use `rate`, or `limit` with `window`".into(),
-        ));
-    }
-    if let Some(p) = &cr.probability {
-        return Err(ctx.new_error(
-            ConfigErrorKind::UnknownKey,
-            p.span(),
-            format!("{cap_path}.probability"),
-            "a cap is a limit and takes no `probability`; use `rate`, or `limit` with `window`"
-                .into(),
+            span,
+            format!("{cap_path}.{k}"),
+            format!("a cap is a limit and takes no `{k}`; use `rate`, or `limit` with `window`"),
         ));
     }
     let spec = limit(ctx, &cr.policy_keys(), cap_path)?;

@@ -5,6 +5,7 @@
 mod block;
 mod ctx;
 mod file;
+mod keys;
 mod policy;
 mod raw;
 mod rule;

@@ -3,6 +3,7 @@
 
 use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
 use crate::config::formats::rule_file::ctx::{Ctx, Path};
+use crate::config::formats::rule_file::keys;
 use crate::config::formats::rule_file::raw::{RawAdaptive, RawPolicy};
 use crate::config::formats::spanned::Spanned;
 use crate::config::model::values;
@@ -21,58 +22,10 @@ pub(super) fn policy(
         return adaptive_policy(ctx, raw, adaptive, path).map(Some);
     }
     let limit = limit(ctx, raw, path)?;
-    if let Some(l) = raw.at_least {
-        if limit.is_some() {
-            return Err(ctx.new_error(
-                ConfigErrorKind::ConflictingKeys,
-                l.span(),
-                key("at_least"),
-                "`at_least` is the lower bound of a `probability`; a limit (`rate` or `limit`) has none: remove one of the two".into(),
-            ));
-        }
-        if raw.probability.is_none() {
-            return Err(ctx.new_error(
-                ConfigErrorKind::MissingKey,
-                l.span(),
-                key("at_least"),
-                "`at_least` needs a `probability` beside it: keep with that probability, but at least this many traces per second".into(),
-            ));
-        }
-    }
+    keys::check(ctx, raw, path, keys::POLICY)?;
     match (limit, raw.probability) {
-        (Some(_), Some(p)) => Err(ctx.new_error(
-            ConfigErrorKind::ConflictingKeys,
-            p.span(),
-            key("probability"),
-            "a block sets a limit (`rate` or `limit`) or a `probability`, not both".into(),
-        )),
-        (Some(spec), None) => Ok(Some(Policy::Limit(spec))),
+        (Some(spec), _) => Ok(Some(Policy::Limit(spec))),
         (None, Some(p)) => {
-            if let Some(sc) = raw.scope {
-                return Err(ctx.new_error(
-                    ConfigErrorKind::ConflictingKeys,
-                    sc.span(),
-                    key("scope"),
-                    "`scope` applies to a limit; a `probability` is decided on the trace id, the same in every replica".into(),
-                ));
-            }
-            if let Some(a) = raw.algorithm {
-                return Err(ctx.new_error(
-                    ConfigErrorKind::ConflictingKeys,
-                    a.span(),
-                    key("algorithm"),
-                    "`algorithm` applies to a limit; a `probability` has none".into(),
-                ));
-            }
-            if let Some(pc) = raw.paced {
-                return Err(ctx.new_error(
-                    ConfigErrorKind::ConflictingKeys,
-                    pc.span(),
-                    key("paced"),
-                    "`paced` applies to a limit; a `probability` keeps traces whenever they come"
-                        .into(),
-                ));
-            }
             let p = ctx.check(p, key("probability"), |p| values::probability(*p))?;
             let Some(l) = raw.at_least else {
                 return Ok(Some(Policy::Probability(p)));
@@ -98,17 +51,8 @@ fn adaptive_policy(
     path: Path<'_>,
 ) -> Result<Policy, ConfigError> {
     let key = |k: &'static str| Path::Key(&path, k);
-    let others = [
-        ("rate", raw.rate.as_ref().map(Spanned::span)),
-        ("limit", raw.limit.as_ref().map(Spanned::span)),
-        ("window", raw.window.as_ref().map(Spanned::span)),
-        ("probability", raw.probability.map(Spanned::span)),
-        ("at_least", raw.at_least.map(Spanned::span)),
-        ("algorithm", raw.algorithm.as_ref().map(Spanned::span)),
-        ("paced", raw.paced.as_ref().map(Spanned::span)),
-        ("scope", raw.scope.as_ref().map(Spanned::span)),
-    ];
-    if let Some((name, Some(span))) = others.into_iter().find(|(_, s)| s.is_some()) {
+    let mut others = raw.spans().0.into_iter().filter(|(k, _)| *k != "adaptive");
+    if let Some((name, Some(span))) = others.find(|(_, s)| s.is_some()) {
         return Err(ctx.new_error(
             ConfigErrorKind::ConflictingKeys,
             span,
@@ -218,24 +162,9 @@ fn limit_value(
     path: Path<'_>,
 ) -> Result<Option<Limit>, ConfigError> {
     let key = |k: &'static str| Path::Key(&path, k);
+    keys::check(ctx, raw, path, keys::LIMIT)?;
     match (raw.rate, raw.limit) {
-        (Some(_), Some(l)) => Err(ctx.new_error(
-            ConfigErrorKind::ConflictingKeys,
-            l.span(),
-            key("limit"),
-            "set `rate` (per second, fractional) or `limit` (per `window`), not both".into(),
-        )),
-        (Some(r), None) => {
-            if let Some(w) = raw.window {
-                return Err(ctx.new_error(
-                    ConfigErrorKind::ConflictingKeys,
-                    w.span(),
-                    key("window"),
-                    "`window` goes with `limit`; a `rate` is per second".into(),
-                ));
-            }
-            ctx.check(r, key("rate"), |r| values::rate(*r)).map(Some)
-        }
+        (Some(r), _) => ctx.check(r, key("rate"), |r| values::rate(*r)).map(Some),
         (None, Some(l)) => {
             let window = match raw.window {
                 Some(w) => ctx.check(w, key("window"), |w| values::limit_window(w))?,
@@ -244,43 +173,7 @@ fn limit_value(
             ctx.check(l, key("limit"), |l| values::per_window(*l, window))
                 .map(Some)
         }
-        (None, None) => {
-            if let Some(w) = raw.window {
-                return Err(ctx.new_error(
-                    ConfigErrorKind::MissingKey,
-                    w.span(),
-                    key("window"),
-                    "`window` needs a `limit` beside it".into(),
-                ));
-            }
-            if raw.probability.is_none() {
-                if let Some(a) = raw.algorithm {
-                    return Err(ctx.new_error(
-                        ConfigErrorKind::MissingKey,
-                        a.span(),
-                        key("algorithm"),
-                        "`algorithm` needs a `rate` or a `limit` beside it".into(),
-                    ));
-                }
-                if let Some(sc) = raw.scope {
-                    return Err(ctx.new_error(
-                        ConfigErrorKind::MissingKey,
-                        sc.span(),
-                        key("scope"),
-                        "`scope` needs a `rate` or a `limit` beside it".into(),
-                    ));
-                }
-                if let Some(pc) = raw.paced {
-                    return Err(ctx.new_error(
-                        ConfigErrorKind::MissingKey,
-                        pc.span(),
-                        key("paced"),
-                        "`paced` needs a `rate` or a `limit` beside it".into(),
-                    ));
-                }
-            }
-            Ok(None)
-        }
+        (None, None) => Ok(None),
     }
 }
 
