@@ -5,11 +5,14 @@
 #[cfg(feature = "yaml")]
 pub(crate) mod declarative;
 pub(crate) mod jaeger;
+pub(crate) mod key_path;
 pub(crate) mod rule_file;
 pub(crate) mod spanned;
 pub(crate) mod toml;
 #[cfg(feature = "yaml")]
 pub(crate) mod yaml;
+#[cfg(feature = "yaml")]
+pub(crate) mod yaml_tree;
 
 use std::path::Path;
 
