@@ -153,23 +153,38 @@ impl<'a> LineIndex<'a> {
     }
 }
 
-impl ConfigError {
-    pub(crate) fn new(
-        kind: ConfigErrorKind,
-        file: &str,
-        pos: Pos,
-        key: impl Into<String>,
-        message: impl Into<String>,
-    ) -> Self {
-        Self {
-            kind,
+impl ConfigErrorKind {
+    /// An error of this kind about `file` as a whole (or the environment variable,
+    /// endpoint or handle it names): no position, no key, until [`ConfigError::at`] or
+    /// [`ConfigError::on_key`] gives them.
+    pub(crate) fn error(self, file: &str, message: impl Into<String>) -> ConfigError {
+        ConfigError {
+            kind: self,
             file: file.to_owned(),
-            line: pos.line,
-            column: pos.column,
-            key: key.into(),
+            line: 0,
+            column: 0,
+            key: String::new(),
             message: message.into(),
             source: None,
         }
+    }
+}
+
+impl ConfigError {
+    /// The same error at `pos` in its file, on `key` (a path such as
+    /// `service[1].rule[0].rate`).
+    pub(crate) fn at(self, pos: Pos, key: impl Into<String>) -> Self {
+        Self {
+            line: pos.line,
+            column: pos.column,
+            ..self.on_key(key)
+        }
+    }
+
+    /// The same error on `key`, with no position (an environment variable's name, say).
+    pub(crate) fn on_key(mut self, key: impl Into<String>) -> Self {
+        self.key = key.into();
+        self
     }
 
     /// The error of a block nested at `prefix` in a larger file, the block starting at
@@ -291,26 +306,16 @@ mod tests {
 
     #[test]
     fn debug_reads_like_display_and_no_position_is_not_printed_as_zeros() {
-        let err = ConfigError::new(
-            ConfigErrorKind::InvalidLimit,
-            "s.toml",
-            Pos { line: 2, column: 8 },
-            "default.rate",
-            "rate -1.0 per second is not positive",
-        );
+        let err = ConfigErrorKind::InvalidLimit
+            .error("s.toml", "rate -1.0 per second is not positive")
+            .at(Pos { line: 2, column: 8 }, "default.rate");
         assert_eq!(format!("{err:?}"), err.to_string());
         assert_eq!(
             err.to_string(),
             "s.toml:2:8: default.rate: rate -1.0 per second is not positive"
         );
         assert!(format!("{err:#?}").contains("InvalidLimit"));
-        let err = ConfigError::new(
-            ConfigErrorKind::Io,
-            "s.toml",
-            Pos::default(),
-            "",
-            "cannot read the file",
-        );
+        let err = ConfigErrorKind::Io.error("s.toml", "cannot read the file");
         assert_eq!(err.to_string(), "s.toml: cannot read the file");
     }
 }

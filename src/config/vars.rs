@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
+use crate::config::error::{ConfigError, ConfigErrorKind};
 use crate::sampler::env::{service_name, var, EnvError};
 
 /// This crate's variable naming a rule file: TOML, Jaeger JSON (`.json`), or with
@@ -115,7 +115,7 @@ pub(crate) fn resolve_service(
 }
 
 pub(crate) fn env_error(kind: ConfigErrorKind, variable: &str, message: String) -> ConfigError {
-    ConfigError::new(kind, "environment", Pos::default(), variable, message)
+    kind.error("environment", message).on_key(variable)
 }
 
 /// The sampler layer's [`EnvError`] as a [`ConfigError`] of `kind`.

@@ -29,6 +29,7 @@ mod jaeger_remote;
 // `https://` endpoints, with the test PKI (rcgen).
 #[cfg(feature = "jaeger-remote")]
 mod jaeger_tls;
+mod key_rules;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod model;

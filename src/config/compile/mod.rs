@@ -2,6 +2,7 @@
 //! limiters and the handover of their windows to a reloaded rule set.
 
 pub(crate) mod handover;
+pub(crate) mod local_rule;
 pub(crate) mod matcher;
 pub(crate) mod permit;
 pub(crate) mod rule_limiter;

@@ -4,7 +4,7 @@
 //! only on the spans kept, and the cap only on spans the rule keeps.
 
 use crate::clock::Clock;
-use crate::config::compile::handover::LocalRule;
+use crate::config::compile::local_rule::LocalRule;
 use crate::limiter::Admission;
 
 /// A rule's permit (its limit's, its lower bound's or its adaptive cap's), taken before

@@ -6,7 +6,8 @@ use std::error::Error;
 use std::fmt;
 
 use crate::clock::Clock;
-use crate::config::compile::handover::{Handover, LocalRule};
+use crate::config::compile::handover::{replacing, Handover};
+use crate::config::compile::local_rule::LocalRule;
 use crate::config::compile::permit::{Made, Permit};
 use crate::config::error::Pos;
 use crate::config::model::{FleetSettings, LimitOf, LimitSpec, Scope};
@@ -156,7 +157,7 @@ impl<C: Clock + Clone> RuleLimiter<C> {
         {
             return old.clone();
         }
-        let (new, handover) = LocalRule::replacing(new, old);
+        let (new, handover) = replacing(new, old);
         handovers.push(handover);
         new
     }

@@ -5,15 +5,18 @@
 #[cfg(feature = "yaml")]
 pub(crate) mod declarative;
 pub(crate) mod jaeger;
+pub(crate) mod key_path;
 pub(crate) mod rule_file;
 pub(crate) mod spanned;
 pub(crate) mod toml;
 #[cfg(feature = "yaml")]
 pub(crate) mod yaml;
+#[cfg(feature = "yaml")]
+pub(crate) mod yaml_tree;
 
 use std::path::Path;
 
-use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
+use crate::config::error::{ConfigError, ConfigErrorKind};
 use crate::config::model::SamplingConfig;
 
 /// [`SamplingConfig::from_path`], with `redis` (from the environment), when given,
@@ -71,13 +74,7 @@ fn from_yaml_file(
     file: &str,
     _: Option<&[String]>,
 ) -> Result<SamplingConfig, ConfigError> {
-    Err(ConfigError::new(
-        ConfigErrorKind::MissingFeature,
-        file,
-        Pos::default(),
-        "",
-        "a YAML file needs the `yaml` feature of otel-rate-sampler; build with it, or write the rules in TOML",
-    ))
+    Err(ConfigErrorKind::MissingFeature.error(file, "a YAML file needs the `yaml` feature of otel-rate-sampler; build with it, or write the rules in TOML"))
 }
 
 /// Whether `path` names a YAML file, by its extension (`.yaml`, `.yml`, any case).
@@ -94,12 +91,7 @@ pub(crate) fn read_file(path: &Path, file: &str) -> Result<String, ConfigError> 
 
 /// The error of a file (named `file`) that cannot be read.
 pub(crate) fn unreadable(file: &str, e: std::io::Error) -> ConfigError {
-    ConfigError::new(
-        ConfigErrorKind::Io,
-        file,
-        Pos::default(),
-        "",
-        format!("cannot read the file: {e}"),
-    )
-    .with_source(e)
+    ConfigErrorKind::Io
+        .error(file, format!("cannot read the file: {e}"))
+        .with_source(e)
 }

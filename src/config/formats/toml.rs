@@ -7,7 +7,8 @@ use std::ops::Range;
 use toml::de::{DeTable, DeValue};
 
 use crate::config::error::{ConfigError, ConfigErrorKind};
-use crate::config::formats::rule_file::{Ctx, RawFile};
+use crate::config::formats::key_path::KeyPath;
+use crate::config::formats::rule_file::{self, Ctx, RawFile};
 use crate::config::model::SamplingConfig;
 
 /// [`SamplingConfig::from_toml_str`], with `redis` (from the environment), when
@@ -22,7 +23,7 @@ pub(crate) fn load(
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let ctx = Ctx::new(text, file);
     let raw: RawFile = toml::from_str(text).map_err(|e| toml_error(&ctx, &e))?;
-    ctx.config(&raw, redis)
+    rule_file::config(&ctx, &raw, redis)
 }
 
 /// A TOML syntax or shape error, with its kind worked out from serde's message.
@@ -41,36 +42,35 @@ fn toml_error(ctx: &Ctx<'_>, e: &toml::de::Error) -> ConfigError {
         let key = key_path(ctx.text, &span).unwrap_or_else(|| key_before(ctx.text, span.start));
         (ConfigErrorKind::Syntax, key)
     };
-    ConfigError::new(kind, ctx.file, ctx.pos(span), key, message).with_source(e.clone())
+    kind.error(ctx.file, message)
+        .at(ctx.pos(span), key)
+        .with_source(e.clone())
 }
 
 /// The full path (`service[0].rule[1].rat`) of the key spelled at `span`, or whose value
 /// is at `span`, found in the document parsed again with spans (only on this error path).
 fn key_path(text: &str, span: &Range<usize>) -> Option<String> {
-    fn in_table(table: &DeTable<'_>, span: &Range<usize>, path: &str) -> Option<String> {
+    fn in_table(table: &DeTable<'_>, span: &Range<usize>, path: &KeyPath) -> Option<String> {
         table.iter().find_map(|(key, value)| {
-            let path = match path {
-                "" => key.get_ref().to_string(),
-                _ => format!("{path}.{}", key.get_ref()),
-            };
+            let path = path.key(key.get_ref());
             // The key itself (an unknown key), or its value (a value of the wrong type).
             if key.span() == *span || value.span() == *span {
-                return Some(path);
+                return Some(path.into());
             }
             in_value(value.get_ref(), span, &path)
         })
     }
-    fn in_value(value: &DeValue<'_>, span: &Range<usize>, path: &str) -> Option<String> {
+    fn in_value(value: &DeValue<'_>, span: &Range<usize>, path: &KeyPath) -> Option<String> {
         match value {
             DeValue::Table(t) => in_table(t, span, path),
             DeValue::Array(a) => a
                 .iter()
                 .enumerate()
-                .find_map(|(i, v)| in_value(v.get_ref(), span, &format!("{path}[{i}]"))),
+                .find_map(|(i, v)| in_value(v.get_ref(), span, &path.index(i))),
             _ => None,
         }
     }
-    in_table(DeTable::parse(text).ok()?.get_ref(), span, "")
+    in_table(DeTable::parse(text).ok()?.get_ref(), span, &KeyPath::root())
 }
 
 /// The `key` of a `key = value` line that holds byte `offset` (best effort).

@@ -2,15 +2,14 @@
 //! the TOML loader's own structs, so every key, default and check is the same. See
 //! `examples/sampling.yaml`, the YAML twin of `examples/sampling.toml`.
 
-use std::fmt;
-
-use serde::de::{DeserializeOwned, MapAccess, SeqAccess, Visitor};
-use serde::{Deserialize, Deserializer};
+use serde::de::DeserializeOwned;
 use serde_saphyr::budget::BudgetBreach;
 
 use crate::config::error::{ConfigError, ConfigErrorKind, LineIndex, Pos};
-use crate::config::formats::rule_file::{Ctx, RawFile};
+use crate::config::formats::key_path::KeyPath;
+use crate::config::formats::rule_file::{self, Ctx, RawFile};
 use crate::config::formats::spanned::{reading, Format, Spanned};
+use crate::config::formats::yaml_tree::Tree;
 use crate::config::model::SamplingConfig;
 
 /// [`SamplingConfig::from_yaml_str`], with `redis` (from the environment), when
@@ -21,7 +20,7 @@ pub(crate) fn load(
     redis: Option<&[String]>,
 ) -> Result<SamplingConfig, ConfigError> {
     let raw: RawFile = parse(text, file)?;
-    Ctx::new(text, file).config(&raw, redis)
+    rule_file::config(&Ctx::new(text, file), &raw, redis)
 }
 
 /// Deserialises YAML `text` (from `file`) with spans, into the raw structs.
@@ -85,7 +84,7 @@ fn yaml_error(e: &serde_saphyr::Error, text: &str, file: &str) -> ConfigError {
             .unwrap_or_else(|| key_on_line(text, pos.line));
         (ConfigErrorKind::Syntax, key)
     };
-    ConfigError::new(kind, file, pos, key, message)
+    kind.error(file, message).at(pos, key)
 }
 
 /// What a breach of serde-saphyr's budget means, said for the file's author (its own
@@ -113,145 +112,26 @@ fn budget_message(breach: &BudgetBreach) -> String {
     }
 }
 
-/// A YAML document as keys with their spans, for [`key_path`] (only on an error path).
-enum Tree {
-    Map(Vec<(Spanned<String>, Tree)>),
-    Seq(Vec<Tree>),
-    Leaf,
-}
-
-impl<'de> Deserialize<'de> for Tree {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct TreeVisitor;
-
-        impl<'de> Visitor<'de> for TreeVisitor {
-            type Value = Tree;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any YAML value")
-            }
-
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Tree, A::Error> {
-                let mut entries = Vec::new();
-                while let Some(key) = map.next_key::<Spanned<KeyText>>()? {
-                    let key = key.map(|k| k.0);
-                    entries.push((key, map.next_value()?));
-                }
-                Ok(Tree::Map(entries))
-            }
-
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Tree, A::Error> {
-                let mut items = Vec::new();
-                while let Some(item) = seq.next_element()? {
-                    items.push(item);
-                }
-                Ok(Tree::Seq(items))
-            }
-
-            fn visit_bool<E>(self, _: bool) -> Result<Tree, E> {
-                Ok(Tree::Leaf)
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Tree, E> {
-                Ok(Tree::Leaf)
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Tree, E> {
-                Ok(Tree::Leaf)
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Tree, E> {
-                Ok(Tree::Leaf)
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Tree, E> {
-                Ok(Tree::Leaf)
-            }
-            fn visit_unit<E>(self) -> Result<Tree, E> {
-                Ok(Tree::Leaf)
-            }
-            fn visit_none<E>(self) -> Result<Tree, E> {
-                Ok(Tree::Leaf)
-            }
-            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Tree, D::Error> {
-                Tree::deserialize(d)
-            }
-        }
-
-        deserializer.deserialize_any(TreeVisitor)
-    }
-}
-
-/// A mapping key as text, whatever its YAML type (`1: x` has the key `1`).
-struct KeyText(String);
-
-impl<'de> Deserialize<'de> for KeyText {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct KeyVisitor;
-
-        impl Visitor<'_> for KeyVisitor {
-            type Value = KeyText;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a mapping key")
-            }
-            fn visit_str<E>(self, v: &str) -> Result<KeyText, E> {
-                Ok(KeyText(v.to_owned()))
-            }
-            fn visit_bool<E>(self, v: bool) -> Result<KeyText, E> {
-                Ok(KeyText(v.to_string()))
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<KeyText, E> {
-                Ok(KeyText(v.to_string()))
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<KeyText, E> {
-                Ok(KeyText(v.to_string()))
-            }
-            fn visit_f64<E>(self, v: f64) -> Result<KeyText, E> {
-                Ok(KeyText(v.to_string()))
-            }
-            fn visit_unit<E>(self) -> Result<KeyText, E> {
-                Ok(KeyText("null".to_owned()))
-            }
-        }
-
-        deserializer.deserialize_any(KeyVisitor)
-    }
-}
-
 /// The full path (`service[0].rule[1].rat`) of the key written at `pos`, or else of
 /// the key whose scalar value is written at `pos` (`service[0].rule[1].limit` for its
 /// `abc`: the last key on that line before it), found in the document parsed again as a
 /// [`Tree`] (only on this error path).
 fn key_path(text: &str, pos: Pos) -> Option<String> {
-    /// Visits every key with its path, and whether its value is a scalar.
-    fn walk(tree: &Tree, path: &str, visit: &mut impl FnMut(&Spanned<String>, &str, bool)) {
-        match tree {
-            Tree::Map(entries) => {
-                for (key, value) in entries {
-                    let path = match path {
-                        "" => key.get_ref().clone(),
-                        _ => format!("{path}.{}", key.get_ref()),
-                    };
-                    visit(key, &path, matches!(value, Tree::Leaf));
-                    walk(value, &path, visit);
-                }
-            }
-            Tree::Seq(items) => {
-                for (i, item) in items.iter().enumerate() {
-                    walk(item, &format!("{path}[{i}]"), visit);
-                }
-            }
-            Tree::Leaf => {}
-        }
-    }
-    let tree: Tree = from_str(text).ok()?;
+    let tree: Spanned<Tree> = from_str(text).ok()?;
     let lines = LineIndex::new(text);
     let (mut exact, mut before) = (None, None::<(Pos, String)>);
-    walk(&tree, "", &mut |key, path, scalar| {
+    Tree::walk(&tree, &KeyPath::root(), None, &mut |path, key, value| {
+        let Some(key) = key else {
+            return;
+        };
+        let scalar = value.get_ref().is_scalar();
         let at = lines.pos(key.span().start);
         if at == pos {
-            exact.get_or_insert_with(|| path.to_owned());
+            exact.get_or_insert_with(|| path.to_string());
         } else if scalar && before.as_ref().is_none_or(|(b, _)| b.column < at.column) {
             let end = lines.pos(key.span().end);
             if end.line == pos.line && end.column < pos.column {
-                before = Some((at, path.to_owned()));
+                before = Some((at, path.to_string()));
             }
         }
     });

@@ -37,7 +37,7 @@ impl Invalid {
     }
 
     pub(crate) fn at(self, file: &str, pos: Pos, key: &str) -> ConfigError {
-        let mut err = ConfigError::new(self.kind, file, pos, key, self.message);
+        let mut err = self.kind.error(file, self.message).at(pos, key);
         if let Some(source) = self.source {
             err = err.with_source(BoxedSource(source));
         }

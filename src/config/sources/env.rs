@@ -32,131 +32,67 @@ use crate::sampler::env::{chosen, default_limit, rate_limit, var};
 use crate::sampler::RemoteParents;
 
 /// What [`RuleBasedSampler::from_env_lossy`] does with a problem: a rate-limited warning.
-fn log_fallback(e: &ConfigError) {
+pub(crate) fn log_fallback(e: &ConfigError) {
     crate::config::log::warn(&format!(
         "{e}; falling back to {DEFAULT_TRACES_PER_SECOND} traces per second"
     ));
 }
 
-impl RuleBasedSampler {
-    /// The sampler the process environment asks for, for `service` (empty: the service
-    /// [`OTEL_SERVICE_NAME`] names, else `service.name` in [`OTEL_RESOURCE_ATTRIBUTES`],
-    /// else [`UNKNOWN_SERVICE`]). Empty variables count as unset.
-    ///
-    /// * `OTEL_RATE_SAMPLER_CONFIG=FILE`: the rules of `FILE` for the service; its
-    ///   fleet-scoped limits use [`OTEL_RATE_SAMPLER_REDIS`] if set, else the file's
-    ///   `[fleet] redis`, and for a `rediss://` Redis [`OTEL_RATE_SAMPLER_REDIS_CA`],
-    ///   [`OTEL_RATE_SAMPLER_REDIS_CLIENT_CERT`] and [`OTEL_RATE_SAMPLER_REDIS_CLIENT_KEY`]
-    ///   where set, else the file's `tls_*` keys (reloads keep all four).
-    /// * else `OTEL_TRACES_SAMPLER=ratelimiting` or `parentbased_ratelimiting` (any
-    ///   case), with `OTEL_TRACES_SAMPLER_ARG` = traces per second (fractional allowed,
-    ///   default [`DEFAULT_TRACES_PER_SECOND`]): one limit for every root.
-    /// * else `Ok(None)`: the environment does not choose this crate's sampler (leave
-    ///   the SDK's own choice in place).
-    ///
-    /// [`OTEL_CONFIG_FILE`] (an OpenTelemetry declarative configuration file, whose
-    /// sampler may wrap this one in `parent_based` and other samplers) is read by
-    /// `DeclarativeSampler::from_env` (feature `yaml`), not here; an application that
-    /// supports both asks it first.
-    ///
-    /// # Errors
-    ///
-    /// A [`ConfigError`] for a bad file, a bad `OTEL_TRACES_SAMPLER_ARG`, both a file
-    /// and a rate set at once, a file beside an `OTEL_TRACES_SAMPLER` that names another
-    /// sampler (`always_off`, say: which should win is not ours to guess), an `OTEL_RESOURCE_ATTRIBUTES` that does not decode (when
-    /// it is read), or a fleet-scoped limit with no Redis URL (neither
-    /// [`OTEL_RATE_SAMPLER_REDIS`] nor the file's `[fleet] redis`).
-    pub fn from_env(service: &str) -> Result<Option<Self>, ConfigError> {
-        Self::from_lookup(service, |name| std::env::var(name).ok())
-    }
-
-    /// Like [`from_env`](Self::from_env), reading variables through `lookup` (for
-    /// tests, or another source of settings).
-    ///
-    /// ```
-    /// use otel_rate_sampler::env::{OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG};
-    /// use otel_rate_sampler::RuleBasedSampler;
-    ///
-    /// let env = |name: &str| match name {
-    ///     OTEL_TRACES_SAMPLER => Some("parentbased_ratelimiting".to_owned()),
-    ///     OTEL_TRACES_SAMPLER_ARG => Some("0.5".to_owned()),
-    ///     _ => None,
-    /// };
-    /// assert!(RuleBasedSampler::from_lookup("checkout", env)?.is_some());
-    /// # Ok::<(), otel_rate_sampler::ConfigError>(())
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`from_env`](Self::from_env).
-    pub fn from_lookup(
-        service: &str,
-        lookup: impl Fn(&str) -> Option<String>,
-    ) -> Result<Option<Self>, ConfigError> {
-        let lookup: &dyn Fn(&str) -> Option<String> = &lookup;
-        let ours = chosen(lookup);
-        if let Some(path) = var(lookup, OTEL_RATE_SAMPLER_CONFIG) {
-            if let (None, Some(other)) = (ours, var(lookup, OTEL_TRACES_SAMPLER)) {
+/// [`RuleBasedSampler::from_lookup`]: the sampler the variables `lookup` reads ask for.
+pub(crate) fn from_lookup(
+    service: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<RuleBasedSampler>, ConfigError> {
+    let ours = chosen(lookup);
+    if let Some(path) = var(lookup, OTEL_RATE_SAMPLER_CONFIG) {
+        if let (None, Some(other)) = (ours, var(lookup, OTEL_TRACES_SAMPLER)) {
+            return Err(env_error(
+                ConfigErrorKind::ConflictingKeys,
+                OTEL_TRACES_SAMPLER,
+                format!("{OTEL_TRACES_SAMPLER}={other:?} asks for another sampler beside {OTEL_RATE_SAMPLER_CONFIG}; set it to {PARENTBASED_RATELIMITING} (or unset it) to use the file, or unset {OTEL_RATE_SAMPLER_CONFIG}"),
+            ));
+        }
+        if ours.is_some() {
+            if let Some(arg) = var(lookup, OTEL_TRACES_SAMPLER_ARG) {
                 return Err(env_error(
                     ConfigErrorKind::ConflictingKeys,
-                    OTEL_TRACES_SAMPLER,
-                    format!("{OTEL_TRACES_SAMPLER}={other:?} asks for another sampler beside {OTEL_RATE_SAMPLER_CONFIG}; set it to {PARENTBASED_RATELIMITING} (or unset it) to use the file, or unset {OTEL_RATE_SAMPLER_CONFIG}"),
+                    OTEL_TRACES_SAMPLER_ARG,
+                    format!("{OTEL_TRACES_SAMPLER_ARG}={arg:?} is set beside {OTEL_RATE_SAMPLER_CONFIG}; the file's limits apply, so unset one of them"),
                 ));
             }
-            if ours.is_some() {
-                if let Some(arg) = var(lookup, OTEL_TRACES_SAMPLER_ARG) {
-                    return Err(env_error(
-                        ConfigErrorKind::ConflictingKeys,
-                        OTEL_TRACES_SAMPLER_ARG,
-                        format!("{OTEL_TRACES_SAMPLER_ARG}={arg:?} is set beside {OTEL_RATE_SAMPLER_CONFIG}; the file's limits apply, so unset one of them"),
-                    ));
-                }
-            }
-            let fleet = FleetEnv::read(lookup)?;
-            let config = SamplingConfig::from_path_with(path.as_ref(), fleet.urls.as_deref())?
-                .with_fleet_env(&fleet);
-            let service = resolve_service(service, lookup)?;
-            return Self::from_env_config(&config, &service, fleet).map(Some);
         }
-        let Some(remote_parents) = ours else {
-            return Ok(None);
-        };
-        let limit =
-            rate_limit(lookup).map_err(|e| from_env_error(ConfigErrorKind::InvalidLimit, e))?;
-        let config = SamplingConfig::single_limit(limit, remote_parents, OTEL_TRACES_SAMPLER_ARG);
-        Self::new(&config, &resolve_service(service, lookup)?).map(Some)
+        let fleet = FleetEnv::read(lookup)?;
+        let config = SamplingConfig::from_path_with(path.as_ref(), fleet.urls.as_deref())?
+            .with_fleet_env(&fleet);
+        let service = resolve_service(service, lookup)?;
+        return RuleBasedSampler::from_env_config(&config, &service, fleet).map(Some);
     }
+    let Some(remote_parents) = ours else {
+        return Ok(None);
+    };
+    let limit = rate_limit(lookup).map_err(|e| from_env_error(ConfigErrorKind::InvalidLimit, e))?;
+    let config = SamplingConfig::single_limit(limit, remote_parents, OTEL_TRACES_SAMPLER_ARG);
+    RuleBasedSampler::new(&config, &resolve_service(service, lookup)?).map(Some)
+}
 
-    /// Like [`from_env`](Self::from_env), but never fails: each problem is logged as a
-    /// `tracing` warning (target `otel_rate_sampler`; the same message at most once a
-    /// minute) and the sampler falls back (a bad file or rate to
-    /// [`DEFAULT_TRACES_PER_SECOND`], following remote parents unless
-    /// `OTEL_TRACES_SAMPLER` is [`RATELIMITING`]; a service name that cannot be read
-    /// to [`UNKNOWN_SERVICE`]).
-    pub fn from_env_lossy(service: &str) -> Option<Self> {
-        Self::from_lookup_lossy(service, |name| std::env::var(name).ok(), log_fallback)
-    }
-
-    /// Like [`from_env_lossy`](Self::from_env_lossy), reading variables through
-    /// `lookup` and reporting each problem to `warn` instead of the log.
-    pub fn from_lookup_lossy(
-        service: &str,
-        lookup: impl Fn(&str) -> Option<String>,
-        mut warn: impl FnMut(&ConfigError),
-    ) -> Option<Self> {
-        match Self::from_lookup(service, &lookup) {
-            Ok(sampler) => sampler,
-            Err(e) => {
+/// [`RuleBasedSampler::from_lookup_lossy`]: [`from_lookup`], each problem reported to
+/// `warn` and a fallback in its place.
+pub(crate) fn from_lookup_lossy(
+    service: &str,
+    lookup: impl Fn(&str) -> Option<String>,
+    mut warn: impl FnMut(&ConfigError),
+) -> Option<RuleBasedSampler> {
+    match from_lookup(service, &lookup) {
+        Ok(sampler) => sampler,
+        Err(e) => {
+            warn(&e);
+            let remote_parents = chosen(&lookup).unwrap_or(RemoteParents::Follow);
+            let config = SamplingConfig::single_limit(default_limit(), remote_parents, "fallback");
+            let service = resolve_service(service, &lookup).unwrap_or_else(|e| {
                 warn(&e);
-                let remote_parents = chosen(&lookup).unwrap_or(RemoteParents::Follow);
-                let config =
-                    SamplingConfig::single_limit(default_limit(), remote_parents, "fallback");
-                let service = resolve_service(service, &lookup).unwrap_or_else(|e| {
-                    warn(&e);
-                    UNKNOWN_SERVICE.to_owned()
-                });
-                RuleBasedSampler::<MonotonicClock>::new(&config, &service).ok()
-            }
+                UNKNOWN_SERVICE.to_owned()
+            });
+            RuleBasedSampler::<MonotonicClock>::new(&config, &service).ok()
         }
     }
 }

@@ -3,9 +3,9 @@
 
 pub mod env;
 #[cfg(feature = "jaeger-remote")]
-mod jaeger_remote;
+pub(crate) mod jaeger_remote;
 #[cfg(feature = "reload")]
-mod watch;
+pub(crate) mod watch;
 
 #[cfg(feature = "jaeger-remote")]
 pub use jaeger_remote::{JaegerRemote, JaegerRemotePoller, RemoteUpdate};

@@ -1,10 +1,10 @@
 //! What a local limit dropped by a reload (its window empty) leaves for its rule brought
 //! back later: the new limiter goes on from it as a replacement would
-//! ([`LocalRule::after_forgotten`]).
+//! ([`Forgotten::succeeded_by`]).
 
-use super::LocalRule;
 use crate::clock::Clock;
-use crate::config::compile::unseen::{alone_from, unseen_before};
+use crate::config::compile::local_rule::LocalRule;
+use crate::config::compile::unseen::unseen_before;
 use crate::limiter::Shape;
 
 /// A local limit dropped by a reload while its window held nothing, for a later rule of
@@ -18,36 +18,26 @@ pub(crate) struct Forgotten {
     empty_from: u64,
 }
 
-impl<C: Clock> LocalRule<C> {
-    /// `self`, a limit just built with nothing carried and not yet published, as the
-    /// next of the lineage whose limiter was dropped (`forgotten`): it counts an upper
+impl Forgotten {
+    /// `local`, a limit just built with nothing carried and not yet published, as the
+    /// next of the lineage whose limiter was dropped (`self`): it counts an upper
     /// bound of what that lineage admitted within its look-back ([`unseen_before`]:
     /// nothing was admitted since the dropped limiter's window emptied). Open: the
     /// dropped limiter admits nothing any more, so there is nothing to settle.
-    pub(crate) fn after_forgotten(self, forgotten: &Forgotten) -> Self {
-        let now = self.limiter.clock().now_nanos();
-        let unseen = unseen_before(
-            forgotten.shape,
-            forgotten.began,
-            forgotten.empty_from,
-            &self.limiter,
-            now,
-        );
-        Self {
-            began: alone_from(now),
-            ..self
-        }
-        .with_carried(unseen)
+    pub(crate) fn succeeded_by<C: Clock>(&self, local: LocalRule<C>) -> LocalRule<C> {
+        let now = local.limiter.clock().now_nanos();
+        let unseen = unseen_before(self.shape, self.began, self.empty_from, &local.limiter, now);
+        local.succeeding(now, unseen)
     }
 
-    /// What its lineage needs once this limit is dropped, its window empty at this
-    /// reading of the clock (see [`Forgotten`]).
-    pub(crate) fn forget(&self) -> Forgotten {
-        let now = self.limiter.clock().now_nanos();
+    /// What `local`'s lineage needs once that limit is dropped, its window empty at this
+    /// reading of the clock.
+    pub(crate) fn of<C: Clock>(local: &LocalRule<C>) -> Self {
+        let now = local.limiter.clock().now_nanos();
         Forgotten {
-            shape: self.limiter.shape(),
-            began: self.began,
-            empty_from: self.limiter.counted_from(now),
+            shape: local.limiter.shape(),
+            began: local.began(),
+            empty_from: local.limiter.counted_from(now),
         }
     }
 }

@@ -9,8 +9,9 @@ use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 
-use super::LocalRule;
+use super::replacing;
 use crate::clock::ManualClock;
+use crate::config::compile::local_rule::LocalRule;
 use crate::limit::Limit;
 use crate::limiter::{Algorithm, AnyLimiter};
 
@@ -32,7 +33,7 @@ fn reload_while_a_stale_reader_decides(old_n: u32, new_n: u32, reads: usize) {
         let old = LocalRule::new(fixed(old_n, &clock));
         assert!(old.try_acquire());
         // The new rules, built: the replacement holds what `old` had used.
-        let (new, handover) = LocalRule::replacing(fixed(new_n, &clock), &old);
+        let (new, handover) = replacing(fixed(new_n, &clock), &old);
         // The rules in force: the new ones once this is set.
         let published = Arc::new(AtomicBool::new(false));
         let reader = {

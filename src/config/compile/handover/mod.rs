@@ -36,13 +36,11 @@
 //! [`LocalRule::close`] says how exact the frozen count is, and [`unseen`] what a
 //! replacement whose window reaches back further counts beyond.
 
-use std::sync::{Arc, Mutex, PoisonError};
-
 use crate::clock::Clock;
-use crate::limit::Limit;
-use crate::limiter::{AnyLimiter, RateLimiter};
+use crate::limiter::AnyLimiter;
 
-use super::unseen::{alone_from, unseen};
+use super::local_rule::{LocalRule, Snapshot};
+use super::unseen::unseen;
 
 mod forgotten;
 #[cfg(all(test, loom))]
@@ -50,245 +48,25 @@ mod loom_tests;
 
 pub(crate) use forgotten::Forgotten;
 
-/// A local limiter, and the excess carried into its current window (with, once a
-/// reload closed it, what it had counted).
-pub(crate) struct LocalRule<C> {
-    pub(crate) limiter: Arc<AnyLimiter<C>>,
-    /// When its lineage began to be decided by it alone (clock nanoseconds): 0 for a
-    /// new rule, [`alone_from`] the reload for a replacement.
-    began: u64,
-    excess: Arc<Mutex<Excess>>,
-}
-
-impl<C: Clock> std::fmt::Debug for LocalRule<C> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LocalRule")
-            .field("limit", &self.limiter.limit())
-            .field("closed", &self.is_closed())
-            .finish_non_exhaustive()
-    }
-}
-
-/// A local rule is a limiter (an adaptive rule's cap is one): its limiter's permits.
-impl<C: Clock> RateLimiter for LocalRule<C> {
-    #[inline]
-    fn try_acquire(&self) -> bool {
-        LocalRule::try_acquire(self)
-    }
-
-    #[inline]
-    fn acquire_stamped(&self) -> Option<u64> {
-        LocalRule::acquire_stamped(self)
-    }
-
-    fn limit(&self) -> Limit {
-        self.limiter.limit()
-    }
-
-    fn count_in_window(&self) -> Option<u64> {
-        self.limiter.count_in_window()
-    }
-}
-
-/// What a limit had used in its window when a reload read it, and when that window
-/// ends (clock nanoseconds; for the sliding log, when what it held then has left it).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Snapshot {
-    pub(crate) used: u64,
-    until: u64,
-}
-
-/// Admissions counted against a limit in the window ending at `until` (clock
-/// nanoseconds) that its limiter does not hold, and whether the limiter is closed (its
-/// count frozen and moved here: it is no longer read).
-#[derive(Clone, Copy, Default)]
-struct Excess {
-    until: u64,
-    count: u64,
-    closed: bool,
-}
-
-impl<C> Clone for LocalRule<C> {
-    fn clone(&self) -> Self {
-        Self {
-            limiter: Arc::clone(&self.limiter),
-            began: self.began,
-            excess: Arc::clone(&self.excess),
-        }
-    }
-}
-
-impl<C: Clock> LocalRule<C> {
-    /// A limiter with nothing carried.
-    pub(crate) fn new(limiter: AnyLimiter<C>) -> Self {
-        Self {
-            limiter: Arc::new(limiter),
-            began: 0,
-            excess: Arc::default(),
-        }
-    }
-
-    /// `limiter` as the replacement of `old`: it absorbs what `old` has used in its
-    /// window, and where its own look-back reaches before that, an upper bound of what
-    /// was admitted there ([`unseen`]; the excess beyond its permits kept aside), and
-    /// the [`Handover`] that closes `old` and settles what it admitted from now on,
-    /// before the replacement is published.
-    pub(crate) fn replacing(limiter: AnyLimiter<C>, old: &LocalRule<C>) -> (Self, Handover<C>) {
-        let now = limiter.clock().now_nanos();
-        let unseen = unseen(&old.limiter, old.began, &limiter, now);
-        let snapshot = old.snapshot();
-        let new = Self {
-            began: alone_from(now),
-            ..Self::new(limiter)
-        }
-        .with_carried(snapshot.used.saturating_add(unseen));
-        let handover = Handover::Limit {
-            old: old.clone(),
-            new: new.clone(),
-            snapshot,
-        };
-        (new, handover)
-    }
-
-    /// This limit holding `carried` admissions made before it (a permit each while its
-    /// limiter has some, the rest as excess).
-    fn with_carried(self, carried: u64) -> Self {
-        self.absorb(carried);
-        self
-    }
-
-    /// Closes the limit for good: its limiter refuses every later decision (also one
-    /// that reaches it through a thread's cached old rules) and what it counted in its
-    /// window at that instant goes into its excess, so [`used`](Self::used) goes on
-    /// saying what it used. [`AnyLimiter::close`]: exact (the sliding log's count may be
-    /// above by a slot whose newest stamp this thread does not see yet). Closing a
-    /// closed limit does nothing.
-    pub(crate) fn close(&self) {
-        let mut excess = self.excess.lock().unwrap_or_else(PoisonError::into_inner);
-        if excess.closed {
-            return;
-        }
-        let frozen = self.limiter.close();
-        let now = self.limiter.clock().now_nanos();
-        if now >= excess.until {
-            *excess = Excess {
-                until: self.window_end(now),
-                ..Excess::default()
-            };
-        }
-        excess.count = excess.count.saturating_add(frozen);
-        excess.closed = true;
-    }
-
-    /// Whether a reload closed it.
-    pub(crate) fn is_closed(&self) -> bool {
-        self.excess
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .closed
-    }
-
-    /// Whether the two are the same limit (clones of one).
-    pub(crate) fn same(&self, other: &LocalRule<C>) -> bool {
-        Arc::ptr_eq(&self.limiter, &other.limiter)
-    }
-
-    /// A permit, if its limiter has one (a closed limiter has none). A refusal writes
-    /// nothing.
-    #[inline]
-    pub(crate) fn try_acquire(&self) -> bool {
-        self.limiter.try_acquire()
-    }
-
-    /// [`try_acquire`](Self::try_acquire) with the admission's clock reading.
-    #[inline]
-    pub(crate) fn acquire_stamped(&self) -> Option<u64> {
-        self.limiter.acquire_stamped()
-    }
-
-    /// What it has used in its current window, and when that window ends.
-    pub(crate) fn snapshot(&self) -> Snapshot {
-        let now = self.limiter.clock().now_nanos();
-        Snapshot {
-            used: self.used(),
-            until: self.window_end(now),
-        }
-    }
-
-    /// What it admitted after `snapshot` that its current window still counts: the
-    /// difference while the snapshot's window lasts, everything it counts once a new
-    /// window began (for the fixed window, exactly what was admitted after the
-    /// snapshot; the sliding kinds still count some from before it, which carries more
-    /// than needed). The sliding kinds also let some of what they counted leave their
-    /// window as time passes (the log an entry, the sliding counter a fraction of the
-    /// previous window, the bucketed window a sub-window): what leaves between the
-    /// snapshot and the close (the time of the compilation) makes the difference that
-    /// much short.
-    pub(crate) fn used_since(&self, snapshot: Snapshot) -> u64 {
-        let now = self.limiter.clock().now_nanos();
-        let used = self.used();
-        if now < snapshot.until {
-            used.saturating_sub(snapshot.used)
-        } else {
-            used
-        }
-    }
-
-    /// What this limit has used in its current window: its limiter's count (frozen
-    /// into the excess once closed) plus the excess carried into that window.
-    pub(crate) fn used(&self) -> u64 {
-        let now = self.limiter.clock().now_nanos();
-        let excess = *self.excess.lock().unwrap_or_else(PoisonError::into_inner);
-        let counted = if excess.closed {
-            0
-        } else {
-            self.limiter.count_in_window().unwrap_or(0)
-        };
-        counted + if now < excess.until { excess.count } else { 0 }
-    }
-
-    /// The permits left in the current window (0 when the excess covers them).
-    fn room(&self) -> u64 {
-        u64::from(self.limiter.limit().permits()).saturating_sub(self.used())
-    }
-
-    /// Takes `count` admissions made elsewhere into this limit's current window: a
-    /// permit each while the limiter has some, the rest as excess.
-    fn absorb(&self, count: u64) {
-        let taken = self.limiter.absorb(count);
-        self.add_excess(count - taken);
-    }
-
-    /// Removes and returns the excess carried into the current window.
-    fn take_excess(&self) -> u64 {
-        let now = self.limiter.clock().now_nanos();
-        let mut excess = self.excess.lock().unwrap_or_else(PoisonError::into_inner);
-        let count = if now < excess.until { excess.count } else { 0 };
-        excess.count = 0;
-        count
-    }
-
-    fn add_excess(&self, count: u64) {
-        if count == 0 {
-            return;
-        }
-        let now = self.limiter.clock().now_nanos();
-        let mut excess = self.excess.lock().unwrap_or_else(PoisonError::into_inner);
-        if now >= excess.until {
-            *excess = Excess {
-                until: self.window_end(now),
-                ..*excess
-            };
-            excess.count = 0;
-        }
-        excess.count = excess.count.saturating_add(count);
-    }
-
-    /// When what the limiter counts at `now` has left its window (see
-    /// [`AnyLimiter::counted_until`]).
-    fn window_end(&self, now: u64) -> u64 {
-        self.limiter.counted_until(now)
-    }
+/// `limiter` as the replacement of `old`: it absorbs what `old` has used in its window,
+/// and where its own look-back reaches before that, an upper bound of what was admitted
+/// there ([`unseen`]; the excess beyond its permits kept aside), and the [`Handover`]
+/// that closes `old` and settles what it admitted from now on, before the replacement
+/// is published.
+pub(crate) fn replacing<C: Clock>(
+    limiter: AnyLimiter<C>,
+    old: &LocalRule<C>,
+) -> (LocalRule<C>, Handover<C>) {
+    let now = limiter.clock().now_nanos();
+    let unseen = unseen(&old.limiter, old.began(), &limiter, now);
+    let snapshot = old.snapshot();
+    let new = LocalRule::new(limiter).succeeding(now, snapshot.used.saturating_add(unseen));
+    let handover = Handover::Limit {
+        old: old.clone(),
+        new: new.clone(),
+        snapshot,
+    };
+    (new, handover)
 }
 
 /// Makes a service cap's new floors and shared pool (`limits`) hold, together, what the
@@ -395,7 +173,7 @@ mod tests {
     use super::*;
     use crate::clock::ManualClock;
     use crate::limit::Limit;
-    use crate::limiter::Algorithm;
+    use crate::limiter::{Algorithm, RateLimiter};
 
     fn rule(algorithm: Algorithm, n: u32, clock: &ManualClock) -> AnyLimiter<ManualClock> {
         // Unpaced: these tests spend a window's permits at one instant.
@@ -415,10 +193,10 @@ mod tests {
                 (0..1000).filter(|_| first.limiter.try_acquire()).count(),
                 1000
             );
-            let (low, h) = LocalRule::replacing(rule(algorithm, 500, &clock), &first);
+            let (low, h) = replacing(rule(algorithm, 500, &clock), &first);
             h.settle();
             assert_eq!(low.used(), 1000, "{algorithm}");
-            let (back, h) = LocalRule::replacing(rule(algorithm, 1000, &clock), &low);
+            let (back, h) = replacing(rule(algorithm, 1000, &clock), &low);
             h.settle();
             assert!(!back.limiter.try_acquire(), "{algorithm}: re-opened");
             // The next window is a fresh one.
@@ -433,7 +211,7 @@ mod tests {
         let clock = ManualClock::new();
         let old = LocalRule::new(rule(Algorithm::FixedWindow, 10, &clock));
         assert_eq!((0..4).filter(|_| old.limiter.try_acquire()).count(), 4);
-        let (new, h) = LocalRule::replacing(rule(Algorithm::FixedWindow, 10, &clock), &old);
+        let (new, h) = replacing(rule(Algorithm::FixedWindow, 10, &clock), &old);
         // A decision still holding the old rules admits 3 more during the swap.
         assert_eq!((0..3).filter(|_| old.limiter.try_acquire()).count(), 3);
         h.settle();
@@ -453,7 +231,7 @@ mod tests {
             clock.set(10);
             let old = LocalRule::new(rule(algorithm, 10, &clock));
             assert_eq!((0..4).filter(|_| old.try_acquire()).count(), 4);
-            let (new, h) = LocalRule::replacing(rule(algorithm, 10, &clock), &old);
+            let (new, h) = replacing(rule(algorithm, 10, &clock), &old);
             // While the new rules are built, decisions on the old ones admit.
             assert_eq!(
                 (0..3).filter(|_| old.try_acquire()).count(),
@@ -489,7 +267,7 @@ mod tests {
             clock.set(900_000_000);
             let old = LocalRule::new(any(limit));
             assert_eq!((0..4).filter(|_| old.try_acquire()).count(), 4);
-            let (new, h) = LocalRule::replacing(any(limit), &old);
+            let (new, h) = replacing(any(limit), &old);
             // The window turns during the swap; a decision on the old rules admits up
             // to 7 in the new window (the sliding kinds still count the first 4).
             clock.set(1_100_000_000);
@@ -523,13 +301,13 @@ mod tests {
         clock.set(1_596_000_000);
         let fixed = LocalRule::new(any(Algorithm::FixedWindow, 4, 1000));
         assert_eq!((0..3).filter(|_| fixed.try_acquire()).count(), 3);
-        let (bucketed, h) = LocalRule::replacing(any(Algorithm::BucketedWindow, 1, 500), &fixed);
+        let (bucketed, h) = replacing(any(Algorithm::BucketedWindow, 1, 500), &fixed);
         h.settle();
         clock.set(2_000_000_000);
         assert_eq!(bucketed.used(), 3);
         // (A fixed window, whose look-back begins at 2 s: a sliding log's would reach
         // back before the bucketed window began, and count all its permits.)
-        let (fixed, h) = LocalRule::replacing(any(Algorithm::FixedWindow, 7, 500), &bucketed);
+        let (fixed, h) = replacing(any(Algorithm::FixedWindow, 7, 500), &bucketed);
         h.settle();
         assert_eq!((0..10).filter(|_| fixed.try_acquire()).count(), 4);
     }
@@ -554,22 +332,22 @@ mod tests {
         // the old one no longer counts.
         let short = LocalRule::new(fixed(1, 500));
         clock.set(1_300_000_000);
-        let (long, h) = LocalRule::replacing(fixed(4, 2000), &short);
+        let (long, h) = replacing(fixed(4, 2000), &short);
         h.settle();
         assert_eq!((0..9).filter(|_| long.try_acquire()).count(), 2);
         // The same 1 per 500 ms, replacing 9 per 1 s at 1.2 s: before, 9 per 1 s decided.
         clock.set(1_200_000_000);
         let first = LocalRule::new(fixed(9, 1000));
-        let (short, h) = LocalRule::replacing(fixed(1, 500), &first);
+        let (short, h) = replacing(fixed(1, 500), &first);
         h.settle();
         clock.set(1_300_000_000);
-        let (long, h) = LocalRule::replacing(fixed(4, 2000), &short);
+        let (long, h) = replacing(fixed(4, 2000), &short);
         h.settle();
         assert!(!long.try_acquire());
         // As much as fills any limiter, the rest beyond its 4 permits as excess: a
         // larger limit replacing it at once gives out nothing of that unknown span.
         assert_eq!(long.used(), u64::from(Limit::MAX_PERMITS));
-        let (larger, h) = LocalRule::replacing(fixed(40, 2000), &long);
+        let (larger, h) = replacing(fixed(40, 2000), &long);
         h.settle();
         assert!(!larger.try_acquire());
     }
@@ -592,11 +370,11 @@ mod tests {
             let first = LocalRule::new(fixed(2, 500));
             clock.set(at);
             assert_eq!((0..3).filter(|_| first.try_acquire()).count(), 2);
-            let (one, h) = LocalRule::replacing(fixed(1, 1000), &first);
+            let (one, h) = replacing(fixed(1, 1000), &first);
             h.settle();
             assert_eq!(one.used(), held);
             clock.set(at + 1_000_000_000);
-            let (eight, h) = LocalRule::replacing(fixed(8, 1500), &one);
+            let (eight, h) = replacing(fixed(8, 1500), &one);
             h.settle();
             // Nothing is known of what decided at `at` but that it was admitted then:
             // as much as fills any limiter, until the 1.5 s window from `at` ends.
@@ -621,10 +399,10 @@ mod tests {
             let first = LocalRule::new(fixed(2, 500));
             assert_eq!((0..3).filter(|_| first.try_acquire()).count(), 2);
             clock.set(10_500_000_000);
-            let (one, h) = LocalRule::replacing(fixed(1, 1000), &first);
+            let (one, h) = replacing(fixed(1, 1000), &first);
             h.settle();
             assert_eq!(one.used(), 2, "kept at {kept_at}");
-            let (six, h) = LocalRule::replacing(fixed(6, 1000), &one);
+            let (six, h) = replacing(fixed(6, 1000), &one);
             h.settle();
             clock.set(10_550_000_000);
             let more = (0..9).filter(|_| six.try_acquire()).count();
@@ -636,7 +414,7 @@ mod tests {
     fn late_admissions_beyond_the_new_permits_go_to_the_excess() {
         let clock = ManualClock::new();
         let old = LocalRule::new(rule(Algorithm::SlidingLog, 10, &clock));
-        let (new, h) = LocalRule::replacing(rule(Algorithm::FixedWindow, 4, &clock), &old);
+        let (new, h) = replacing(rule(Algorithm::FixedWindow, 4, &clock), &old);
         assert_eq!((0..10).filter(|_| old.limiter.try_acquire()).count(), 10);
         h.settle();
         assert!(!new.limiter.try_acquire());

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use opentelemetry::trace::SpanKind;
 
 use crate::clock::Clock;
-use crate::config::compile::handover::{Forgotten, LocalRule};
+use crate::config::compile::handover::Forgotten;
+use crate::config::compile::local_rule::LocalRule;
 use crate::config::compile::rule_limiter::RuleLimiter;
 use crate::config::model::{Policy, Rule};
 use crate::pattern::Pattern;
@@ -160,8 +161,7 @@ impl<C: Clock> Compiled<C> {
     /// What its lineage needs once its limiters are dropped (their windows empty): who
     /// it is and what each local limiter of it was; `None` without a local one.
     pub(super) fn forget(&self) -> Option<Tombstone> {
-        let forget =
-            |l: Option<&RuleLimiter<C>>| l.and_then(RuleLimiter::local).map(LocalRule::forget);
+        let forget = |l: Option<&RuleLimiter<C>>| l.and_then(RuleLimiter::local).map(Forgotten::of);
         let (action, floor) = (forget(self.action.limiter()), forget(self.floor.as_ref()));
         (action.is_some() || floor.is_some()).then(|| Tombstone {
             name: self.name.clone(),

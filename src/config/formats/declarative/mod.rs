@@ -19,7 +19,7 @@ use opentelemetry_sdk::trace::Sampler;
 
 use crate::clock::Clock;
 use crate::config::error::{ConfigError, ConfigErrorKind};
-use crate::config::formats::rule_file::{Ctx, RawFile};
+use crate::config::formats::rule_file::{self, Ctx, RawFile};
 use crate::config::formats::spanned::Spanned;
 use crate::config::formats::yaml::parse;
 use crate::config::model::{values, SamplingConfig};
@@ -164,7 +164,7 @@ fn block(
     redis: Option<&[String]>,
 ) -> Result<Block, ConfigError> {
     let (key, at) = (format!("{path}.{PLUGIN_KEY}"), ctx.pos(raw.span()));
-    let config = ctx.config(file, redis).map_err(|e| e.in_block(&key, at))?;
+    let config = rule_file::config(ctx, file, redis).map_err(|e| e.in_block(&key, at))?;
     Ok(Block::new(config, key, at))
 }
 
@@ -289,8 +289,7 @@ pub(crate) fn rate_limiting_config_with(
         .unwrap_or_else(|never| match never {});
     }
     match first {
-        Some((raw, path, span)) => ctx
-            .config(raw, redis)
+        Some((raw, path, span)) => rule_file::config(&ctx, raw, redis)
             .map_err(|e| e.in_block(&path, ctx.pos(span))),
         None => Err(ctx.new_error(
             ConfigErrorKind::MissingKey,

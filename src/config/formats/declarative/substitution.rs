@@ -15,16 +15,14 @@
 //! substituted text.
 
 use std::borrow::Cow;
-use std::fmt;
 use std::ops::Range;
 
-use serde::de::{MapAccess, SeqAccess, Visitor};
-use serde::{Deserialize, Deserializer};
-
 use crate::config::error::{ConfigError, ConfigErrorKind};
+use crate::config::formats::key_path::KeyPath;
 use crate::config::formats::rule_file::Ctx;
 use crate::config::formats::spanned::Spanned;
 use crate::config::formats::yaml::parse;
+use crate::config::formats::yaml_tree::Tree;
 
 /// How variables are read: `lookup("NAME")`, `None` when undefined.
 pub(crate) type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
@@ -44,9 +42,17 @@ pub(crate) fn substitute<'t>(
     if !text.contains('$') {
         return Ok(Cow::Borrowed(text));
     }
-    let tree: Spanned<Node> = parse(text, file)?;
+    let tree: Spanned<Tree> = parse(text, file)?;
     let mut scalars = Vec::new();
-    tree.get_ref().strings(tree.span(), "", &mut scalars);
+    Tree::walk(&tree, &KeyPath::root(), None, &mut |path, _, node| {
+        if let Tree::Str(value) = node.get_ref() {
+            scalars.push(Scalar {
+                key: path.to_string(),
+                span: node.span(),
+                value,
+            });
+        }
+    });
     // Aliases replay their anchor's span: each scalar once, in text order.
     scalars.sort_by_key(|s| s.span.start);
     scalars.dedup_by_key(|s| s.span.start);
@@ -209,134 +215,6 @@ struct Scalar<'a> {
     key: String,
     span: Range<usize>,
     value: &'a str,
-}
-
-/// A YAML document's values with their spans; keys are kept only as names.
-enum Node {
-    Map(Vec<(String, Spanned<Node>)>),
-    Seq(Vec<Spanned<Node>>),
-    Str(String),
-    Other,
-}
-
-impl Node {
-    /// Collects the string scalars under this node (at `span`, key path `path`).
-    fn strings<'a>(&'a self, span: Range<usize>, path: &str, out: &mut Vec<Scalar<'a>>) {
-        match self {
-            Node::Map(entries) => {
-                for (key, value) in entries {
-                    let path = match path {
-                        "" => key.clone(),
-                        _ => format!("{path}.{key}"),
-                    };
-                    value.get_ref().strings(value.span(), &path, out);
-                }
-            }
-            Node::Seq(items) => {
-                for (i, item) in items.iter().enumerate() {
-                    item.get_ref()
-                        .strings(item.span(), &format!("{path}[{i}]"), out);
-                }
-            }
-            Node::Str(value) => out.push(Scalar {
-                key: path.to_owned(),
-                span,
-                value,
-            }),
-            Node::Other => {}
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Node {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct NodeVisitor;
-
-        impl<'de> Visitor<'de> for NodeVisitor {
-            type Value = Node;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any YAML value")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
-                let mut entries = Vec::new();
-                while let Some(key) = map.next_key::<Key>()? {
-                    entries.push((key.0, map.next_value()?));
-                }
-                Ok(Node::Map(entries))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
-                let mut items = Vec::new();
-                while let Some(item) = seq.next_element()? {
-                    items.push(item);
-                }
-                Ok(Node::Seq(items))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Node, E> {
-                Ok(Node::Str(v.to_owned()))
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Node, E> {
-                Ok(Node::Other)
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Node, E> {
-                Ok(Node::Other)
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Node, E> {
-                Ok(Node::Other)
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Node, E> {
-                Ok(Node::Other)
-            }
-            fn visit_unit<E>(self) -> Result<Node, E> {
-                Ok(Node::Other)
-            }
-            fn visit_none<E>(self) -> Result<Node, E> {
-                Ok(Node::Other)
-            }
-            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Node, D::Error> {
-                Node::deserialize(d)
-            }
-        }
-
-        deserializer.deserialize_any(NodeVisitor)
-    }
-}
-
-/// A mapping key's name, whatever its YAML type.
-struct Key(String);
-
-impl<'de> Deserialize<'de> for Key {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct KeyVisitor;
-
-        impl Visitor<'_> for KeyVisitor {
-            type Value = Key;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a mapping key")
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Key, E> {
-                Ok(Key(v.to_owned()))
-            }
-            fn visit_bool<E>(self, v: bool) -> Result<Key, E> {
-                Ok(Key(v.to_string()))
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<Key, E> {
-                Ok(Key(v.to_string()))
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<Key, E> {
-                Ok(Key(v.to_string()))
-            }
-            fn visit_f64<E>(self, v: f64) -> Result<Key, E> {
-                Ok(Key(v.to_string()))
-            }
-            fn visit_unit<E>(self) -> Result<Key, E> {
-                Ok(Key("null".to_owned()))
-            }
-        }
-
-        deserializer.deserialize_any(KeyVisitor)
-    }
 }
 
 #[cfg(test)]

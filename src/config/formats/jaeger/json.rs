@@ -37,7 +37,7 @@ pub(super) fn json_error(text: &str, file: &str, e: &serde_json::Error) -> Confi
         (ConfigErrorKind::Syntax, String::new())
     };
     let source = serde_json::Error::io(std::io::Error::other(e.to_string()));
-    ConfigError::new(kind, file, pos, key, message).with_source(source)
+    kind.error(file, message).at(pos, key).with_source(source)
 }
 
 /// serde_json's line and byte column (from 1; column 0 before a line's first byte) as a

@@ -9,114 +9,105 @@ use crate::config::check::floors::{self, FloorProblem};
 use crate::config::check::names::{self, Listed};
 use crate::config::check::{fleet_keys, reach};
 use crate::config::error::{ConfigError, ConfigErrorKind};
+use crate::config::formats::rule_file::block::{block, policy_key, unreachable_policy};
 use crate::config::formats::rule_file::ctx::{Ctx, OptOut, Path};
+use crate::config::formats::rule_file::policy::fleet_name;
 use crate::config::formats::rule_file::raw::{RawBlock, RawBytes, RawFile, RawFleet, RawUrls};
 use crate::config::formats::spanned::Spanned;
 use crate::config::model::values;
 use crate::config::model::{FleetSettings, Rule, SamplingConfig, ServiceConfig};
 
-impl<'a> Ctx<'a> {
-    /// The configuration `raw` describes, checked, with `redis` (from the environment),
-    /// when given, replacing the file's Redis URLs.
-    pub(crate) fn config(
-        &self,
-        raw: &RawFile,
-        redis: Option<&[String]>,
-    ) -> Result<SamplingConfig, ConfigError> {
-        let (ctx, file) = (self, self.file);
-        let default = match &raw.default {
-            Some(d) => ctx.block(d, Path::Default, true)?,
-            None => ServiceConfig::builtin_default(),
-        };
-        let (services, index) = ctx.services(raw)?;
-        let mut fleet = match &raw.fleet {
-            Some(f) => ctx.fleet(f.get_ref())?,
-            None => FleetSettings::default(),
-        };
-        if let Some(urls) = redis {
-            fleet.urls = urls.to_vec();
-        }
-        if let Some((span, key)) = ctx.first_fleet.take() {
-            if fleet.urls.is_empty() {
-                return Err(ctx.new_error(
-                    ConfigErrorKind::MissingKey,
-                    span,
-                    &key,
-                    format!("scope = \"fleet\" shares the limit through Redis, and no Redis URL is given; add `[fleet]` with `redis = \"redis://host:6379\"`, or set {}", crate::config::vars::OTEL_RATE_SAMPLER_REDIS),
-                ));
-            }
-        }
-        let mut config = SamplingConfig::indexed(file, default, services, index, fleet);
-        if let Some(limits) = &raw.limits {
-            if let Some(b) = &limits.get_ref().memory_budget {
-                config.memory_budget = ctx.check(b, "limits.memory_budget", |b| match b {
-                    RawBytes::Bytes(n) => budget::budget_bytes(*n),
-                    RawBytes::Text(t) => budget::parse_budget(t),
-                })?;
-            }
-        }
-        ctx.inherited(&config, raw)?;
-        if let Some(over) = budget::over_budget(&config) {
-            return Err(ctx.over_budget(&config, &over, raw));
-        }
-        Ok(config)
+/// The configuration `raw` describes, checked, with `redis` (from the environment),
+/// when given, replacing the file's Redis URLs.
+pub(crate) fn config(
+    ctx: &Ctx<'_>,
+    raw: &RawFile,
+    redis: Option<&[String]>,
+) -> Result<SamplingConfig, ConfigError> {
+    let file = ctx.file;
+    let default = match &raw.default {
+        Some(d) => block(ctx, d, Path::Default, true)?,
+        None => ServiceConfig::builtin_default(),
+    };
+    let (services, index) = services(ctx, raw)?;
+    let mut fleet = match &raw.fleet {
+        Some(f) => fleet_table(ctx, f.get_ref())?,
+        None => FleetSettings::default(),
+    };
+    if let Some(urls) = redis {
+        fleet.urls = urls.to_vec();
     }
-
-    /// The `[[service]]` blocks, with their index by name (each name listed once).
-    fn services(
-        &self,
-        raw: &RawFile,
-    ) -> Result<(Vec<ServiceConfig>, HashMap<String, usize>), ConfigError> {
-        let services = (raw.service.iter().enumerate())
-            .map(|(i, s)| self.block(s, Path::Service(i), false))
-            .collect::<Result<Vec<ServiceConfig>, ConfigError>>()?;
-        let index = names::index(services.iter().map(|s| s.name.as_str())).map_err(|repeat| {
-            let s = &raw.service[repeat.at];
-            let span = s.get_ref().name.as_ref().map_or(s.span(), |n| n.span());
-            let key = format!("{}.name", Path::Service(repeat.at));
-            self.err(repeat.problem(Listed::Service), span, key)
-        })?;
-        Ok((services, index))
+    if let Some((span, key)) = ctx.first_fleet.take() {
+        if fleet.urls.is_empty() {
+            return Err(ctx.new_error(
+                ConfigErrorKind::MissingKey,
+                span,
+                &key,
+                format!("scope = \"fleet\" shares the limit through Redis, and no Redis URL is given; add `[fleet]` with `redis = \"redis://host:6379\"`, or set {}", crate::config::vars::OTEL_RATE_SAMPLER_REDIS),
+            ));
+        }
     }
-
-    /// The error for a service over the memory budget, at its largest limiter.
-    fn over_budget(
-        &self,
-        config: &SamplingConfig,
-        over: &OverBudget,
-        raw: &RawFile,
-    ) -> ConfigError {
-        let (span, key) = match (over.service, over.largest) {
-            (_, Culprit::Inherited(j)) | (None, Culprit::Rule(j)) => {
-                (rule_span(&raw.default, j), format!("default.rule[{j}]"))
-            }
-            (Some(i), Culprit::Rule(j)) => (
-                raw.service[i].get_ref().rule[j].span(),
-                format!("service[{i}].rule[{j}]"),
-            ),
-            (Some(i), Culprit::Policy) => (raw.service[i].span(), format!("service[{i}]")),
-            (Some(i), Culprit::Cap) => (
-                raw.service[i]
-                    .get_ref()
-                    .cap
-                    .as_ref()
-                    .map_or(raw.service[i].span(), |c| c.span()),
-                format!("service[{i}].cap"),
-            ),
-            (None, Culprit::Policy) => (block_span(&raw.default), "default".to_owned()),
-            (None, Culprit::Cap) => (block_span(&raw.default), "default.cap".to_owned()),
-        };
-        self.err(over.invalid(config), span, &key)
+    let mut config = SamplingConfig::indexed(file, default, services, index, fleet);
+    if let Some(limits) = &raw.limits {
+        if let Some(b) = &limits.get_ref().memory_budget {
+            config.memory_budget = ctx.check(b, "limits.memory_budget", |b| match b {
+                RawBytes::Bytes(n) => budget::budget_bytes(*n),
+                RawBytes::Text(t) => budget::parse_budget(t),
+            })?;
+        }
     }
+    inherited(ctx, &config, raw)?;
+    if let Some(over) = budget::over_budget(&config) {
+        return Err(over_budget(ctx, &config, &over, raw));
+    }
+    Ok(config)
 }
 
-/// The span and name of the key that sets a block's own policy, if any.
-pub(super) fn policy_key(raw: &RawBlock) -> Option<(Range<usize>, &'static str)> {
-    raw.rate
-        .as_ref()
-        .map(|r| (r.span(), "rate"))
-        .or_else(|| raw.limit.as_ref().map(|l| (l.span(), "limit")))
-        .or_else(|| raw.probability.as_ref().map(|p| (p.span(), "probability")))
+/// The `[[service]]` blocks, with their index by name (each name listed once).
+fn services(
+    ctx: &Ctx<'_>,
+    raw: &RawFile,
+) -> Result<(Vec<ServiceConfig>, HashMap<String, usize>), ConfigError> {
+    let services = (raw.service.iter().enumerate())
+        .map(|(i, s)| block(ctx, s, Path::Service(i), false))
+        .collect::<Result<Vec<ServiceConfig>, ConfigError>>()?;
+    let index = names::index(services.iter().map(|s| s.name.as_str())).map_err(|repeat| {
+        let s = &raw.service[repeat.at];
+        let span = s.get_ref().name.as_ref().map_or(s.span(), |n| n.span());
+        let key = format!("{}.name", Path::Service(repeat.at));
+        ctx.err(repeat.problem(Listed::Service), span, key)
+    })?;
+    Ok((services, index))
+}
+
+/// The error for a service over the memory budget, at its largest limiter.
+fn over_budget(
+    ctx: &Ctx<'_>,
+    config: &SamplingConfig,
+    over: &OverBudget,
+    raw: &RawFile,
+) -> ConfigError {
+    let (span, key) = match (over.service, over.largest) {
+        (_, Culprit::Inherited(j)) | (None, Culprit::Rule(j)) => {
+            (rule_span(&raw.default, j), format!("default.rule[{j}]"))
+        }
+        (Some(i), Culprit::Rule(j)) => (
+            raw.service[i].get_ref().rule[j].span(),
+            format!("service[{i}].rule[{j}]"),
+        ),
+        (Some(i), Culprit::Policy) => (raw.service[i].span(), format!("service[{i}]")),
+        (Some(i), Culprit::Cap) => (
+            raw.service[i]
+                .get_ref()
+                .cap
+                .as_ref()
+                .map_or(raw.service[i].span(), |c| c.span()),
+            format!("service[{i}].cap"),
+        ),
+        (None, Culprit::Policy) => (block_span(&raw.default), "default".to_owned()),
+        (None, Culprit::Cap) => (block_span(&raw.default), "default.cap".to_owned()),
+    };
+    ctx.err(over.invalid(config), span, &key)
 }
 
 /// The span of `[default]`'s rule `j` (the file's start if there is none).
@@ -132,186 +123,168 @@ fn block_span(default: &Option<Spanned<RawBlock>>) -> Range<usize> {
     default.as_ref().map_or(0..0, |d| d.span())
 }
 
-impl Ctx<'_> {
-    /// Checks what each listed service inherits from `[default]`: no inherited rule
-    /// after a rule of its own that matches every span, and inherited floors that fit
-    /// in its cap.
-    fn inherited(&self, config: &SamplingConfig, raw: &RawFile) -> Result<(), ConfigError> {
-        if config.default.rules.is_empty() {
-            return Ok(());
-        }
-        for (i, own) in config.services.iter().enumerate() {
-            let inherited = || config.inherited_rules(own).map(|(_, r)| r);
-            let Some(first) = inherited().next() else {
-                continue; // it opts out, or replaces every default rule by one of its own
-            };
-            let opt_out = OptOut(i);
-            if let Some(last) = reach::last_catch_all(&own.rules) {
-                let j = own.rules.len() - 1;
-                return Err(self.new_error(
-                    ConfigErrorKind::UnreachableRule,
-                    raw.service[i].get_ref().rule[j].span(),
-                    format!("service[{i}].rule[{j}]"),
-                    format!(
-                        "rule {:?} has no condition and matches every span, so the rules service {:?} inherits from [default] (first {:?}) never decide; give it a condition, make it the service's own policy, or set {opt_out}",
-                        last.name, own.name, first.name
-                    ),
-                ));
-            }
-            let block = raw.service[i].get_ref();
-            if let (Some(last), Some((span, k))) =
-                (reach::last_catch_all(inherited()), policy_key(block))
-            {
-                return Err(self.unreachable_policy(
-                    span,
-                    &format!("service[{i}].{k}"),
-                    &last.name,
-                    &format!(", or set {opt_out} (the rule is inherited from [default])"),
-                ));
-            }
-            self.inherited_fleet_keys(i, own, inherited, &raw.service[i], opt_out)?;
-            self.inherited_floors(i, own, inherited, &raw.service[i], opt_out)?;
-        }
-        Ok(())
+/// Checks what each listed service inherits from `[default]`: no inherited rule
+/// after a rule of its own that matches every span, and inherited floors that fit
+/// in its cap.
+fn inherited(ctx: &Ctx<'_>, config: &SamplingConfig, raw: &RawFile) -> Result<(), ConfigError> {
+    if config.default.rules.is_empty() {
+        return Ok(());
     }
+    for (i, own) in config.services.iter().enumerate() {
+        let inherited = || config.inherited_rules(own).map(|(_, r)| r);
+        let Some(first) = inherited().next() else {
+            continue; // it opts out, or replaces every default rule by one of its own
+        };
+        let opt_out = OptOut(i);
+        if let Some(last) = reach::last_catch_all(&own.rules) {
+            let j = own.rules.len() - 1;
+            return Err(ctx.new_error(
+                ConfigErrorKind::UnreachableRule,
+                raw.service[i].get_ref().rule[j].span(),
+                format!("service[{i}].rule[{j}]"),
+                format!(
+                    "rule {:?} has no condition and matches every span, so the rules service {:?} inherits from [default] (first {:?}) never decide; give it a condition, make it the service's own policy, or set {opt_out}",
+                    last.name, own.name, first.name
+                ),
+            ));
+        }
+        let block = raw.service[i].get_ref();
+        if let (Some(last), Some((span, k))) =
+            (reach::last_catch_all(inherited()), policy_key(block))
+        {
+            return Err(unreachable_policy(
+                ctx,
+                span,
+                &format!("service[{i}].{k}"),
+                &last.name,
+                &format!(", or set {opt_out} (the rule is inherited from [default])"),
+            ));
+        }
+        inherited_fleet_keys(ctx, i, own, inherited, &raw.service[i], opt_out)?;
+        inherited_floors(ctx, i, own, inherited, &raw.service[i], opt_out)?;
+    }
+    Ok(())
+}
 
-    /// Checks that the floors service `i` inherits fit, with its own, in its cap.
-    fn inherited_floors<'r, I: Iterator<Item = &'r Rule>>(
-        &self,
-        i: usize,
-        own: &'r ServiceConfig,
-        inherited: impl Fn() -> I,
-        block: &Spanned<RawBlock>,
-        opt_out: OptOut,
-    ) -> Result<(), ConfigError> {
-        let all = || own.rules.iter().chain(inherited());
-        match floors::floors(all(), own.cap.as_ref()) {
-            Ok(_) => Ok(()),
-            Err(FloorProblem::NoCap { rule }) => {
-                let floored = all().nth(rule).map_or("", |r| r.name.as_str());
-                Err(self.new_error(
-                    ConfigErrorKind::MissingKey,
-                    block.span(),
-                    format!("service[{i}].cap"),
-                    format!(
-                        "service {:?} inherits rule {floored:?} from [default], whose `floor` reserves permits in the service cap, and the service has no cap; add `service[{i}].cap`, or set {opt_out}",
-                        own.name
-                    ),
-                ))
-            }
-            Err(FloorProblem::OverCap { total, permits, .. }) => {
-                let span = block
-                    .get_ref()
-                    .cap
-                    .as_ref()
-                    .map_or(block.span(), |c| c.span());
-                Err(self.new_error(
-                    ConfigErrorKind::InvalidLimit,
-                    span,
-                    format!("service[{i}].cap"),
-                    format!(
-                        "the floors of service {:?}'s rules, with those it inherits from [default], add up to {total}, more than the cap's {permits} permits per window; raise the cap, lower the floors, or set {opt_out}",
-                        own.name
-                    ),
-                ))
-            }
+/// Checks that the floors service `i` inherits fit, with its own, in its cap.
+fn inherited_floors<'r, I: Iterator<Item = &'r Rule>>(
+    ctx: &Ctx<'_>,
+    i: usize,
+    own: &'r ServiceConfig,
+    inherited: impl Fn() -> I,
+    block: &Spanned<RawBlock>,
+    opt_out: OptOut,
+) -> Result<(), ConfigError> {
+    let all = || own.rules.iter().chain(inherited());
+    match floors::floors(all(), own.cap.as_ref()) {
+        Ok(_) => Ok(()),
+        Err(FloorProblem::NoCap { rule }) => {
+            let floored = all().nth(rule).map_or("", |r| r.name.as_str());
+            Err(ctx.new_error(
+                ConfigErrorKind::MissingKey,
+                block.span(),
+                format!("service[{i}].cap"),
+                format!(
+                    "service {:?} inherits rule {floored:?} from [default], whose `floor` reserves permits in the service cap, and the service has no cap; add `service[{i}].cap`, or set {opt_out}",
+                    own.name
+                ),
+            ))
+        }
+        Err(FloorProblem::OverCap { total, permits, .. }) => {
+            let span = block
+                .get_ref()
+                .cap
+                .as_ref()
+                .map_or(block.span(), |c| c.span());
+            Err(ctx.new_error(
+                ConfigErrorKind::InvalidLimit,
+                span,
+                format!("service[{i}].cap"),
+                format!(
+                    "the floors of service {:?}'s rules, with those it inherits from [default], add up to {total}, more than the cap's {permits} permits per window; raise the cap, lower the floors, or set {opt_out}",
+                    own.name
+                ),
+            ))
         }
     }
 }
 
-impl Ctx<'_> {
-    /// A service's own policy that no span can reach: `rule` matches every span first.
-    pub(super) fn unreachable_policy(
-        &self,
-        span: Range<usize>,
-        key: &str,
-        rule: &str,
-        hint: &str,
-    ) -> ConfigError {
-        self.new_error(
-            ConfigErrorKind::UnreachableRule,
-            span,
-            key,
-            format!("the service's own policy never decides: its last rule, {rule:?}, has no condition and matches every span first; remove one of the two, or give the rule a condition{hint}"),
-        )
+/// Checks that the fleet-scoped rules service `i` inherits get valid Redis keys of
+/// its name, distinct from its own fleet-scoped default and cap.
+fn inherited_fleet_keys<'r, I: Iterator<Item = &'r Rule>>(
+    ctx: &Ctx<'_>,
+    i: usize,
+    own: &ServiceConfig,
+    inherited: impl Fn() -> I,
+    raw: &Spanned<RawBlock>,
+    opt_out: OptOut,
+) -> Result<(), ConfigError> {
+    let (policy, cap) = (own.policy.as_ref(), own.cap.as_ref());
+    if !inherited().any(|r| fleet_keys::in_fleet(r, cap)) {
+        return Ok(());
     }
+    if let Some(n) = &raw.get_ref().name {
+        fleet_name(ctx, n, &format!("service[{i}].name"))?;
+    }
+    let clash = inherited().find(|r| fleet_keys::clash(r, policy, cap).is_some());
+    if let Some(rule) = clash {
+        return Err(ctx.new_error(
+            ConfigErrorKind::DuplicateRule,
+            raw.span(),
+            format!("service[{i}]"),
+            format!(
+                "service {:?} inherits the fleet-scoped rule {:?} from [default], whose Redis key would be that of the service's own fleet-scoped {}; rename the rule, or set {opt_out}",
+                own.name, rule.name, rule.name
+            ),
+        ));
+    }
+    Ok(())
+}
 
-    /// Checks that the fleet-scoped rules service `i` inherits get valid Redis keys of
-    /// its name, distinct from its own fleet-scoped default and cap.
-    fn inherited_fleet_keys<'r, I: Iterator<Item = &'r Rule>>(
-        &self,
-        i: usize,
-        own: &ServiceConfig,
-        inherited: impl Fn() -> I,
-        raw: &Spanned<RawBlock>,
-        opt_out: OptOut,
-    ) -> Result<(), ConfigError> {
-        let (policy, cap) = (own.policy.as_ref(), own.cap.as_ref());
-        if !inherited().any(|r| fleet_keys::in_fleet(r, cap)) {
-            return Ok(());
+/// The `[fleet]` table.
+fn fleet_table(ctx: &Ctx<'_>, raw: &RawFleet) -> Result<FleetSettings, ConfigError> {
+    let urls = match &raw.redis {
+        Some(r) => {
+            let urls = match r.get_ref() {
+                RawUrls::One(u) => vec![u.clone()],
+                RawUrls::Many(us) => us.clone(),
+            };
+            ctx.check(r, "fleet.redis", |_| values::redis_urls(&urls))?;
+            urls
         }
-        if let Some(n) = &raw.get_ref().name {
-            self.fleet_name(n, &format!("service[{i}].name"))?;
+        None => Vec::new(),
+    };
+    let prefix = match &raw.prefix {
+        Some(p) => {
+            ctx.check(p, "fleet.prefix", |p| values::fleet_key_part(p))?;
+            Some(p.get_ref().clone())
         }
-        let clash = inherited().find(|r| fleet_keys::clash(r, policy, cap).is_some());
-        if let Some(rule) = clash {
-            return Err(self.new_error(
-                ConfigErrorKind::DuplicateRule,
-                raw.span(),
-                format!("service[{i}]"),
-                format!(
-                    "service {:?} inherits the fleet-scoped rule {:?} from [default], whose Redis key would be that of the service's own fleet-scoped {}; rename the rule, or set {opt_out}",
-                    own.name, rule.name, rule.name
-                ),
+        None => None,
+    };
+    let sync_interval = match &raw.sync_interval {
+        Some(i) => Some(ctx.check(i, "fleet.sync_interval", |i| values::sync_interval(i))?),
+        None => None,
+    };
+    let path = |p: &Spanned<String>| std::path::PathBuf::from(p.get_ref());
+    let tls_client = match (&raw.tls_client_cert, &raw.tls_client_key) {
+        (Some(cert), Some(key)) => Some((path(cert), path(key))),
+        (None, None) => None,
+        (Some(one), None) | (None, Some(one)) => {
+            return Err(ctx.new_error(
+                ConfigErrorKind::MissingKey,
+                one.span(),
+                "fleet.tls_client_cert",
+                "a client certificate needs both tls_client_cert and tls_client_key (PEM files)"
+                    .into(),
             ));
         }
-        Ok(())
-    }
-
-    /// The `[fleet]` table.
-    fn fleet(&self, raw: &RawFleet) -> Result<FleetSettings, ConfigError> {
-        let urls = match &raw.redis {
-            Some(r) => {
-                let urls = match r.get_ref() {
-                    RawUrls::One(u) => vec![u.clone()],
-                    RawUrls::Many(us) => us.clone(),
-                };
-                self.check(r, "fleet.redis", |_| values::redis_urls(&urls))?;
-                urls
-            }
-            None => Vec::new(),
-        };
-        let prefix = match &raw.prefix {
-            Some(p) => {
-                self.check(p, "fleet.prefix", |p| values::fleet_key_part(p))?;
-                Some(p.get_ref().clone())
-            }
-            None => None,
-        };
-        let sync_interval = match &raw.sync_interval {
-            Some(i) => Some(self.check(i, "fleet.sync_interval", |i| values::sync_interval(i))?),
-            None => None,
-        };
-        let path = |p: &Spanned<String>| std::path::PathBuf::from(p.get_ref());
-        let tls_client = match (&raw.tls_client_cert, &raw.tls_client_key) {
-            (Some(cert), Some(key)) => Some((path(cert), path(key))),
-            (None, None) => None,
-            (Some(one), None) | (None, Some(one)) => {
-                return Err(self.new_error(
-                    ConfigErrorKind::MissingKey,
-                    one.span(),
-                    "fleet.tls_client_cert",
-                    "a client certificate needs both tls_client_cert and tls_client_key (PEM files)".into(),
-                ));
-            }
-        };
-        Ok(FleetSettings {
-            urls,
-            cluster: raw.cluster.as_ref().is_some_and(|c| *c.get_ref()),
-            prefix,
-            sync_interval,
-            tls_ca_file: raw.tls_ca_file.as_ref().map(path),
-            tls_client,
-        })
-    }
+    };
+    Ok(FleetSettings {
+        urls,
+        cluster: raw.cluster.as_ref().is_some_and(|c| *c.get_ref()),
+        prefix,
+        sync_interval,
+        tls_ca_file: raw.tls_ca_file.as_ref().map(path),
+        tls_client,
+    })
 }

@@ -3,6 +3,7 @@
 
 use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
 use crate::config::formats::rule_file::ctx::{Ctx, Path};
+use crate::config::formats::rule_file::keys;
 use crate::config::formats::rule_file::raw::{RawAdaptive, RawPolicy};
 use crate::config::formats::spanned::Spanned;
 use crate::config::model::values;
@@ -10,283 +11,177 @@ use crate::config::model::{LimitSpec, Policy, Scope};
 use crate::limit::Limit;
 use crate::limiter::Algorithm;
 
-impl Ctx<'_> {
-    /// The policy a block sets, if any; `None` when it sets none of the keys.
-    pub(super) fn policy(
-        &self,
-        raw: &RawPolicy<'_>,
-        path: Path<'_>,
-    ) -> Result<Option<Policy>, ConfigError> {
-        let key = |k: &'static str| Path::Key(&path, k);
-        if let Some(adaptive) = raw.adaptive {
-            return self.adaptive(raw, adaptive, path).map(Some);
-        }
-        let limit = self.limit(raw, path)?;
-        if let Some(l) = raw.at_least {
-            if limit.is_some() {
-                return Err(self.new_error(
-                    ConfigErrorKind::ConflictingKeys,
-                    l.span(),
-                    key("at_least"),
-                    "`at_least` is the lower bound of a `probability`; a limit (`rate` or `limit`) has none: remove one of the two".into(),
-                ));
-            }
-            if raw.probability.is_none() {
-                return Err(self.new_error(
-                    ConfigErrorKind::MissingKey,
-                    l.span(),
-                    key("at_least"),
-                    "`at_least` needs a `probability` beside it: keep with that probability, but at least this many traces per second".into(),
-                ));
-            }
-        }
-        match (limit, raw.probability) {
-            (Some(_), Some(p)) => Err(self.new_error(
-                ConfigErrorKind::ConflictingKeys,
-                p.span(),
-                key("probability"),
-                "a block sets a limit (`rate` or `limit`) or a `probability`, not both".into(),
-            )),
-            (Some(spec), None) => Ok(Some(Policy::Limit(spec))),
-            (None, Some(p)) => {
-                if let Some(sc) = raw.scope {
-                    return Err(self.new_error(
-                        ConfigErrorKind::ConflictingKeys,
-                        sc.span(),
-                        key("scope"),
-                        "`scope` applies to a limit; a `probability` is decided on the trace id, the same in every replica".into(),
-                    ));
-                }
-                if let Some(a) = raw.algorithm {
-                    return Err(self.new_error(
-                        ConfigErrorKind::ConflictingKeys,
-                        a.span(),
-                        key("algorithm"),
-                        "`algorithm` applies to a limit; a `probability` has none".into(),
-                    ));
-                }
-                if let Some(pc) = raw.paced {
-                    return Err(self.new_error(
-                        ConfigErrorKind::ConflictingKeys,
-                        pc.span(),
-                        key("paced"),
-                        "`paced` applies to a limit; a `probability` keeps traces whenever they come".into(),
-                    ));
-                }
-                let p = self.check(p, key("probability"), |p| values::probability(*p))?;
-                let Some(l) = raw.at_least else {
-                    return Ok(Some(Policy::Probability(p)));
-                };
-                let limit = self.check(l, key("at_least"), |l| values::rate(*l))?;
-                Ok(Some(Policy::AtLeast {
-                    probability: p,
-                    lower_bound: LimitSpec {
-                        at: self.pos(l.span()),
-                        ..LimitSpec::local(limit, Algorithm::FixedWindow)
-                    },
-                }))
-            }
-            (None, None) => Ok(None),
-        }
+/// The policy a block sets, if any; `None` when it sets none of the keys.
+pub(super) fn policy(
+    ctx: &Ctx<'_>,
+    raw: &RawPolicy<'_>,
+    path: Path<'_>,
+) -> Result<Option<Policy>, ConfigError> {
+    let key = |k: &'static str| Path::Key(&path, k);
+    if let Some(adaptive) = raw.adaptive {
+        return adaptive_policy(ctx, raw, adaptive, path).map(Some);
     }
+    let limit = limit(ctx, raw, path)?;
+    keys::check(ctx, raw, path, keys::POLICY)?;
+    match (limit, raw.probability) {
+        (Some(spec), _) => Ok(Some(Policy::Limit(spec))),
+        (None, Some(p)) => {
+            let p = ctx.check(p, key("probability"), |p| values::probability(*p))?;
+            let Some(l) = raw.at_least else {
+                return Ok(Some(Policy::Probability(p)));
+            };
+            let limit = ctx.check(l, key("at_least"), |l| values::rate(*l))?;
+            Ok(Some(Policy::AtLeast {
+                probability: p,
+                lower_bound: LimitSpec {
+                    at: ctx.pos(l.span()),
+                    ..LimitSpec::local(limit, Algorithm::FixedWindow)
+                },
+            }))
+        }
+        (None, None) => Ok(None),
+    }
+}
 
-    /// An `adaptive` policy: alone among the policy keys (its limit is inside it).
-    fn adaptive(
-        &self,
-        raw: &RawPolicy<'_>,
-        adaptive: &Spanned<Box<RawAdaptive>>,
-        path: Path<'_>,
-    ) -> Result<Policy, ConfigError> {
-        let key = |k: &'static str| Path::Key(&path, k);
-        let others = [
-            ("rate", raw.rate.as_ref().map(Spanned::span)),
-            ("limit", raw.limit.as_ref().map(Spanned::span)),
-            ("window", raw.window.as_ref().map(Spanned::span)),
-            ("probability", raw.probability.map(Spanned::span)),
-            ("at_least", raw.at_least.map(Spanned::span)),
-            ("algorithm", raw.algorithm.as_ref().map(Spanned::span)),
-            ("paced", raw.paced.as_ref().map(Spanned::span)),
-            ("scope", raw.scope.as_ref().map(Spanned::span)),
-        ];
-        if let Some((name, Some(span))) = others.into_iter().find(|(_, s)| s.is_some()) {
-            return Err(self.new_error(
+/// An `adaptive` policy: alone among the policy keys (its limit is inside it).
+fn adaptive_policy(
+    ctx: &Ctx<'_>,
+    raw: &RawPolicy<'_>,
+    adaptive: &Spanned<Box<RawAdaptive>>,
+    path: Path<'_>,
+) -> Result<Policy, ConfigError> {
+    let key = |k: &'static str| Path::Key(&path, k);
+    let mut others = raw.spans().0.into_iter().filter(|(k, _)| *k != "adaptive");
+    if let Some((name, Some(span))) = others.find(|(_, s)| s.is_some()) {
+        return Err(ctx.new_error(
+            ConfigErrorKind::ConflictingKeys,
+            span,
+            key(name),
+            format!("`adaptive` is a whole policy (a consistent probability under its own cap of a fixed window, local to each process); it takes no `{name}` beside it: write `adaptive = <traces per second>` or `adaptive = {{ limit = .., window = .. }}`"),
+        ));
+    }
+    let adaptive_key = key("adaptive");
+    let limit = match &**adaptive.get_ref() {
+        RawAdaptive::Rate(r) => ctx.check(adaptive, adaptive_key, |_| values::rate(*r))?,
+        RawAdaptive::Table(t) => {
+            // The limit keys of a block, read as a block's, under `<path>.adaptive`.
+            let (no_text, no_probability, no_flag) = (None, None, None);
+            let inner = RawPolicy {
+                rate: &t.rate,
+                limit: &t.limit,
+                window: &t.window,
+                algorithm: &no_text,
+                paced: &no_flag,
+                probability: no_probability,
+                at_least: None,
+                adaptive: None,
+                scope: &no_text,
+            };
+            match limit(ctx, &inner, adaptive_key)? {
+                Some(spec) => spec.limit,
+                None => {
+                    return Err(ctx.new_error(
+                        ConfigErrorKind::MissingKey,
+                        adaptive.span(),
+                        adaptive_key,
+                        "`adaptive` needs its cap: a `rate`, or a `limit` (with `window`)".into(),
+                    ))
+                }
+            }
+        }
+    };
+    Ok(Policy::Adaptive(limit))
+}
+
+/// The limit a block sets (`rate`, or `limit` with an optional `window`).
+pub(super) fn limit(
+    ctx: &Ctx<'_>,
+    raw: &RawPolicy<'_>,
+    path: Path<'_>,
+) -> Result<Option<LimitSpec>, ConfigError> {
+    let key = |k: &'static str| Path::Key(&path, k);
+    let Some(limit) = limit_value(ctx, raw, path)? else {
+        return Ok(None);
+    };
+    let algorithm = match raw.algorithm {
+        Some(a) => ctx.check(a, key("algorithm"), |a| values::algorithm(a))?,
+        None => Algorithm::default(),
+    };
+    let scope = match raw.scope {
+        Some(sc) => ctx.check(sc, key("scope"), |sc| values::scope(sc))?,
+        None => Scope::Local,
+    };
+    if scope == Scope::Fleet {
+        if let Some(a) = raw
+            .algorithm
+            .as_ref()
+            .filter(|_| algorithm != Algorithm::FixedWindow)
+        {
+            return Err(ctx.new_error(
                 ConfigErrorKind::ConflictingKeys,
-                span,
-                key(name),
-                format!("`adaptive` is a whole policy (a consistent probability under its own cap of a fixed window, local to each process); it takes no `{name}` beside it: write `adaptive = <traces per second>` or `adaptive = {{ limit = .., window = .. }}`"),
+                a.span(),
+                key("algorithm"),
+                format!("a fleet-scoped limit is a fixed window of Redis time; algorithm {algorithm} is local only: remove it or set \"fixed\""),
             ));
         }
-        let adaptive_key = key("adaptive");
-        let limit = match &**adaptive.get_ref() {
-            RawAdaptive::Rate(r) => self.check(adaptive, adaptive_key, |_| values::rate(*r))?,
-            RawAdaptive::Table(t) => {
-                // The limit keys of a block, read as a block's, under `<path>.adaptive`.
-                let (no_text, no_probability, no_flag) = (None, None, None);
-                let inner = RawPolicy {
-                    rate: &t.rate,
-                    limit: &t.limit,
-                    window: &t.window,
-                    algorithm: &no_text,
-                    paced: &no_flag,
-                    probability: no_probability,
-                    at_least: None,
-                    adaptive: None,
-                    scope: &no_text,
-                };
-                match self.limit(&inner, adaptive_key)? {
-                    Some(spec) => spec.limit,
-                    None => {
-                        return Err(self.new_error(
-                            ConfigErrorKind::MissingKey,
-                            adaptive.span(),
-                            adaptive_key,
-                            "`adaptive` needs its cap: a `rate`, or a `limit` (with `window`)"
-                                .into(),
-                        ))
-                    }
-                }
-            }
-        };
-        Ok(Policy::Adaptive(limit))
-    }
-
-    /// The limit a block sets (`rate`, or `limit` with an optional `window`).
-    pub(super) fn limit(
-        &self,
-        raw: &RawPolicy<'_>,
-        path: Path<'_>,
-    ) -> Result<Option<LimitSpec>, ConfigError> {
-        let key = |k: &'static str| Path::Key(&path, k);
-        let Some(limit) = self.limit_value(raw, path)? else {
-            return Ok(None);
-        };
-        let algorithm = match raw.algorithm {
-            Some(a) => self.check(a, key("algorithm"), |a| values::algorithm(a))?,
-            None => Algorithm::default(),
-        };
-        let scope = match raw.scope {
-            Some(sc) => self.check(sc, key("scope"), |sc| values::scope(sc))?,
-            None => Scope::Local,
-        };
-        if scope == Scope::Fleet {
-            if let Some(a) = raw
-                .algorithm
-                .as_ref()
-                .filter(|_| algorithm != Algorithm::FixedWindow)
-            {
-                return Err(self.new_error(
-                    ConfigErrorKind::ConflictingKeys,
-                    a.span(),
-                    key("algorithm"),
-                    format!("a fleet-scoped limit is a fixed window of Redis time; algorithm {algorithm} is local only: remove it or set \"fixed\""),
-                ));
-            }
-            if let Some(pc) = raw.paced.as_ref().filter(|pc| *pc.get_ref()) {
-                return Err(self.new_error(
-                    ConfigErrorKind::ConflictingKeys,
-                    pc.span(),
-                    key("paced"),
-                    "a fleet-scoped limit is a fixed window of Redis time and is not paced: remove `paced` or set it to false".into(),
-                ));
-            }
-            if let Some(sc) = raw.scope {
-                self.first_fleet
-                    .borrow_mut()
-                    .get_or_insert_with(|| (sc.span(), key("scope").to_string()));
-            }
-        }
-        let at = raw
-            .window
-            .as_ref()
-            .map(Spanned::span)
-            .or(raw.rate.as_ref().map(Spanned::span))
-            .or(raw.limit.as_ref().map(Spanned::span))
-            .map_or_else(Pos::default, |span| self.pos(span));
-        let paced = raw.paced.as_ref().is_none_or(|pc| *pc.get_ref());
-        Ok(Some(LimitSpec {
-            limit: if paced { limit } else { limit.unpaced() },
-            algorithm,
-            scope,
-            at,
-        }))
-    }
-
-    /// The limit of a block's `rate`, or `limit` with an optional `window`; `None` when
-    /// it sets neither (then no key that needs one may be there either).
-    fn limit_value(
-        &self,
-        raw: &RawPolicy<'_>,
-        path: Path<'_>,
-    ) -> Result<Option<Limit>, ConfigError> {
-        let key = |k: &'static str| Path::Key(&path, k);
-        match (raw.rate, raw.limit) {
-            (Some(_), Some(l)) => Err(self.new_error(
+        if let Some(pc) = raw.paced.as_ref().filter(|pc| *pc.get_ref()) {
+            return Err(ctx.new_error(
                 ConfigErrorKind::ConflictingKeys,
-                l.span(),
-                key("limit"),
-                "set `rate` (per second, fractional) or `limit` (per `window`), not both".into(),
-            )),
-            (Some(r), None) => {
-                if let Some(w) = raw.window {
-                    return Err(self.new_error(
-                        ConfigErrorKind::ConflictingKeys,
-                        w.span(),
-                        key("window"),
-                        "`window` goes with `limit`; a `rate` is per second".into(),
-                    ));
-                }
-                self.check(r, key("rate"), |r| values::rate(*r)).map(Some)
-            }
-            (None, Some(l)) => {
-                let window = match raw.window {
-                    Some(w) => self.check(w, key("window"), |w| values::limit_window(w))?,
-                    None => std::time::Duration::from_secs(1),
-                };
-                self.check(l, key("limit"), |l| values::per_window(*l, window))
-                    .map(Some)
-            }
-            (None, None) => {
-                if let Some(w) = raw.window {
-                    return Err(self.new_error(
-                        ConfigErrorKind::MissingKey,
-                        w.span(),
-                        key("window"),
-                        "`window` needs a `limit` beside it".into(),
-                    ));
-                }
-                if raw.probability.is_none() {
-                    if let Some(a) = raw.algorithm {
-                        return Err(self.new_error(
-                            ConfigErrorKind::MissingKey,
-                            a.span(),
-                            key("algorithm"),
-                            "`algorithm` needs a `rate` or a `limit` beside it".into(),
-                        ));
-                    }
-                    if let Some(sc) = raw.scope {
-                        return Err(self.new_error(
-                            ConfigErrorKind::MissingKey,
-                            sc.span(),
-                            key("scope"),
-                            "`scope` needs a `rate` or a `limit` beside it".into(),
-                        ));
-                    }
-                    if let Some(pc) = raw.paced {
-                        return Err(self.new_error(
-                            ConfigErrorKind::MissingKey,
-                            pc.span(),
-                            key("paced"),
-                            "`paced` needs a `rate` or a `limit` beside it".into(),
-                        ));
-                    }
-                }
-                Ok(None)
-            }
+                pc.span(),
+                key("paced"),
+                "a fleet-scoped limit is a fixed window of Redis time and is not paced: remove `paced` or set it to false".into(),
+            ));
+        }
+        if let Some(sc) = raw.scope {
+            ctx.first_fleet
+                .borrow_mut()
+                .get_or_insert_with(|| (sc.span(), key("scope").to_string()));
         }
     }
+    let at = raw
+        .window
+        .as_ref()
+        .map(Spanned::span)
+        .or(raw.rate.as_ref().map(Spanned::span))
+        .or(raw.limit.as_ref().map(Spanned::span))
+        .map_or_else(Pos::default, |span| ctx.pos(span));
+    let paced = raw.paced.as_ref().is_none_or(|pc| *pc.get_ref());
+    Ok(Some(LimitSpec {
+        limit: if paced { limit } else { limit.unpaced() },
+        algorithm,
+        scope,
+        at,
+    }))
+}
 
-    /// Checks that `name` (a service or rule name) can be part of a fleet key.
-    pub(super) fn fleet_name(&self, name: &Spanned<String>, key: &str) -> Result<(), ConfigError> {
-        self.check(name, key, |n| values::fleet_key_part(n))
+/// The limit of a block's `rate`, or `limit` with an optional `window`; `None` when
+/// it sets neither (then no key that needs one may be there either).
+fn limit_value(
+    ctx: &Ctx<'_>,
+    raw: &RawPolicy<'_>,
+    path: Path<'_>,
+) -> Result<Option<Limit>, ConfigError> {
+    let key = |k: &'static str| Path::Key(&path, k);
+    keys::check(ctx, raw, path, keys::LIMIT)?;
+    match (raw.rate, raw.limit) {
+        (Some(r), _) => ctx.check(r, key("rate"), |r| values::rate(*r)).map(Some),
+        (None, Some(l)) => {
+            let window = match raw.window {
+                Some(w) => ctx.check(w, key("window"), |w| values::limit_window(w))?,
+                None => std::time::Duration::from_secs(1),
+            };
+            ctx.check(l, key("limit"), |l| values::per_window(*l, window))
+                .map(Some)
+        }
+        (None, None) => Ok(None),
     }
+}
+
+/// Checks that `name` (a service or rule name) can be part of a fleet key.
+pub(super) fn fleet_name(
+    ctx: &Ctx<'_>,
+    name: &Spanned<String>,
+    key: &str,
+) -> Result<(), ConfigError> {
+    ctx.check(name, key, |n| values::fleet_key_part(n))
 }

@@ -2,6 +2,7 @@
 //! YAML: what serde reads, with the span of every value for the errors.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 
 use serde::Deserialize;
 
@@ -195,4 +196,36 @@ pub(super) struct RawPolicy<'a> {
     pub(super) at_least: Option<&'a Spanned<f64>>,
     pub(super) adaptive: Option<&'a Spanned<Box<RawAdaptive>>>,
     pub(super) scope: &'a Option<Spanned<String>>,
+}
+
+impl RawPolicy<'_> {
+    /// Each policy key with its span where it is set, `adaptive` last (the order an
+    /// `adaptive` beside the others names them in).
+    pub(super) fn spans(&self) -> KeySpans {
+        KeySpans([
+            ("rate", self.rate.as_ref().map(Spanned::span)),
+            ("limit", self.limit.as_ref().map(Spanned::span)),
+            ("window", self.window.as_ref().map(Spanned::span)),
+            ("probability", self.probability.map(Spanned::span)),
+            ("at_least", self.at_least.map(Spanned::span)),
+            ("algorithm", self.algorithm.as_ref().map(Spanned::span)),
+            ("paced", self.paced.as_ref().map(Spanned::span)),
+            ("scope", self.scope.as_ref().map(Spanned::span)),
+            ("adaptive", self.adaptive.map(Spanned::span)),
+        ])
+    }
+}
+
+/// The policy keys of a table with their spans where they are set
+/// ([`RawPolicy::spans`]).
+pub(super) struct KeySpans(pub(super) [(&'static str, Option<Range<usize>>); 9]);
+
+impl KeySpans {
+    /// Where `key` is set, if it is.
+    pub(super) fn of(&self, key: &str) -> Option<Range<usize>> {
+        self.0
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, s)| s.clone())
+    }
 }

@@ -845,13 +845,9 @@ tracer_provider:
         assert_eq!(err.line(), 6, "{err}");
         // An error with no position of its own (a missing key of the whole rule file)
         // takes the block's.
-        let nowhere = ConfigError::new(
-            ConfigErrorKind::MissingKey,
-            "f",
-            crate::config::error::Pos::default(),
-            "default",
-            "m",
-        );
+        let nowhere = ConfigErrorKind::MissingKey
+            .error("f", "m")
+            .on_key("default");
         let start = crate::config::error::Pos { line: 4, column: 5 };
         let err = nowhere.in_block("tracer_provider.sampler.rate_limiting", start);
         assert_eq!(

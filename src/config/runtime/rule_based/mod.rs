@@ -46,6 +46,7 @@ use crate::config::vars::FleetEnv;
 use crate::sampler::apply_parent_policy;
 
 mod reload;
+mod sources;
 
 use crate::stats::{ReloadStats, RuleBasedStats};
 pub use reload::ReloadHandle;
@@ -292,14 +293,9 @@ fn compile<C: Clock + Clone>(
                     .unwrap_or_default(),
             ),
         };
-        ConfigError::new(
-            kind,
-            &config.source,
-            at,
-            key,
-            format!("service {service:?}: {e}"),
-        )
-        .with_source(e)
+        kind.error(&config.source, format!("service {service:?}: {e}"))
+            .at(at, key)
+            .with_source(e)
     })
 }
 

@@ -9,7 +9,7 @@ use std::sync::{Arc, PoisonError, Weak};
 use super::{compile, Inner, RuleBasedSampler};
 use crate::clock::{Clock, MonotonicClock};
 use crate::config::compile::handover::Handover;
-use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
+use crate::config::error::{ConfigError, ConfigErrorKind};
 use crate::config::model::SamplingConfig;
 use crate::stats::RuleBasedStats;
 
@@ -238,13 +238,7 @@ impl<C: Clock + Clone> ReloadHandle<C> {
     }
 
     fn gone(&self, source: &str) -> ConfigError {
-        ConfigError::new(
-            ConfigErrorKind::SamplerGone,
-            source,
-            Pos::default(),
-            String::new(),
-            "the sampler this handle reloads has been dropped (with its tracer provider); nothing was reloaded".to_owned(),
-        )
+        ConfigErrorKind::SamplerGone.error(source, "the sampler this handle reloads has been dropped (with its tracer provider); nothing was reloaded".to_owned())
     }
 
     /// [`RuleBasedSampler::reload`] on the sampler.

@@ -9,7 +9,7 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use ureq::tls::TlsConfig;
 
 use super::tls;
-use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
+use crate::config::error::{ConfigError, ConfigErrorKind};
 
 /// The largest answer read: a strategy with a few thousand operations is well below.
 pub(crate) const MAX_BODY_BYTES: u64 = 1 << 20;
@@ -106,7 +106,7 @@ impl Client {
                 Some(tls) => (ConfigErrorKind::Tls, tls),
                 None => (ConfigErrorKind::Io, what),
             };
-            ConfigError::new(kind, &self.url, Pos::default(), "", what).with_source(e)
+            kind.error(&self.url, what).with_source(e)
         };
         let describe = |e: &ureq::Error| match e {
             ureq::Error::StatusCode(code) => format!("the endpoint answered HTTP status {code}"),
@@ -133,14 +133,12 @@ impl Client {
             .read_to_vec()
             .map_err(|e| io(describe(&e), e))?;
         String::from_utf8(bytes).map_err(|e| {
-            ConfigError::new(
-                ConfigErrorKind::Syntax,
-                &self.url,
-                Pos::default(),
-                "",
-                "the answer is not UTF-8 text; expected Jaeger's JSON",
-            )
-            .with_source(e)
+            ConfigErrorKind::Syntax
+                .error(
+                    &self.url,
+                    "the answer is not UTF-8 text; expected Jaeger's JSON",
+                )
+                .with_source(e)
         })
     }
 }

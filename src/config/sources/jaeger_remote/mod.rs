@@ -10,4 +10,5 @@ mod response;
 mod tls;
 mod wire;
 
+pub(crate) use poller::poll;
 pub use poller::{JaegerRemote, JaegerRemotePoller, RemoteUpdate};

@@ -12,7 +12,7 @@ use std::time::Duration;
 use super::http::Client;
 use super::response::{self, Strategy};
 use crate::clock::Clock;
-use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
+use crate::config::error::{ConfigError, ConfigErrorKind};
 use crate::config::log;
 use crate::config::model::ServiceConfig;
 use crate::config::runtime::rule_based::RuleBasedSampler;
@@ -138,13 +138,9 @@ impl JaegerRemote {
 
     fn check(&self) -> Result<(), ConfigError> {
         let bad = |key: &str, message: String| {
-            Err(ConfigError::new(
-                ConfigErrorKind::InvalidLimit,
-                &self.endpoint,
-                Pos::default(),
-                key,
-                message,
-            ))
+            Err(ConfigErrorKind::InvalidLimit
+                .error(&self.endpoint, message)
+                .on_key(key))
         };
         if self.interval < Self::MIN_INTERVAL {
             return bad(
@@ -249,97 +245,44 @@ impl fmt::Debug for JaegerRemotePoller {
     }
 }
 
-impl<C: Clock + Clone> RuleBasedSampler<C> {
-    /// Polls a Jaeger sampling endpoint for this sampler's service and applies each new
-    /// strategy through [`reload`](RuleBasedSampler::reload), on a thread of its own:
-    /// the first poll at once, then every [`interval`](JaegerRemote::interval) ±
-    /// [`jitter`](JaegerRemote::jitter).
-    ///
-    /// The sampler's rules until the first good answer are its own: build it from the
-    /// configuration to use meanwhile (Jaeger's clients start with a probability of
-    /// 0.001). How each field of Jaeger's response becomes rules (per-operation
-    /// strategies become rules named after the operation; the upper bound, a cap; the
-    /// lower bound, an `at_least` beside each probability) is on [`JaegerRemote`].
-    ///
-    /// `on_update` is told the outcome of every poll: `Ok(`[`Applied`](RemoteUpdate::Applied)`)`,
-    /// `Ok(`[`Unchanged`](RemoteUpdate::Unchanged)`)`, or a [`ConfigError`] naming the URL
-    /// ([`Io`](ConfigErrorKind::Io): no connection, no answer within the timeout, an
-    /// HTTP error status; [`Syntax`](ConfigErrorKind::Syntax) and the other kinds: an
-    /// answer that is not a valid strategy), in which case the strategy in force stays.
-    /// Each outcome but `Unchanged` is also logged through `tracing` (target
-    /// `otel_rate_sampler`: info for an applied strategy, a warning for a failure; the
-    /// same message at most once a minute), and counted in
-    /// [`stats`](RuleBasedSampler::stats)' reloads (an applied strategy as a reload that
-    /// succeeded, a failed poll as one that failed; `Unchanged` not at all). A panic in
-    /// `on_update` is caught and logged; polling goes on.
-    ///
-    /// ```no_run
-    /// use otel_rate_sampler::{JaegerRemote, RuleBasedSampler, SamplingConfig};
-    ///
-    /// let initial = SamplingConfig::from_toml_str("[default]\nprobability = 0.001\n", "initial")?;
-    /// let sampler = RuleBasedSampler::new(&initial, "checkout")?;
-    /// let _poller = sampler.poll_jaeger_remote(
-    ///     JaegerRemote::new("http://jaeger-collector:14268/api/sampling"),
-    ///     |outcome| if let Err(e) = outcome { eprintln!("sampling strategy: {e}") },
-    /// )?;
-    /// # Ok::<(), otel_rate_sampler::ConfigError>(())
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// A [`ConfigError`] naming the endpoint, before any request: of kind
-    /// [`UnknownValue`](ConfigErrorKind::UnknownValue) for an endpoint that is not an
-    /// `http://` or `https://` URL with a host (or `http://` with TLS files), of kind
-    /// [`InvalidLimit`](ConfigErrorKind::InvalidLimit) for an interval under 1 ms, a
-    /// jitter over the interval or a zero timeout, of kind [`Io`](ConfigErrorKind::Io)
-    /// if the thread cannot be started or a TLS file read, of kind
-    /// [`Tls`](ConfigErrorKind::Tls) for a TLS file with no PEM certificate (or key).
-    pub fn poll_jaeger_remote(
-        &self,
-        remote: JaegerRemote,
-        on_update: impl Fn(Result<RemoteUpdate, ConfigError>) + Send + 'static,
-    ) -> Result<JaegerRemotePoller, ConfigError> {
-        remote.check()?;
-        let refused = |message| {
-            ConfigError::new(
-                ConfigErrorKind::UnknownValue,
-                &remote.endpoint,
-                Pos::default(),
-                "endpoint",
-                message,
-            )
-        };
-        // The endpoint before the TLS files: a plain URL with them is the mistake.
-        let files = !remote.tls.is_empty();
-        Client::check(&remote.endpoint, files).map_err(refused)?;
-        let tls = (super::tls::config(&remote.tls)?, files);
-        let client =
-            Client::new(&remote.endpoint, self.service(), remote.timeout, tls).map_err(refused)?;
-        let url = client.url().to_owned();
-        let shared = Arc::new(Shared::default());
-        let poll = Poll {
-            sampler: self.clone(),
-            client,
-            interval: remote.interval,
-            jitter: remote.jitter_or_default(),
-            shared: Arc::clone(&shared),
-            applied: None,
-        };
-        thread::Builder::new()
-            .name("otel-rate-sampler-jaeger-remote".into())
-            .spawn(move || poll.run(on_update))
-            .map_err(|e| {
-                ConfigError::new(
-                    ConfigErrorKind::Io,
-                    &url,
-                    Pos::default(),
-                    "",
-                    format!("cannot start the polling thread: {e}"),
-                )
+/// [`RuleBasedSampler::poll_jaeger_remote`]: polls `remote` for `sampler`'s service on a
+/// thread of its own, reloading `sampler` with each new strategy.
+pub(crate) fn poll<C: Clock + Clone>(
+    sampler: &RuleBasedSampler<C>,
+    remote: JaegerRemote,
+    on_update: impl Fn(Result<RemoteUpdate, ConfigError>) + Send + 'static,
+) -> Result<JaegerRemotePoller, ConfigError> {
+    remote.check()?;
+    let refused = |message| {
+        ConfigErrorKind::UnknownValue
+            .error(&remote.endpoint, message)
+            .on_key("endpoint")
+    };
+    // The endpoint before the TLS files: a plain URL with them is the mistake.
+    let files = !remote.tls.is_empty();
+    Client::check(&remote.endpoint, files).map_err(refused)?;
+    let tls = (super::tls::config(&remote.tls)?, files);
+    let client =
+        Client::new(&remote.endpoint, sampler.service(), remote.timeout, tls).map_err(refused)?;
+    let url = client.url().to_owned();
+    let shared = Arc::new(Shared::default());
+    let poll = Poll {
+        sampler: sampler.clone(),
+        client,
+        interval: remote.interval,
+        jitter: remote.jitter_or_default(),
+        shared: Arc::clone(&shared),
+        applied: None,
+    };
+    thread::Builder::new()
+        .name("otel-rate-sampler-jaeger-remote".into())
+        .spawn(move || poll.run(on_update))
+        .map_err(|e| {
+            ConfigErrorKind::Io
+                .error(&url, format!("cannot start the polling thread: {e}"))
                 .with_source(e)
-            })?;
-        Ok(JaegerRemotePoller { shared, url })
-    }
+        })?;
+    Ok(JaegerRemotePoller { shared, url })
 }
 
 /// The polling thread's state.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig, TlsProvider};
 
-use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
+use crate::config::error::{ConfigError, ConfigErrorKind};
 use crate::tls_files::{self, FileError, TlsFiles};
 
 /// ureq's TLS configuration: the CA file's certificates as the only roots (else
@@ -40,12 +40,8 @@ fn file_error(path: &Path, error: FileError) -> ConfigError {
     let file = path.display().to_string();
     let message = error.to_string();
     match error {
-        FileError::Unreadable(e) => {
-            ConfigError::new(ConfigErrorKind::Io, &file, Pos::default(), "", message).with_source(e)
-        }
-        FileError::NotPem(_) => {
-            ConfigError::new(ConfigErrorKind::Tls, &file, Pos::default(), "", message)
-        }
+        FileError::Unreadable(e) => ConfigErrorKind::Io.error(&file, message).with_source(e),
+        FileError::NotPem(_) => ConfigErrorKind::Tls.error(&file, message),
     }
 }
 

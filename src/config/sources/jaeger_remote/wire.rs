@@ -18,14 +18,13 @@ pub(super) fn decode(text: &str, source: &str) -> Result<Response, ConfigError> 
         };
         let message = e.to_string();
         let message = message.split(" at line ").next().unwrap_or_default();
-        ConfigError::new(
-            ConfigErrorKind::Syntax,
-            source,
-            pos,
-            "",
-            format!("not a Jaeger sampling strategy response: {message}"),
-        )
-        .with_source(e)
+        ConfigErrorKind::Syntax
+            .error(
+                source,
+                format!("not a Jaeger sampling strategy response: {message}"),
+            )
+            .at(pos, "")
+            .with_source(e)
     })
 }
 

@@ -88,63 +88,33 @@ impl Drop for ConfigWatcher {
     }
 }
 
-impl<C: Clock + Clone + Send + Sync + 'static> RuleBasedSampler<C> {
-    /// [`watch_with`](Self::watch_with) the default [`WatchOptions`].
-    ///
-    /// # Errors
-    ///
-    /// As [`watch_with`](Self::watch_with).
-    pub fn watch(
-        &self,
-        path: impl AsRef<Path>,
-        on_reload: impl Fn(Result<(), ConfigError>) + Send + 'static,
-    ) -> Result<ConfigWatcher, ConfigError> {
-        self.watch_with(path, WatchOptions::new(), on_reload)
-    }
-
-    /// Watches `path` and [`reload`](RuleBasedSampler::reload)s this sampler (and so
-    /// every clone of it) each time what it names changes, on a thread of its own; see
-    /// [`ConfigWatcher`] for what is followed, applied and reported.
-    ///
-    /// `on_reload` is told the outcome of every reload and every watcher error. Each
-    /// outcome is also logged through `tracing` (target `otel_rate_sampler`: info for a
-    /// reload, a warning for a failure; the same message at most once a minute), and
-    /// counted in [`stats`](RuleBasedSampler::stats). Decisions never wait for a
-    /// reload: they read the rule set through an atomic pointer swapped once the new
-    /// rules are built.
-    ///
-    /// # Errors
-    ///
-    /// A [`ConfigError`] of kind [`Io`](crate::ConfigErrorKind::Io) if `path` cannot be
-    /// resolved (a symlink loop, an unreadable link) or the thread cannot start. A
-    /// notification backend that cannot start is not an error here: it is reported to
-    /// `on_reload` and the file is followed by polling.
-    pub fn watch_with(
-        &self,
-        path: impl AsRef<Path>,
-        options: WatchOptions,
-        on_reload: impl Fn(Result<(), ConfigError>) + Send + 'static,
-    ) -> Result<ConfigWatcher, ConfigError> {
-        let path = path.as_ref().to_path_buf();
-        let io = |e: std::io::Error| watch_error(&path, format!("cannot watch the file: {e}"), e);
-        let resolved = resolve::resolve(&path).map_err(io)?;
-        let (tx, rx) = mpsc::channel();
-        let worker = worker::Worker::new(
-            self.clone(),
-            path.clone(),
-            options,
-            Box::new(on_reload),
-            tx.clone(),
-            resolved,
-        );
-        let thread = std::thread::Builder::new()
-            .name("otel-rate-sampler-watch".into())
-            .spawn(move || worker.run(rx))
-            .map_err(io)?;
-        Ok(ConfigWatcher {
-            stop: tx,
-            thread: Some(thread),
-            path,
-        })
-    }
+/// [`RuleBasedSampler::watch_with`]: watches `path` on a thread of its own, reloading
+/// `sampler` each time what it names changes.
+pub(crate) fn watch<C: Clock + Clone + Send + Sync + 'static>(
+    sampler: &RuleBasedSampler<C>,
+    path: &Path,
+    options: WatchOptions,
+    on_reload: impl Fn(Result<(), ConfigError>) + Send + 'static,
+) -> Result<ConfigWatcher, ConfigError> {
+    let path = path.to_path_buf();
+    let io = |e: std::io::Error| watch_error(&path, format!("cannot watch the file: {e}"), e);
+    let resolved = resolve::resolve(&path).map_err(io)?;
+    let (tx, rx) = mpsc::channel();
+    let worker = worker::Worker::new(
+        sampler.clone(),
+        path.clone(),
+        options,
+        Box::new(on_reload),
+        tx.clone(),
+        resolved,
+    );
+    let thread = std::thread::Builder::new()
+        .name("otel-rate-sampler-watch".into())
+        .spawn(move || worker.run(rx))
+        .map_err(io)?;
+    Ok(ConfigWatcher {
+        stop: tx,
+        thread: Some(thread),
+        path,
+    })
 }

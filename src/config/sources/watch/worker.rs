@@ -15,7 +15,7 @@ use super::options::WatchOptions;
 use super::resolve::{resolve, Resolved};
 use super::snapshot::{stat, Pending, Snapshot, Stat};
 use crate::clock::Clock;
-use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
+use crate::config::error::{ConfigError, ConfigErrorKind};
 use crate::config::runtime::rule_based::RuleBasedSampler;
 
 /// What the worker is told.
@@ -387,12 +387,7 @@ pub(super) fn watch_error(
     message: String,
     source: impl std::error::Error + Send + Sync + 'static,
 ) -> ConfigError {
-    ConfigError::new(
-        ConfigErrorKind::Io,
-        &path.display().to_string(),
-        Pos::default(),
-        "",
-        message,
-    )
-    .with_source(source)
+    ConfigErrorKind::Io
+        .error(&path.display().to_string(), message)
+        .with_source(source)
 }

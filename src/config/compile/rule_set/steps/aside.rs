@@ -6,7 +6,8 @@
 use super::super::compiled::{Aside, Identity, Was};
 use super::super::RuleSet;
 use crate::clock::Clock;
-use crate::config::compile::handover::{Forgotten, Handover, LocalRule};
+use crate::config::compile::handover::{Forgotten, Handover};
+use crate::config::compile::local_rule::LocalRule;
 use crate::config::model::Rule;
 
 /// Of `previous`'s rules (current first, then those kept aside or forgotten in their
@@ -99,7 +100,7 @@ pub(super) fn going_on<C: Clock>(
     forgotten: Option<&Forgotten>,
 ) -> LocalRule<C> {
     match forgotten {
-        Some(f) => local.after_forgotten(f),
+        Some(f) => f.succeeded_by(local),
         None => local,
     }
 }

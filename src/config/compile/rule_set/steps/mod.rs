@@ -12,9 +12,8 @@ use super::compiled::{Action, Compiled, Conditions, Identity, Was};
 use super::{floors, RuleSet, DEFAULT_RULE};
 use crate::clock::Clock;
 use crate::config::check::resolution::below_resolution;
-use crate::config::compile::handover::{
-    cap_handover, spread, Forgotten, Handover, LocalRule, Snapshot,
-};
+use crate::config::compile::handover::{cap_handover, spread, Forgotten, Handover};
+use crate::config::compile::local_rule::{LocalRule, Snapshot};
 use crate::config::compile::matcher::Matchers;
 use crate::config::compile::rule_limiter::{BuildError, RuleLimiter};
 use crate::config::model::{
