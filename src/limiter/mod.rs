@@ -4,6 +4,7 @@ mod any;
 mod bucketed_window;
 mod fair;
 mod fixed_window;
+mod forward;
 mod pacing;
 // Crate-visible: the fleet's lease word is the same word.
 pub(crate) mod packed;
@@ -29,7 +30,6 @@ pub use sliding_log::SlidingLog;
 pub use sliding_window::SlidingWindowCounter;
 
 use std::fmt;
-use std::sync::Arc;
 
 use crate::limit::Limit;
 
@@ -119,33 +119,6 @@ pub trait RateLimiter: Send + Sync + fmt::Debug {
         None
     }
 }
-
-/// Shared and boxed limiters are limiters: the same budget, whoever holds it.
-macro_rules! forward_through {
-    ($($pointer:ident),*) => {$(
-        impl<L: RateLimiter + ?Sized> RateLimiter for $pointer<L> {
-            #[inline]
-            fn try_acquire(&self) -> bool {
-                (**self).try_acquire()
-            }
-
-            #[inline]
-            fn acquire_stamped(&self) -> Option<u64> {
-                (**self).acquire_stamped()
-            }
-
-            fn limit(&self) -> Limit {
-                (**self).limit()
-            }
-
-            fn count_in_window(&self) -> Option<u64> {
-                (**self).count_in_window()
-            }
-        }
-    )*};
-}
-
-forward_through!(Arc, Box);
 
 /// `RateLimiter` for a limiter type with a `clock` field, a `limit` field, an
 /// `acquire_at(now)` method (one clock read per decision) and a `count_at(now)` read.

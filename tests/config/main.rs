@@ -45,5 +45,8 @@ mod reload_prop;
 mod reload_storm;
 #[cfg(all(feature = "reload", unix))]
 mod reload_watch;
+// Run by `.ci/reload-calls` under callgrind (ignored in the suite).
+#[cfg(feature = "yaml")]
+mod reload_calls;
 mod rule_sampler;
 mod stats;

@@ -28,18 +28,23 @@ thread_local! {
     static FORMAT: Cell<Format> = const { Cell::new(Format::Toml) };
 }
 
-/// Runs `parse` with [`Spanned`] reading `format`'s spans; the previous format is
-/// restored afterwards, also if `parse` panics.
+/// While the returned guard lives, [`Spanned`] reads `format`'s spans; dropping it (also
+/// on a panic) restores the previous format. A guard rather than a callback, so the
+/// reader that parses calls down here and is never called back.
 #[cfg_attr(not(feature = "yaml"), allow(dead_code))] // only YAML sets a format
-pub(crate) fn reading<R>(format: Format, parse: impl FnOnce() -> R) -> R {
-    struct Restore(Format);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            FORMAT.with(|f| f.set(self.0));
-        }
+#[must_use = "the format is restored when the guard is dropped"]
+pub(crate) fn reading(format: Format) -> Reading {
+    Reading(FORMAT.with(|f| f.replace(format)))
+}
+
+/// The format to restore: see [`reading`].
+#[cfg_attr(not(feature = "yaml"), allow(dead_code))]
+pub(crate) struct Reading(Format);
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        FORMAT.with(|f| f.set(self.0));
     }
-    let _restore = Restore(FORMAT.with(|f| f.replace(format)));
-    parse()
 }
 
 /// A value and the byte range of the text it was read from. Compared, ordered and

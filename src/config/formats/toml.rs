@@ -50,17 +50,17 @@ fn toml_error(ctx: &Ctx<'_>, e: &toml::de::Error) -> ConfigError {
 /// The full path (`service[0].rule[1].rat`) of the key spelled at `span`, or whose value
 /// is at `span`, found in the document parsed again with spans (only on this error path).
 fn key_path(text: &str, span: &Range<usize>) -> Option<String> {
-    fn in_table(table: &DeTable<'_>, span: &Range<usize>, path: &KeyPath) -> Option<String> {
+    fn in_table(table: &DeTable<'_>, span: &Range<usize>, path: &KeyPath<'_>) -> Option<String> {
         table.iter().find_map(|(key, value)| {
             let path = path.key(key.get_ref());
             // The key itself (an unknown key), or its value (a value of the wrong type).
             if key.span() == *span || value.span() == *span {
-                return Some(path.into());
+                return Some(path.to_string());
             }
             in_value(value.get_ref(), span, &path)
         })
     }
-    fn in_value(value: &DeValue<'_>, span: &Range<usize>, path: &KeyPath) -> Option<String> {
+    fn in_value(value: &DeValue<'_>, span: &Range<usize>, path: &KeyPath<'_>) -> Option<String> {
         match value {
             DeValue::Table(t) => in_table(t, span, path),
             DeValue::Array(a) => a
@@ -70,7 +70,7 @@ fn key_path(text: &str, span: &Range<usize>) -> Option<String> {
             _ => None,
         }
     }
-    in_table(DeTable::parse(text).ok()?.get_ref(), span, &KeyPath::root())
+    in_table(DeTable::parse(text).ok()?.get_ref(), span, &KeyPath::Root)
 }
 
 /// The `key` of a `key = value` line that holds byte `offset` (best effort).

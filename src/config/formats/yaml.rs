@@ -39,9 +39,8 @@ const MAX_REPLAYED_EVENTS: usize = 10_000;
 fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, serde_saphyr::Error> {
     let mut options = serde_saphyr::Options::default();
     options.alias_limits.max_total_replayed_events = MAX_REPLAYED_EVENTS;
-    reading(Format::Yaml, || {
-        serde_saphyr::from_str_with_options(text, options)
-    })
+    let _spans = reading(Format::Yaml);
+    serde_saphyr::from_str_with_options(text, options)
 }
 
 /// A serde-saphyr error as a [`ConfigError`]: its position (line and column already in
@@ -120,7 +119,7 @@ fn key_path(text: &str, pos: Pos) -> Option<String> {
     let tree: Spanned<Tree> = from_str(text).ok()?;
     let lines = LineIndex::new(text);
     let (mut exact, mut before) = (None, None::<(Pos, String)>);
-    Tree::walk(&tree, &KeyPath::root(), None, &mut |path, key, value| {
+    Tree::walk(&tree, &KeyPath::Root, None, &mut |path, key, value| {
         let Some(key) = key else {
             return;
         };

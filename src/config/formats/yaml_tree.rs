@@ -30,9 +30,9 @@ impl Tree {
     /// then every node below it, in the order they are written: `visit(path, key, node)`.
     pub(crate) fn walk<'a>(
         node: &'a Spanned<Tree>,
-        path: &KeyPath,
+        path: &KeyPath<'_>,
         key: Option<&'a Spanned<String>>,
-        visit: &mut impl FnMut(&KeyPath, Option<&'a Spanned<String>>, &'a Spanned<Tree>),
+        visit: &mut impl FnMut(&KeyPath<'_>, Option<&'a Spanned<String>>, &'a Spanned<Tree>),
     ) {
         visit(path, key, node);
         match node.get_ref() {

@@ -221,7 +221,13 @@ fn predicate(
     if let Some(kinds) = &raw.span_kinds {
         let kinds = kinds
             .iter()
-            .map(|k| ctx.check(k, format!("{path}.span_kinds"), |k| values::span_kind(k)))
+            .map(|k| {
+                ctx.check(
+                    k,
+                    format!("{path}.span_kinds"),
+                    values::span_kind(k.get_ref()),
+                )
+            })
             .collect::<Result<Vec<_>, _>>()?;
         predicate = predicate.span_kinds(kinds);
     }
@@ -281,7 +287,11 @@ fn rate_limiting<C: Clock + Clone>(
 
     let path = format!("{path}.{RATE_LIMITING_KEY}");
     let window = match &r.window {
-        Some(w) => ctx.check(w, format!("{path}.window"), |w| values::limit_window(w))?,
+        Some(w) => ctx.check(
+            w,
+            format!("{path}.window"),
+            values::limit_window(w.get_ref()),
+        )?,
         None => std::time::Duration::from_secs(1),
     };
     // As a rule file's limit is (`check::resolution`): the limiter would see time move
@@ -306,9 +316,11 @@ fn rate_limiting<C: Clock + Clone>(
                 .into(),
         ));
     };
-    let limit = ctx.check(limit, format!("{path}.limit"), |l| {
-        values::per_window(*l, window)
-    })?;
+    let limit = ctx.check(
+        limit,
+        format!("{path}.limit"),
+        values::per_window(*limit.get_ref(), window),
+    )?;
     let limit = match r.paced.as_ref().map(|p| *p.get_ref()) {
         Some(false) => limit.unpaced(),
         _ => limit,

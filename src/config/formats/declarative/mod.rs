@@ -191,7 +191,7 @@ impl<C: Clock + Clone> Reader<'_, C> {
                     Some(ratio) => self.ctx.check(
                         ratio,
                         format!("{path}.trace_id_ratio_based.ratio"),
-                        |p| values::probability(*p),
+                        values::probability(*ratio.get_ref()),
                     )?,
                     None => 1.0,
                 };

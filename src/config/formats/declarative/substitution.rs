@@ -44,7 +44,7 @@ pub(crate) fn substitute<'t>(
     }
     let tree: Spanned<Tree> = parse(text, file)?;
     let mut scalars = Vec::new();
-    Tree::walk(&tree, &KeyPath::root(), None, &mut |path, _, node| {
+    Tree::walk(&tree, &KeyPath::Root, None, &mut |path, _, node| {
         if let Tree::Str(value) = node.get_ref() {
             scalars.push(Scalar {
                 key: path.to_string(),

@@ -6,7 +6,8 @@ use crate::config::check::floors::{self, FloorProblem};
 use crate::config::check::names::{self, Listed};
 use crate::config::check::{fleet_keys, reach};
 use crate::config::error::{ConfigError, ConfigErrorKind};
-use crate::config::formats::rule_file::ctx::{Ctx, Path};
+use crate::config::formats::key_path::KeyPath;
+use crate::config::formats::rule_file::ctx::Ctx;
 use crate::config::formats::rule_file::policy::{fleet_name, limit, policy};
 use crate::config::formats::rule_file::raw::{RawBlock, RawCap};
 use crate::config::formats::rule_file::rule::rule;
@@ -18,12 +19,12 @@ use crate::sampler::RemoteParents;
 pub(super) fn block(
     ctx: &Ctx<'_>,
     raw: &Spanned<RawBlock>,
-    path: Path<'_>,
+    path: KeyPath<'_>,
     is_default: bool,
 ) -> Result<ServiceConfig, ConfigError> {
     let span = raw.span();
     let raw = raw.get_ref();
-    let key = |k: &'static str| Path::Key(&path, k);
+    let key = |k: &'static str| path.key(k);
     let name = block_name(ctx, raw, span.clone(), path, is_default)?;
     let mut policy = policy(ctx, &raw.policy_keys(), path)?;
     if is_default {
@@ -47,7 +48,11 @@ pub(super) fn block(
         None => None,
     };
     let remote_parents = match &raw.remote_parents {
-        Some(r) => ctx.check(r, key("remote_parents"), |r| values::remote_parents(r))?,
+        Some(r) => ctx.check(
+            r,
+            key("remote_parents"),
+            values::remote_parents(r.get_ref()),
+        )?,
         None => RemoteParents::default(),
     };
     let rules = rules(ctx, raw, path, is_default, cap.as_ref(), remote_parents)?;
@@ -77,10 +82,10 @@ fn block_name(
     ctx: &Ctx<'_>,
     raw: &RawBlock,
     span: Range<usize>,
-    path: Path<'_>,
+    path: KeyPath<'_>,
     is_default: bool,
 ) -> Result<String, ConfigError> {
-    let key = |k: &'static str| Path::Key(&path, k);
+    let key = |k: &'static str| path.key(k);
     Ok(match (&raw.name, is_default) {
         (Some(n), true) => {
             return Err(ctx.new_error(
@@ -92,7 +97,7 @@ fn block_name(
         }
         (None, true) => String::new(),
         (Some(n), false) => {
-            ctx.check(n, key("name"), |n| values::name("service name", n))?;
+            ctx.check(n, key("name"), values::name("service name", n.get_ref()))?;
             n.get_ref().clone()
         }
         (None, false) => {
@@ -107,8 +112,12 @@ fn block_name(
 }
 
 /// A block's `cap`: a limit only.
-fn cap(ctx: &Ctx<'_>, c: &Spanned<Box<RawCap>>, path: Path<'_>) -> Result<LimitSpec, ConfigError> {
-    let key = |k: &'static str| Path::Key(&path, k);
+fn cap(
+    ctx: &Ctx<'_>,
+    c: &Spanned<Box<RawCap>>,
+    path: KeyPath<'_>,
+) -> Result<LimitSpec, ConfigError> {
+    let key = |k: &'static str| path.key(k);
     let cap_path = key("cap");
     let cr = c.get_ref();
     // A cap takes none of a rule's other policies' keys (named in this order).
@@ -138,7 +147,7 @@ fn cap(ctx: &Ctx<'_>, c: &Spanned<Box<RawCap>>, path: Path<'_>) -> Result<LimitS
 fn rules(
     ctx: &Ctx<'_>,
     raw: &RawBlock,
-    path: Path<'_>,
+    path: KeyPath<'_>,
     is_default: bool,
     cap: Option<&LimitSpec>,
     remote_parents: RemoteParents,
@@ -147,7 +156,7 @@ fn rules(
     // service's so that neither replaces the other when inherited.
     let unnamed = if is_default { "default-rule" } else { "rule" };
     let rules = (raw.rule.iter().enumerate())
-        .map(|(i, r)| rule(ctx, r, Path::Rule(&path, i), i, unnamed, remote_parents))
+        .map(|(i, r)| rule(ctx, r, path.item("rule", i), i, unnamed, remote_parents))
         .collect::<Result<Vec<Rule>, ConfigError>>()?;
     if let Some(all) = reach::hiding_catch_all(&rules) {
         return Err(ctx.new_error(
@@ -163,13 +172,13 @@ fn rules(
     if let Err(repeat) = names::distinct(rules.iter().map(|r| r.name.as_str())) {
         let r = &raw.rule[repeat.at];
         let span = r.get_ref().name.as_ref().map_or(r.span(), |n| n.span());
-        let key = format!("{}.name", Path::Rule(&path, repeat.at));
+        let key = format!("{}.name", path.item("rule", repeat.at));
         return Err(ctx.err(repeat.problem(Listed::Rule), span, key));
     }
     let floor = |i: usize| {
         let r = &raw.rule[i];
         let span = r.get_ref().floor.as_ref().map_or(r.span(), |f| f.span());
-        (span, format!("{}.floor", Path::Rule(&path, i)))
+        (span, format!("{}.floor", path.item("rule", i)))
     };
     match floors::floors(&rules, cap) {
         Ok(_) => Ok(rules),
@@ -202,7 +211,7 @@ fn rules(
 fn distinct_fleet_keys(
     ctx: &Ctx<'_>,
     raw: &RawBlock,
-    path: Path<'_>,
+    path: KeyPath<'_>,
     policy: Option<&Policy>,
     cap: Option<&LimitSpec>,
     rules: &[Rule],

@@ -1,5 +1,6 @@
-//! The context of a rule file's lowering: its text and name for the errors, and the key
-//! path of a value, written out only when an error names it.
+//! The context of a rule file's lowering: its text and name for the errors (the key path
+//! of a value is a borrowed [`KeyPath`](crate::config::formats::key_path::KeyPath),
+//! written out only when an error names it).
 
 use std::cell::{OnceCell, RefCell};
 use std::fmt;
@@ -16,34 +17,6 @@ pub(super) struct OptOut(pub(super) usize);
 impl fmt::Display for OptOut {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "service[{}].inherit_default_rules = false", self.0)
-    }
-}
-
-/// The key path of a table or value (e.g. `service[3].rule[0].rate`), written out only
-/// when an error names it: a large file has millions of keys and few errors.
-#[derive(Clone, Copy)]
-pub(super) enum Path<'a> {
-    /// `default`.
-    Default,
-    /// `service[i]`.
-    Service(usize),
-    /// `<parent>.rule[i]`.
-    Rule(&'a Path<'a>, usize),
-    /// `<parent>.<key>`.
-    Key(&'a Path<'a>, &'static str),
-    /// `<parent>.attributes."<name>"`.
-    Attribute(&'a Path<'a>, &'a str),
-}
-
-impl fmt::Display for Path<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Path::Default => f.write_str("default"),
-            Path::Service(i) => write!(f, "service[{i}]"),
-            Path::Rule(parent, i) => write!(f, "{parent}.rule[{i}]"),
-            Path::Key(parent, key) => write!(f, "{parent}.{key}"),
-            Path::Attribute(parent, name) => write!(f, "{parent}.attributes.{name:?}"),
-        }
     }
 }
 
@@ -74,15 +47,16 @@ impl<'a> Ctx<'a> {
         invalid.at(self.file, self.pos(span), &key.to_string())
     }
 
-    /// `f`'s verdict on `value`; on an error, the error at `value`'s position under
-    /// `key` (written out only then: loading a large file checks millions of values).
+    /// The `verdict` of a check on `value`; on an error, the error at `value`'s position
+    /// under `key` (written out only then: loading a large file checks millions of
+    /// values). The caller runs the check itself, so a load only ever calls down here.
     pub(crate) fn check<T, U>(
         &self,
         value: &Spanned<T>,
         key: impl fmt::Display,
-        f: impl FnOnce(&T) -> Result<U, Invalid>,
+        verdict: Result<U, Invalid>,
     ) -> Result<U, ConfigError> {
-        f(value.get_ref()).map_err(|e| self.err(e, value.span(), key))
+        verdict.map_err(|e| self.err(e, value.span(), key))
     }
 
     pub(crate) fn new_error(

@@ -9,8 +9,9 @@ use crate::config::check::floors::{self, FloorProblem};
 use crate::config::check::names::{self, Listed};
 use crate::config::check::{fleet_keys, reach};
 use crate::config::error::{ConfigError, ConfigErrorKind};
+use crate::config::formats::key_path::KeyPath;
 use crate::config::formats::rule_file::block::{block, policy_key, unreachable_policy};
-use crate::config::formats::rule_file::ctx::{Ctx, OptOut, Path};
+use crate::config::formats::rule_file::ctx::{Ctx, OptOut};
 use crate::config::formats::rule_file::policy::fleet_name;
 use crate::config::formats::rule_file::raw::{RawBlock, RawBytes, RawFile, RawFleet, RawUrls};
 use crate::config::formats::spanned::Spanned;
@@ -26,7 +27,7 @@ pub(crate) fn config(
 ) -> Result<SamplingConfig, ConfigError> {
     let file = ctx.file;
     let default = match &raw.default {
-        Some(d) => block(ctx, d, Path::Default, true)?,
+        Some(d) => block(ctx, d, KeyPath::Key(&KeyPath::Root, "default"), true)?,
         None => ServiceConfig::builtin_default(),
     };
     let (services, index) = services(ctx, raw)?;
@@ -50,10 +51,14 @@ pub(crate) fn config(
     let mut config = SamplingConfig::indexed(file, default, services, index, fleet);
     if let Some(limits) = &raw.limits {
         if let Some(b) = &limits.get_ref().memory_budget {
-            config.memory_budget = ctx.check(b, "limits.memory_budget", |b| match b {
-                RawBytes::Bytes(n) => budget::budget_bytes(*n),
-                RawBytes::Text(t) => budget::parse_budget(t),
-            })?;
+            config.memory_budget = ctx.check(
+                b,
+                "limits.memory_budget",
+                match b.get_ref() {
+                    RawBytes::Bytes(n) => budget::budget_bytes(*n),
+                    RawBytes::Text(t) => budget::parse_budget(t),
+                },
+            )?;
         }
     }
     inherited(ctx, &config, raw)?;
@@ -69,12 +74,15 @@ fn services(
     raw: &RawFile,
 ) -> Result<(Vec<ServiceConfig>, HashMap<String, usize>), ConfigError> {
     let services = (raw.service.iter().enumerate())
-        .map(|(i, s)| block(ctx, s, Path::Service(i), false))
+        .map(|(i, s)| block(ctx, s, KeyPath::Item(&KeyPath::Root, "service", i), false))
         .collect::<Result<Vec<ServiceConfig>, ConfigError>>()?;
     let index = names::index(services.iter().map(|s| s.name.as_str())).map_err(|repeat| {
         let s = &raw.service[repeat.at];
         let span = s.get_ref().name.as_ref().map_or(s.span(), |n| n.span());
-        let key = format!("{}.name", Path::Service(repeat.at));
+        let key = format!(
+            "{}.name",
+            KeyPath::Item(&KeyPath::Root, "service", repeat.at)
+        );
         ctx.err(repeat.problem(Listed::Service), span, key)
     })?;
     Ok((services, index))
@@ -249,20 +257,20 @@ fn fleet_table(ctx: &Ctx<'_>, raw: &RawFleet) -> Result<FleetSettings, ConfigErr
                 RawUrls::One(u) => vec![u.clone()],
                 RawUrls::Many(us) => us.clone(),
             };
-            ctx.check(r, "fleet.redis", |_| values::redis_urls(&urls))?;
+            ctx.check(r, "fleet.redis", values::redis_urls(&urls))?;
             urls
         }
         None => Vec::new(),
     };
     let prefix = match &raw.prefix {
         Some(p) => {
-            ctx.check(p, "fleet.prefix", |p| values::fleet_key_part(p))?;
+            ctx.check(p, "fleet.prefix", values::fleet_key_part(p.get_ref()))?;
             Some(p.get_ref().clone())
         }
         None => None,
     };
     let sync_interval = match &raw.sync_interval {
-        Some(i) => Some(ctx.check(i, "fleet.sync_interval", |i| values::sync_interval(i))?),
+        Some(i) => Some(ctx.check(i, "fleet.sync_interval", values::sync_interval(i.get_ref()))?),
         None => None,
     };
     let path = |p: &Spanned<String>| std::path::PathBuf::from(p.get_ref());

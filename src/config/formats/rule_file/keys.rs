@@ -2,7 +2,8 @@
 //! each row checked in order, the first broken one the error.
 
 use crate::config::error::{ConfigError, ConfigErrorKind};
-use crate::config::formats::rule_file::ctx::{Ctx, Path};
+use crate::config::formats::key_path::KeyPath;
+use crate::config::formats::rule_file::ctx::Ctx;
 use crate::config::formats::rule_file::raw::RawPolicy;
 
 /// How a key stands to the keys beside it.
@@ -51,7 +52,7 @@ pub(super) const POLICY: &[KeyRule] = &[
 pub(super) fn check(
     ctx: &Ctx<'_>,
     raw: &RawPolicy<'_>,
-    path: Path<'_>,
+    path: KeyPath<'_>,
     rules: &[KeyRule],
 ) -> Result<(), ConfigError> {
     let spans = raw.spans();
@@ -64,7 +65,7 @@ pub(super) fn check(
             Needs(others) => others.iter().all(|o| spans.of(o).is_none()),
         };
         if broken {
-            return Err(ctx.new_error(kind, span, Path::Key(&path, key), message.into()));
+            return Err(ctx.new_error(kind, span, path.key(key), message.into()));
         }
     }
     Ok(())

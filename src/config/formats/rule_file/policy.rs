@@ -2,7 +2,8 @@
 //! `scope`, `probability`, `at_least`, `adaptive`), lowered into a policy or a limit.
 
 use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
-use crate::config::formats::rule_file::ctx::{Ctx, Path};
+use crate::config::formats::key_path::KeyPath;
+use crate::config::formats::rule_file::ctx::Ctx;
 use crate::config::formats::rule_file::keys;
 use crate::config::formats::rule_file::raw::{RawAdaptive, RawPolicy};
 use crate::config::formats::spanned::Spanned;
@@ -15,9 +16,9 @@ use crate::limiter::Algorithm;
 pub(super) fn policy(
     ctx: &Ctx<'_>,
     raw: &RawPolicy<'_>,
-    path: Path<'_>,
+    path: KeyPath<'_>,
 ) -> Result<Option<Policy>, ConfigError> {
-    let key = |k: &'static str| Path::Key(&path, k);
+    let key = |k: &'static str| path.key(k);
     if let Some(adaptive) = raw.adaptive {
         return adaptive_policy(ctx, raw, adaptive, path).map(Some);
     }
@@ -26,11 +27,11 @@ pub(super) fn policy(
     match (limit, raw.probability) {
         (Some(spec), _) => Ok(Some(Policy::Limit(spec))),
         (None, Some(p)) => {
-            let p = ctx.check(p, key("probability"), |p| values::probability(*p))?;
+            let p = ctx.check(p, key("probability"), values::probability(*p.get_ref()))?;
             let Some(l) = raw.at_least else {
                 return Ok(Some(Policy::Probability(p)));
             };
-            let limit = ctx.check(l, key("at_least"), |l| values::rate(*l))?;
+            let limit = ctx.check(l, key("at_least"), values::rate(*l.get_ref()))?;
             Ok(Some(Policy::AtLeast {
                 probability: p,
                 lower_bound: LimitSpec {
@@ -48,9 +49,9 @@ fn adaptive_policy(
     ctx: &Ctx<'_>,
     raw: &RawPolicy<'_>,
     adaptive: &Spanned<Box<RawAdaptive>>,
-    path: Path<'_>,
+    path: KeyPath<'_>,
 ) -> Result<Policy, ConfigError> {
-    let key = |k: &'static str| Path::Key(&path, k);
+    let key = |k: &'static str| path.key(k);
     let mut others = raw.spans().0.into_iter().filter(|(k, _)| *k != "adaptive");
     if let Some((name, Some(span))) = others.find(|(_, s)| s.is_some()) {
         return Err(ctx.new_error(
@@ -62,7 +63,7 @@ fn adaptive_policy(
     }
     let adaptive_key = key("adaptive");
     let limit = match &**adaptive.get_ref() {
-        RawAdaptive::Rate(r) => ctx.check(adaptive, adaptive_key, |_| values::rate(*r))?,
+        RawAdaptive::Rate(r) => ctx.check(adaptive, adaptive_key, values::rate(*r))?,
         RawAdaptive::Table(t) => {
             // The limit keys of a block, read as a block's, under `<path>.adaptive`.
             let (no_text, no_probability, no_flag) = (None, None, None);
@@ -97,18 +98,18 @@ fn adaptive_policy(
 pub(super) fn limit(
     ctx: &Ctx<'_>,
     raw: &RawPolicy<'_>,
-    path: Path<'_>,
+    path: KeyPath<'_>,
 ) -> Result<Option<LimitSpec>, ConfigError> {
-    let key = |k: &'static str| Path::Key(&path, k);
+    let key = |k: &'static str| path.key(k);
     let Some(limit) = limit_value(ctx, raw, path)? else {
         return Ok(None);
     };
     let algorithm = match raw.algorithm {
-        Some(a) => ctx.check(a, key("algorithm"), |a| values::algorithm(a))?,
+        Some(a) => ctx.check(a, key("algorithm"), values::algorithm(a.get_ref()))?,
         None => Algorithm::default(),
     };
     let scope = match raw.scope {
-        Some(sc) => ctx.check(sc, key("scope"), |sc| values::scope(sc))?,
+        Some(sc) => ctx.check(sc, key("scope"), values::scope(sc.get_ref()))?,
         None => Scope::Local,
     };
     if scope == Scope::Fleet {
@@ -159,18 +160,20 @@ pub(super) fn limit(
 fn limit_value(
     ctx: &Ctx<'_>,
     raw: &RawPolicy<'_>,
-    path: Path<'_>,
+    path: KeyPath<'_>,
 ) -> Result<Option<Limit>, ConfigError> {
-    let key = |k: &'static str| Path::Key(&path, k);
+    let key = |k: &'static str| path.key(k);
     keys::check(ctx, raw, path, keys::LIMIT)?;
     match (raw.rate, raw.limit) {
-        (Some(r), _) => ctx.check(r, key("rate"), |r| values::rate(*r)).map(Some),
+        (Some(r), _) => ctx
+            .check(r, key("rate"), values::rate(*r.get_ref()))
+            .map(Some),
         (None, Some(l)) => {
             let window = match raw.window {
-                Some(w) => ctx.check(w, key("window"), |w| values::limit_window(w))?,
+                Some(w) => ctx.check(w, key("window"), values::limit_window(w.get_ref()))?,
                 None => std::time::Duration::from_secs(1),
             };
-            ctx.check(l, key("limit"), |l| values::per_window(*l, window))
+            ctx.check(l, key("limit"), values::per_window(*l.get_ref(), window))
                 .map(Some)
         }
         (None, None) => Ok(None),
@@ -183,5 +186,5 @@ pub(super) fn fleet_name(
     name: &Spanned<String>,
     key: &str,
 ) -> Result<(), ConfigError> {
-    ctx.check(name, key, |n| values::fleet_key_part(n))
+    ctx.check(name, key, values::fleet_key_part(name.get_ref()))
 }

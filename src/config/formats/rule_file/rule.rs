@@ -1,7 +1,8 @@
 //! A rule of a block: its conditions, its policy and its floor, lowered and checked.
 
 use crate::config::error::{ConfigError, ConfigErrorKind};
-use crate::config::formats::rule_file::ctx::{Ctx, Path};
+use crate::config::formats::key_path::KeyPath;
+use crate::config::formats::rule_file::ctx::Ctx;
 use crate::config::formats::rule_file::policy::policy;
 use crate::config::formats::rule_file::raw::RawRule;
 use crate::config::formats::spanned::Spanned;
@@ -14,32 +15,32 @@ use crate::sampler::RemoteParents;
 pub(super) fn rule(
     ctx: &Ctx<'_>,
     raw: &Spanned<RawRule>,
-    path: Path<'_>,
+    path: KeyPath<'_>,
     index: usize,
     unnamed: &str,
     remote_parents: RemoteParents,
 ) -> Result<Rule, ConfigError> {
     let span = raw.span();
     let raw = raw.get_ref();
-    let key = |k: &'static str| Path::Key(&path, k);
+    let key = |k: &'static str| path.key(k);
     let name = match &raw.name {
         Some(n) => {
-            ctx.check(n, key("name"), |n| values::name("rule name", n))?;
+            ctx.check(n, key("name"), values::name("rule name", n.get_ref()))?;
             n.get_ref().clone()
         }
         None => format!("{unnamed}-{}", index + 1),
     };
     let span_name = match &raw.span_name {
-        Some(g) => Some(ctx.check(g, key("span_name"), |g| values::glob(g))?),
+        Some(g) => Some(ctx.check(g, key("span_name"), values::glob(g.get_ref()))?),
         None => None,
     };
     let kind = match &raw.kind {
-        Some(k) => Some(ctx.check(k, key("kind"), |k| values::span_kind(k))?),
+        Some(k) => Some(ctx.check(k, key("kind"), values::span_kind(k.get_ref()))?),
         None => None,
     };
     let parent = match &raw.parent {
         Some(p) => {
-            let origin = ctx.check(p, key("parent"), |p| values::parent(p))?;
+            let origin = ctx.check(p, key("parent"), values::parent(p.get_ref()))?;
             if origin == crate::sampler::Origin::Remote && remote_parents != RemoteParents::Cap {
                 return Err(ctx.new_error(
                     ConfigErrorKind::ConflictingKeys,
@@ -54,11 +55,11 @@ pub(super) fn rule(
     };
     let mut attributes = Vec::with_capacity(raw.attributes.len());
     for (k, v) in &raw.attributes {
-        let attr_key = Path::Attribute(&path, k.get_ref());
-        ctx.check(k, attr_key, |k| values::name("attribute key", k))?;
+        let attr_key = path.quoted("attributes", k.get_ref());
+        ctx.check(k, attr_key, values::name("attribute key", k.get_ref()))?;
         attributes.push((
             k.get_ref().clone(),
-            ctx.check(v, attr_key, |v| values::glob(v))?,
+            ctx.check(v, attr_key, values::glob(v.get_ref()))?,
         ));
     }
     let policy = policy(ctx, &raw.policy_keys(), path)?.ok_or_else(|| {
@@ -85,11 +86,12 @@ pub(super) fn rule(
 }
 
 /// A rule's `floor`: permits reserved for it in the service cap.
-fn floor(ctx: &Ctx<'_>, raw: &RawRule, path: Path<'_>) -> Result<u32, ConfigError> {
-    let key = |k: &'static str| Path::Key(&path, k);
+fn floor(ctx: &Ctx<'_>, raw: &RawRule, path: KeyPath<'_>) -> Result<u32, ConfigError> {
+    let key = |k: &'static str| path.key(k);
     Ok(match &raw.floor {
-        Some(f) => ctx.check(f, key("floor"), |f| {
-            u32::try_from(*f).map_err(|_| {
+        Some(f) => ctx.check(f, key("floor"), {
+            let f = *f.get_ref();
+            u32::try_from(f).map_err(|_| {
                 Invalid::new(
                     ConfigErrorKind::InvalidLimit,
                     format!("floor {f} is not a permit count; use a whole number from 0 up to the cap's permits"),
