@@ -14,12 +14,13 @@
 
 use opentelemetry::trace::SpanKind;
 
+use super::contains::Needle;
 use super::prefix::{self, Prefixes};
 use super::shapes::Conditions;
 use super::span::Span;
 use super::table::{StrTable, Values, MAX_KEYS};
 use crate::config::model::Rule;
-use crate::pattern::{short_contains, Pattern};
+use crate::pattern::Pattern;
 use crate::sampler::Origin;
 
 /// The rules a bitset of a chunk holds.
@@ -63,7 +64,7 @@ struct Chunk {
 /// A `*text*` span name pattern with the rules using it.
 struct Substring {
     /// The text, looked for inline in a short name.
-    text: Box<[u8]>,
+    needle: Needle,
     /// For a long name (the pattern's own searcher).
     pattern: Pattern,
     rules: u64,
@@ -231,7 +232,9 @@ impl Chunk {
                 Some(p) => {
                     patterned |= bit;
                     match p.prefix() {
-                        _ if p.substring().is_some() => add(&mut substrings, p.clone(), bit),
+                        _ if p.substring().is_some_and(|t| !t.is_empty()) => {
+                            add(&mut substrings, p.clone(), bit)
+                        }
                         Some((text, whole)) if text.len() <= prefix::INLINE => {
                             add(&mut prefixes, text.to_owned(), bit);
                             if !whole {
@@ -258,10 +261,12 @@ impl Chunk {
             prefixes: Prefixes::new(prefixes),
             substrings: substrings
                 .into_iter()
-                .map(|(pattern, rules)| Substring {
-                    text: pattern.substring().unwrap_or_default().into(),
-                    pattern,
-                    rules,
+                .filter_map(|(pattern, rules)| {
+                    Some(Substring {
+                        needle: Needle::new(pattern.substring()?)?,
+                        pattern,
+                        rules,
+                    })
                 })
                 .collect(),
             names: names.into_boxed_slice(),
@@ -283,12 +288,14 @@ impl Chunk {
 
     /// `left` without the rules whose (non-exact) span name pattern `name` fails: the
     /// prefixes, the substrings, then the other patterns.
-    #[inline]
+    #[inline(always)]
     fn by_pattern(&self, left: u64, name: &str) -> u64 {
         let mut left = self.prefixes.filter(left, name);
         for s in &*self.substrings {
             if left & s.rules != 0
-                && !short_contains(name.as_bytes(), &s.text)
+                && !s
+                    .needle
+                    .in_short(name.as_bytes())
                     .unwrap_or_else(|| s.pattern.is_match(name))
             {
                 left &= !s.rules;

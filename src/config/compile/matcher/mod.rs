@@ -4,6 +4,7 @@
 //! reading more attribute keys than its one pass collects through [`linear`], rule by
 //! rule. Both give the same answer, the first rule whose every condition holds.
 
+mod contains;
 mod index;
 mod linear;
 mod prefix;
