@@ -23,29 +23,36 @@ pub(crate) trait Admission: fmt::Debug + Send + Sync {
     fn admit(&self, kept: bool, ticket: u64, origin: ParentOrigin) -> bool;
 }
 
-/// An admission with the ticket it gave one intent.
+/// An admission with the ticket it gave one intent, borrowed from the sampler that
+/// made the intent for as long as the intent lives (the call of the
+/// [`CompositeSampler`](crate::CompositeSampler) that asked for it): carrying it writes
+/// nothing shared (no reference count).
 #[derive(Clone, Debug)]
-pub(crate) struct Ticketed {
-    pub(crate) admission: Arc<dyn Admission>,
-    pub(crate) ticket: u64,
+pub(crate) enum Ticketed<'a> {
+    /// One admission, and its ticket.
+    One(&'a dyn Admission, u64),
+    /// Two, the delegate's first: a span is kept only if both admit it (for a rate
+    /// limiter over another). Each keeps its own ticket. Shared, so that cloning an
+    /// intent does not allocate.
+    Both(Arc<(Ticketed<'a>, Ticketed<'a>)>),
 }
 
-impl Ticketed {
+impl Ticketed<'_> {
     /// The admission's answer for this intent's span.
     #[inline]
     pub(crate) fn admit(&self, kept: bool, origin: ParentOrigin) -> bool {
-        self.admission.admit(kept, self.ticket, origin)
+        match self {
+            Self::One(admission, ticket) => admission.admit(kept, *ticket, origin),
+            // Out of line, so that the one-admission case inlines (a recursive
+            // function would not).
+            Self::Both(both) => admit_both(both, kept, origin),
+        }
     }
 }
 
-/// Two admissions, the delegate's first: a span is kept only if both admit it (for a
-/// rate limiter over another). Each keeps its own ticket.
-#[derive(Debug)]
-pub(crate) struct Both(pub(crate) Ticketed, pub(crate) Ticketed);
-
-impl Admission for Both {
-    fn admit(&self, kept: bool, _: u64, origin: ParentOrigin) -> bool {
-        let kept = self.0.admit(kept, origin);
-        self.1.admit(kept, origin)
-    }
+/// The delegate's admission, then ours.
+#[inline(never)]
+fn admit_both(both: &(Ticketed<'_>, Ticketed<'_>), kept: bool, origin: ParentOrigin) -> bool {
+    let kept = both.0.admit(kept, origin);
+    both.1.admit(kept, origin)
 }

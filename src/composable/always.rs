@@ -27,7 +27,7 @@ impl ComposableSampler for ComposableAlwaysOn {
         _: &SpanKind,
         _: &[KeyValue],
         _: &[Link],
-    ) -> SamplingIntent {
+    ) -> SamplingIntent<'_> {
         SamplingIntent::new(Some(Threshold::ALWAYS), true)
     }
 }
@@ -41,7 +41,7 @@ impl ComposableSampler for ComposableAlwaysOff {
         _: &SpanKind,
         _: &[KeyValue],
         _: &[Link],
-    ) -> SamplingIntent {
+    ) -> SamplingIntent<'_> {
         SamplingIntent::NON_SAMPLING
     }
 }

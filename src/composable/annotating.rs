@@ -92,7 +92,7 @@ impl<D: ComposableSampler> ComposableSampler for ComposableAnnotating<D> {
         kind: &SpanKind,
         attributes: &[KeyValue],
         links: &[Link],
-    ) -> SamplingIntent {
+    ) -> SamplingIntent<'_> {
         let mut intent = self
             .delegate
             .sampling_intent(parent, name, kind, attributes, links);

@@ -112,31 +112,33 @@ fn decide(intent: &SamplingIntent, trace_id: TraceId, sc: Option<&SpanContext>) 
         Some(admission) => admission.admit(kept, origin(sc)),
         None => kept,
     };
-    let decision = if kept {
-        SamplingDecision::RecordAndSample
-    } else {
-        SamplingDecision::Drop
+    // A threshold, when kept: an admission never keeps what the threshold dropped.
+    let threshold = match intent.threshold() {
+        Some(threshold) if kept => threshold,
+        _ => {
+            // Steps 5 and 7.
+            let state = updated(intent, parent_state, SamplingDecision::Drop);
+            return SamplingResult {
+                decision: SamplingDecision::Drop,
+                attributes: Vec::new(),
+                trace_state: erase_threshold(&state),
+            };
+        }
     };
     // Step 5.
-    let state = updated(intent, parent_state, decision.clone());
-    // Steps 6 and 7.
-    let (attributes, trace_state) = match intent.threshold() {
-        Some(threshold) if kept => {
-            let mut attributes = Vec::new();
-            if let Some(provider) = intent.attributes_provider() {
-                provider.provide(&mut attributes);
-            }
-            let state = if reliable {
-                with_threshold(&state, threshold.0)
-            } else {
-                erase_threshold(&state)
-            };
-            (attributes, state)
-        }
-        _ => (Vec::new(), erase_threshold(&state)),
+    let state = updated(intent, parent_state, SamplingDecision::RecordAndSample);
+    // Step 6.
+    let mut attributes = Vec::new();
+    if let Some(provider) = intent.attributes_provider() {
+        provider.provide(&mut attributes);
+    }
+    let trace_state = if reliable {
+        with_threshold(&state, threshold.0)
+    } else {
+        erase_threshold(&state)
     };
     SamplingResult {
-        decision,
+        decision: SamplingDecision::RecordAndSample,
         attributes,
         trace_state,
     }

@@ -7,7 +7,7 @@ use opentelemetry::trace::TraceState;
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::trace::SamplingDecision;
 
-use crate::composable::admission::{Admission, Both, Ticketed};
+use crate::composable::admission::{Admission, Ticketed};
 use crate::composable::Threshold;
 
 /// The specification's `attributes_provider`: the attributes a kept span gets. Asked
@@ -67,21 +67,27 @@ pub trait TraceStateUpdater: fmt::Debug + Send + Sync {
 ///
 /// Built from constants and shared providers: making, cloning and dropping an intent
 /// allocates nothing (a provider is an [`Arc`], cloned by a reference count).
+///
+/// The lifetime `'a` is the sampler's that made the intent: an intent may borrow from
+/// it (our cap does, so that carrying it writes nothing shared) and lives no longer
+/// than the call that asked for it. An intent made of constants and providers alone is
+/// a `SamplingIntent<'static>`; `-> SamplingIntent` in an implementation of
+/// [`ComposableSampler`](crate::ComposableSampler) elides it to the sampler's.
 #[derive(Clone, Debug, Default)]
 #[must_use]
-pub struct SamplingIntent {
+pub struct SamplingIntent<'a> {
     threshold: Option<Threshold>,
     adjusted_count_reliable: bool,
     attributes: Option<Arc<dyn AttributesProvider>>,
     trace_state: Option<Arc<dyn TraceStateUpdater>>,
-    admission: Option<Ticketed>,
+    admission: Option<Ticketed<'a>>,
 }
 
-impl SamplingIntent {
+impl<'a> SamplingIntent<'a> {
     /// Drops the span: no threshold, not reliable (what
     /// [`ComposableAlwaysOff`](crate::ComposableAlwaysOff) and an unmatched
     /// [`ComposableRuleBased`](crate::ComposableRuleBased) return).
-    pub const NON_SAMPLING: SamplingIntent = SamplingIntent::new(None, false);
+    pub const NON_SAMPLING: Self = Self::new(None, false);
 
     /// An intent with this threshold and `adjusted_count_reliable`, no attributes and no
     /// trace-state change.
@@ -96,18 +102,21 @@ impl SamplingIntent {
     }
 
     /// This intent with `provider` for the attributes of a kept span (replacing any).
+    #[inline]
     pub fn with_attributes(mut self, provider: Arc<dyn AttributesProvider>) -> Self {
         self.attributes = Some(provider);
         self
     }
 
     /// This intent with `updater` for the span's trace state (replacing any).
+    #[inline]
     pub fn with_trace_state_updater(mut self, updater: Arc<dyn TraceStateUpdater>) -> Self {
         self.trace_state = Some(updater);
         self
     }
 
     /// The rejection threshold; `None` drops the span.
+    #[inline]
     pub fn threshold(&self) -> Option<Threshold> {
         self.threshold
     }
@@ -116,6 +125,7 @@ impl SamplingIntent {
     /// [`CompositeSampler`](crate::CompositeSampler) then compares it with the trace's
     /// randomness and writes it as `th` on a kept span; otherwise it compares it with a
     /// fresh random value and erases `th`.
+    #[inline]
     pub fn adjusted_count_reliable(&self) -> bool {
         self.adjusted_count_reliable
     }
@@ -128,11 +138,13 @@ impl SamplingIntent {
     }
 
     /// The attributes a kept span gets, if any.
+    #[inline]
     pub fn attributes_provider(&self) -> Option<&Arc<dyn AttributesProvider>> {
         self.attributes.as_ref()
     }
 
     /// The change to the span's trace state, if any.
+    #[inline]
     pub fn trace_state_updater(&self) -> Option<&Arc<dyn TraceStateUpdater>> {
         self.trace_state.as_ref()
     }
@@ -146,6 +158,7 @@ impl SamplingIntent {
     }
 
     /// This intent with another threshold (providers, admission and reliability kept).
+    #[inline]
     pub(crate) fn with_threshold(mut self, threshold: Option<Threshold>) -> Self {
         self.threshold = threshold;
         self
@@ -153,25 +166,24 @@ impl SamplingIntent {
 
     /// What the `CompositeSampler` asks after the threshold, if anything.
     #[inline]
-    pub(crate) fn admission(&self) -> Option<&Ticketed> {
+    pub(crate) fn admission(&self) -> Option<&Ticketed<'a>> {
         self.admission.as_ref()
     }
 
     /// This intent with `admission` asked after the threshold, with `ticket` (after the
     /// one it has, if any: both must admit a span).
-    pub(crate) fn with_admission(mut self, admission: Arc<dyn Admission>, ticket: u64) -> Self {
-        let ours = Ticketed { admission, ticket };
+    #[inline]
+    pub(crate) fn with_admission(mut self, admission: &'a dyn Admission, ticket: u64) -> Self {
+        let ours = Ticketed::One(admission, ticket);
         self.admission = Some(match self.admission.take() {
             None => ours,
-            Some(theirs) => Ticketed {
-                admission: Arc::new(Both(theirs, ours)),
-                ticket: 0,
-            },
+            Some(theirs) => Ticketed::Both(Arc::new((theirs, ours))),
         });
         self
     }
 
     /// The attributes provider, taken out (for a decorator that extends it).
+    #[inline]
     pub(crate) fn take_attributes(&mut self) -> Option<Arc<dyn AttributesProvider>> {
         self.attributes.take()
     }

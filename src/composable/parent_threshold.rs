@@ -64,7 +64,7 @@ impl<R: ComposableSampler> ComposableSampler for ComposableParentThreshold<R> {
         kind: &SpanKind,
         attributes: &[KeyValue],
         links: &[Link],
-    ) -> SamplingIntent {
+    ) -> SamplingIntent<'_> {
         let followed = with_span_context(parent, |sc| {
             let sc = sc.filter(|sc| sc.is_valid())?;
             if !sc.is_sampled() {

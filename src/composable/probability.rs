@@ -55,7 +55,7 @@ impl ComposableSampler for ComposableProbability {
         _: &SpanKind,
         _: &[KeyValue],
         _: &[Link],
-    ) -> SamplingIntent {
+    ) -> SamplingIntent<'_> {
         SamplingIntent::new(self.threshold, self.threshold.is_some())
     }
 }

@@ -32,7 +32,7 @@ pub trait ComposableSampler: fmt::Debug + Send + Sync {
         kind: &SpanKind,
         attributes: &[KeyValue],
         links: &[Link],
-    ) -> SamplingIntent;
+    ) -> SamplingIntent<'_>;
 }
 
 macro_rules! forward {
@@ -46,7 +46,7 @@ macro_rules! forward {
                 kind: &SpanKind,
                 attributes: &[KeyValue],
                 links: &[Link],
-            ) -> SamplingIntent {
+            ) -> SamplingIntent<'_> {
                 (**self).sampling_intent(parent, name, kind, attributes, links)
             }
         }

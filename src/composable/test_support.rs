@@ -37,11 +37,11 @@ pub(crate) fn parent_in(r: u64, sampled: bool, remote: bool, state: &str) -> Con
 }
 
 /// The intent for a server span with these attributes.
-pub(crate) fn intent(
-    s: &impl ComposableSampler,
+pub(crate) fn intent<'a>(
+    s: &'a impl ComposableSampler,
     parent: Option<&Context>,
     attributes: &[KeyValue],
-) -> SamplingIntent {
+) -> SamplingIntent<'a> {
     s.sampling_intent(parent, "span", &SpanKind::Server, attributes, &[])
 }
 

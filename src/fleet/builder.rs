@@ -219,17 +219,17 @@ impl<C: Clock> FleetLimiterBuilder<C> {
             url: redact(&url),
             reason,
         };
-        let tls = if cluster || !all_tls(&self.urls).map_err(bad_url)? {
-            if !self.tls.is_empty() && !all_tls(&self.urls).map_err(bad_url)? {
+        let tls = if !all_tls(&self.urls).map_err(bad_url)? {
+            if !self.tls.is_empty() {
                 return Err(FleetError::InvalidOption {
                     option: "tls_ca_file / tls_client_cert",
                     reason: "TLS files need rediss:// URLs (redis:// is plain text)",
                 });
             }
-            let certs = (!self.tls.is_empty())
-                .then(|| tls::load(&self.tls))
-                .transpose()?;
-            TargetTls::RedisCrate(certs)
+            TargetTls::Plain
+        } else if cluster {
+            let timeout = super::transport::CONNECTION_CEILING;
+            TargetTls::Cluster(tls::NodeTls::new(&self.urls[0], &self.tls, timeout)?)
         } else {
             TargetTls::Single(tls::Connector::new(&self.urls[0], &self.tls)?)
         };

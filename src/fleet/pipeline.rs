@@ -8,7 +8,7 @@ use std::io;
 use std::sync::Arc;
 
 use redis::aio::ConnectionLike;
-use redis::cluster_async::ClusterConnection;
+use redis::cluster_async::{ClusterConnection, Connect};
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, ScriptInvocation, ServerErrorKind, Value};
 use tokio::task::JoinSet;
 
@@ -139,11 +139,15 @@ pub(crate) fn in_order(len: usize, pairs: Pairs) -> Answers {
 
 /// A cluster's round: one pipeline per slot, sent together; a slot's failure fails
 /// that slot's calls only.
-pub(crate) async fn by_slot(
-    connection: &ClusterConnection,
+pub(crate) async fn by_slot<N>(
+    connection: &ClusterConnection<N>,
     round: &[(&RuleWire, Call)],
     scripts: Arc<Scripts>,
-) -> Result<Answers, RedisError> {
+) -> Result<Answers, RedisError>
+where
+    // What the redis crate asks of a node's connection (plain, or ours over TLS).
+    N: ConnectionLike + Connect + Clone + Send + Sync + Unpin + 'static,
+{
     let mut slots: HashMap<u16, Vec<usize>> = HashMap::new();
     for (i, (wire, _)) in round.iter().enumerate() {
         slots.entry(wire.slot()).or_default().push(i);

@@ -1,24 +1,35 @@
 //! TLS for `rediss://` URLs: the CA and client certificate files, read and checked in
-//! `build`; the rustls crypto provider; a refused handshake classified by its cause.
+//! `build`; the rustls configuration, on the ring crypto provider named explicitly;
+//! a refused handshake classified by its cause.
 //!
-//! One server: the [`Connector`] makes the TLS connection itself, on ring named
-//! explicitly, and hands the stream to the redis crate's multiplexed connection; the
-//! process's default provider is neither read nor set.
+//! The process's default crypto provider is neither read nor set, so a process with
+//! none, with two compiled in, or with another one installed first connects all the
+//! same (rustls would panic choosing a default in the first two cases).
 //!
-//! A cluster: the redis crate (1.x) connects to the nodes itself and builds its rustls
-//! configuration on the process's default crypto provider, with no hook to pass one. So
-//! that it never panics (rustls cannot pick a default when a process compiles in no
-//! provider, or two), the fleet installs ring as the default when the process has none
-//! yet; a default the application installed first is kept (a FIPS provider, say).
+//! One server: the [`Connector`] makes the TLS connection itself and hands the stream
+//! to the redis crate's multiplexed connection.
+//!
+//! A cluster: the redis crate (1.x) connects to the nodes itself, and its own TLS
+//! would build a rustls configuration on the process default (`ClientConfig::builder()`),
+//! with no way to pass one. So the cluster connects each node through [`TlsNode`]
+//! instead (the crate's `Connect` hook for a cluster's node connections, taken by
+//! `ClusterClient::get_async_generic_connection`), which makes the handshake as the
+//! `Connector` does, on the configuration of [`NodeTls`]. That hook is a function with
+//! no receiver, so the configuration reaches it through the connecting thread: the
+//! worker of one target runs on a thread of its own with a current-thread runtime
+//! (`pool.rs`), so every node connection of its cluster is made on that thread, which
+//! [`NodeTls::enter`] marks first.
 
+use std::cell::RefCell;
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster_async::Connect;
 use redis::{
-    AsyncConnectionConfig, ClientTlsConfig, ConnectionAddr, IntoConnectionInfo,
-    RedisConnectionInfo, RedisError, TlsCertificates,
+    AsyncConnectionConfig, Cmd, ConnectionAddr, ErrorKind, IntoConnectionInfo, Pipeline,
+    RedisConnectionInfo, RedisError, RedisFuture, Value,
 };
 use rustls::pki_types::ServerName;
 
@@ -31,31 +42,78 @@ pub(crate) fn identity(files: &TlsFiles) -> String {
     format!("ca={:?} client={:?}", files.ca, files.client)
 }
 
-/// Reads and checks the files for the redis crate: the CA file must hold at least one
-/// certificate, the client certificate file one or more, the key file a private key.
-pub(crate) fn load(files: &TlsFiles) -> Result<TlsCertificates, FleetError> {
-    let bad = |path: &std::path::Path| {
-        let path = path.to_owned();
-        move |e: tls_files::FileError| FleetError::TlsFile {
-            path,
-            reason: e.to_string(),
+/// The rustls configuration for `url`'s server(s) (a `rediss://` URL, named in errors)
+/// on ring: the CA file's roots, else the platform's; the client certificate if given.
+fn client_config(url: &str, files: &TlsFiles) -> Result<Arc<rustls::ClientConfig>, FleetError> {
+    let bad_url = |reason: String| FleetError::InvalidUrl {
+        url: super::error::redact(url),
+        reason,
+    };
+    let bad_file = |path: &std::path::Path, reason: String| FleetError::TlsFile {
+        path: path.to_owned(),
+        reason,
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    match &files.ca {
+        Some(ca) => {
+            let (_, certs) =
+                tls_files::certificates(ca).map_err(|e| bad_file(ca, e.to_string()))?;
+            for cert in certs {
+                roots
+                    .add(cert)
+                    .map_err(|e| bad_file(ca, format!("not a CA certificate: {e}")))?;
+            }
         }
+        None => {
+            // The platform's roots; one it cannot parse is left out (as browsers do).
+            let _ = roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+        }
+    }
+    // Named explicitly: the process default is never consulted.
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad_url(format!("TLS: {e}")))?
+        .with_root_certificates(roots);
+    let config = match &files.client {
+        Some((cert, key)) => {
+            let (_, chain) =
+                tls_files::certificates(cert).map_err(|e| bad_file(cert, e.to_string()))?;
+            let (_, der) = tls_files::private_key(key).map_err(|e| bad_file(key, e.to_string()))?;
+            builder
+                .with_client_auth_cert(chain, der)
+                .map_err(|e| bad_file(key, format!("does not go with the certificate: {e}")))?
+        }
+        None => builder.with_no_client_auth(),
     };
-    let root_cert = match &files.ca {
-        Some(ca) => Some(tls_files::certificates(ca).map_err(bad(ca))?.0),
-        None => None,
+    Ok(Arc::new(config))
+}
+
+/// TCP to `host:port`, the TLS handshake checking the certificate against `name`, then
+/// the redis crate's set-up of a multiplexed connection (credentials, database) with
+/// `settings`, all within `timeout`; the connection's driver runs on the current
+/// runtime.
+async fn handshake(
+    (host, port, name): (&str, u16, ServerName<'static>),
+    tls: Arc<rustls::ClientConfig>,
+    redis: &RedisConnectionInfo,
+    settings: AsyncConnectionConfig,
+    timeout: Duration,
+) -> Result<MultiplexedConnection, RedisError> {
+    let work = async {
+        let tcp = tokio::net::TcpStream::connect((host, port)).await?;
+        let _ = tcp.set_nodelay(true);
+        let stream = tokio_rustls::TlsConnector::from(tls)
+            .connect(name, tcp)
+            .await?;
+        let (connection, driver) =
+            MultiplexedConnection::new_with_config(redis, stream, settings).await?;
+        tokio::spawn(driver);
+        Ok(connection)
     };
-    let client_tls = match &files.client {
-        Some((cert, key)) => Some(ClientTlsConfig {
-            client_cert: tls_files::certificates(cert).map_err(bad(cert))?.0,
-            client_key: tls_files::private_key(key).map_err(bad(key))?.0,
-        }),
-        None => None,
-    };
-    Ok(TlsCertificates {
-        client_tls,
-        root_cert,
-    })
+    tokio::time::timeout(timeout, work)
+        .await
+        .unwrap_or_else(|_| Err(RedisError::from(io::Error::from(io::ErrorKind::TimedOut))))
 }
 
 /// One server's TLS connection, on ring named explicitly: address, server name, the
@@ -94,49 +152,12 @@ impl Connector {
                 "the host cannot be checked against a certificate: {e}"
             ))
         })?;
-        let bad_file = |path: &std::path::Path, reason: String| FleetError::TlsFile {
-            path: path.to_owned(),
-            reason,
-        };
-        let mut roots = rustls::RootCertStore::empty();
-        match &files.ca {
-            Some(ca) => {
-                let (_, certs) =
-                    tls_files::certificates(ca).map_err(|e| bad_file(ca, e.to_string()))?;
-                for cert in certs {
-                    roots
-                        .add(cert)
-                        .map_err(|e| bad_file(ca, format!("not a CA certificate: {e}")))?;
-                }
-            }
-            None => {
-                // The platform's roots; one it cannot parse is left out (as browsers do).
-                let _ =
-                    roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-            }
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| bad_url(format!("TLS: {e}")))?
-            .with_root_certificates(roots);
-        let config = match &files.client {
-            Some((cert, key)) => {
-                let (_, chain) =
-                    tls_files::certificates(cert).map_err(|e| bad_file(cert, e.to_string()))?;
-                let (_, der) =
-                    tls_files::private_key(key).map_err(|e| bad_file(key, e.to_string()))?;
-                builder
-                    .with_client_auth_cert(chain, der)
-                    .map_err(|e| bad_file(key, format!("does not go with the certificate: {e}")))?
-            }
-            None => builder.with_no_client_auth(),
-        };
+        let config = client_config(url, files)?;
         Ok(Self {
             host: host.clone(),
             port: *port,
             name,
-            config: Arc::new(config),
+            config,
             redis: info.redis_settings().clone(),
         })
     }
@@ -147,33 +168,114 @@ impl Connector {
         &self,
         timeout: Duration,
     ) -> Result<MultiplexedConnection, RedisError> {
-        let work = async {
-            let tcp = tokio::net::TcpStream::connect((self.host.as_str(), self.port)).await?;
-            let _ = tcp.set_nodelay(true);
-            let connector = tokio_rustls::TlsConnector::from(Arc::clone(&self.config));
-            let stream = connector.connect(self.name.clone(), tcp).await?;
-            let (connection, driver) = MultiplexedConnection::new_with_config(
-                &self.redis,
-                stream,
-                AsyncConnectionConfig::new(),
-            )
-            .await?;
-            tokio::spawn(driver);
-            Ok(connection)
-        };
-        tokio::time::timeout(timeout, work)
-            .await
-            .unwrap_or_else(|_| Err(RedisError::from(io::Error::from(io::ErrorKind::TimedOut))))
+        let at = (self.host.as_str(), self.port, self.name.clone());
+        let settings = AsyncConnectionConfig::new();
+        handshake(at, Arc::clone(&self.config), &self.redis, settings, timeout).await
     }
 }
 
-/// Installs ring as the process's default crypto provider unless one is installed
-/// (losing a race to another installer is fine: a default is then installed all the
-/// same). Called before any TLS client is made, so the redis crate never asks rustls
-/// to guess one.
-pub(crate) fn ensure_provider() {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
+/// A TLS cluster's node configuration: the rustls configuration (as the
+/// [`Connector`]'s) and the bound of one node's connection.
+#[derive(Clone)]
+pub(crate) struct NodeTls {
+    config: Arc<rustls::ClientConfig>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for NodeTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "NodeTls({:?})", self.timeout)
+    }
+}
+
+thread_local! {
+    /// The node configuration of the TLS cluster this thread's worker connects to.
+    static NODE_TLS: RefCell<Option<NodeTls>> = const { RefCell::new(None) };
+}
+
+impl NodeTls {
+    /// The configuration for a cluster seeded by `url` (a `rediss://` URL, named in
+    /// errors) and `files`, a node's connection bounded by `timeout`.
+    pub(crate) fn new(url: &str, files: &TlsFiles, timeout: Duration) -> Result<Self, FleetError> {
+        Ok(Self {
+            config: client_config(url, files)?,
+            timeout,
+        })
+    }
+
+    /// Marks this thread as connecting with this configuration: every [`TlsNode`]
+    /// connection made on it from now on (the worker's thread is its target's alone).
+    pub(crate) fn enter(&self) {
+        NODE_TLS.with(|t| *t.borrow_mut() = Some(self.clone()));
+    }
+
+    /// This thread's configuration, if marked.
+    fn current() -> Option<Self> {
+        NODE_TLS.with(|t| t.borrow().clone())
+    }
+}
+
+/// A cluster node's connection over our own TLS handshake (see the module's docs): a
+/// multiplexed connection, made by [`Connect`] on the thread's [`NodeTls`].
+#[derive(Clone)]
+pub(crate) struct TlsNode(MultiplexedConnection);
+
+impl Connect for TlsNode {
+    fn connect_with_config<'a, T>(info: T, settings: AsyncConnectionConfig) -> RedisFuture<'a, Self>
+    where
+        T: IntoConnectionInfo + Send + 'a,
+    {
+        let tls = NodeTls::current();
+        Box::pin(async move {
+            let refused = |reason: String| {
+                RedisError::from((ErrorKind::InvalidClientConfig, "TLS cluster node", reason))
+            };
+            let tls = tls.ok_or_else(|| {
+                refused("no TLS configuration on this thread (not a fleet worker's)".to_owned())
+            })?;
+            let info = info.into_connection_info()?;
+            // The cluster's nodes are all reached over TLS, never in plain text.
+            let ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure: false,
+                ..
+            } = info.addr()
+            else {
+                return Err(refused(format!(
+                    "{:?} is not a verified TLS address",
+                    info.addr()
+                )));
+            };
+            let name = ServerName::try_from(host.clone()).map_err(|e| {
+                refused(format!(
+                    "{host}: the host cannot be checked against a certificate: {e}"
+                ))
+            })?;
+            let at = (host.as_str(), *port, name);
+            handshake(at, tls.config, info.redis_settings(), settings, tls.timeout)
+                .await
+                .map(Self)
+        })
+    }
+}
+
+impl ConnectionLike for TlsNode {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        self.0.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.0.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.0.get_db()
     }
 }
 
@@ -274,5 +376,50 @@ mod tests {
         for (message, cause) in cases {
             assert_eq!(cause_in(message), cause, "{message}");
         }
+    }
+
+    fn node(url: &str) -> Result<TlsNode, RedisError> {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(TlsNode::connect_with_config(
+                url,
+                AsyncConnectionConfig::new(),
+            ))
+    }
+
+    /// Outside a worker's thread there is no node configuration: an error, not the
+    /// process's default provider (nor a panic for want of one).
+    #[test]
+    fn a_node_connection_without_the_threads_configuration_is_refused() {
+        let refused = std::thread::spawn(|| node("rediss://127.0.0.1:1"))
+            .join()
+            .unwrap()
+            .err()
+            .expect("refused");
+        assert_eq!(refused.kind(), ErrorKind::InvalidClientConfig, "{refused}");
+        assert!(rustls::crypto::CryptoProvider::get_default().is_none());
+    }
+
+    /// A TLS cluster's node announced without TLS is not connected in plain text.
+    #[test]
+    fn a_plain_node_of_a_tls_cluster_is_refused() {
+        let refused = std::thread::spawn(|| {
+            let files = TlsFiles::default();
+            NodeTls::new("rediss://127.0.0.1:1", &files, Duration::from_secs(1))
+                .unwrap()
+                .enter();
+            node("redis://127.0.0.1:1")
+        })
+        .join()
+        .unwrap()
+        .err()
+        .expect("refused");
+        assert_eq!(refused.kind(), ErrorKind::InvalidClientConfig, "{refused}");
+        assert!(
+            refused.to_string().contains("not a verified TLS address"),
+            "{refused}"
+        );
     }
 }

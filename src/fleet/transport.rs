@@ -10,14 +10,14 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
-use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Script, TlsCertificates, Value};
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Script, Value};
 
 use super::call_error::CallError;
 use super::lease::Call;
 use super::pipeline::{by_slot, in_order, Answers, Batch};
 use super::script::{CLOCK_LUA, LEASE_LUA};
 use super::stop::Stop;
-use super::tls::{ensure_provider, Connector};
+use super::tls::{Connector, NodeTls, TlsNode};
 use super::wire::{Leave, RuleWire, Scripts};
 
 /// The connection's own connect and response limits: far above any rule's timeouts,
@@ -34,6 +34,8 @@ pub(crate) enum Target {
     /// within the connect timeout.
     SingleTls(Arc<Connector>, Duration),
     Cluster(ClusterClient),
+    /// A cluster over TLS: each node connected by our own handshake ([`TlsNode`]).
+    ClusterTls(ClusterClient, NodeTls),
 }
 
 impl std::fmt::Debug for Target {
@@ -42,6 +44,7 @@ impl std::fmt::Debug for Target {
             Self::Single(..) => "Single",
             Self::SingleTls(..) => "SingleTls",
             Self::Cluster(..) => "Cluster",
+            Self::ClusterTls(..) => "ClusterTls",
         })
     }
 }
@@ -56,41 +59,43 @@ impl Target {
         tls: TargetTls,
     ) -> Result<Self, (String, String)> {
         let mut infos = parse_urls(urls)?;
-        let tls = match tls {
+        let node_tls = match tls {
             TargetTls::Single(connector) => {
                 return Ok(Self::SingleTls(Arc::new(connector), CONNECTION_CEILING))
             }
-            TargetTls::RedisCrate(certs) => certs,
+            TargetTls::Cluster(node_tls) => Some(node_tls),
+            TargetTls::Plain => None,
         };
         if infos
             .iter()
             .any(|i| matches!(i.addr(), ConnectionAddr::TcpTls { .. }))
+            && node_tls.is_none()
         {
-            // Before any TLS client exists: the redis crate asks rustls for the
-            // process default.
-            ensure_provider();
+            // Some URLs TLS, some not (the redis crate's own TLS would also build on
+            // the process's default crypto provider).
+            return Err((
+                urls.join(","),
+                "mixes rediss:// and redis:// URLs: all are TLS or none".to_owned(),
+            ));
         }
         if cluster {
-            let mut builder = ClusterClientBuilder::new(infos);
-            if let Some(tls) = tls {
-                builder = builder.certs(tls);
-            }
-            let client = builder
+            // No certificates for the redis crate: a TLS cluster's nodes are connected
+            // by `TlsNode`, on `node_tls`.
+            let client = ClusterClientBuilder::new(infos)
                 .connection_timeout(CONNECTION_CEILING)
                 .response_timeout(CONNECTION_CEILING)
                 .retries(1)
                 .build()
                 .map_err(|e| (urls.join(","), e.to_string()))?;
-            Ok(Self::Cluster(client))
+            Ok(match node_tls {
+                Some(node_tls) => Self::ClusterTls(client, node_tls),
+                None => Self::Cluster(client),
+            })
         } else {
             let info = infos
                 .pop()
                 .ok_or_else(|| (String::new(), "no URL".to_owned()))?;
-            let client = match tls {
-                Some(tls) => redis::Client::build_with_tls(info, tls),
-                None => redis::Client::open(info),
-            }
-            .map_err(|e| (urls[0].clone(), e.to_string()))?;
+            let client = redis::Client::open(info).map_err(|e| (urls[0].clone(), e.to_string()))?;
             // No response timeout of its own: the worker bounds each round by the
             // timeouts of the rules in it, which may differ.
             let config = ConnectionManagerConfig::new()
@@ -155,12 +160,12 @@ pub(crate) fn target_identity(urls: &[String]) -> Result<Vec<String>, (String, S
         .collect())
 }
 
-/// The TLS part of a [`Target`]: one `rediss://` server's connector, or what the redis
-/// crate connects with itself: a cluster's certificates (`None`: the platform's roots,
-/// or plain text).
+/// The TLS part of a [`Target`]: none (`redis://` URLs), one `rediss://` server's
+/// connector, or a `rediss://` cluster's node configuration.
 pub(crate) enum TargetTls {
+    Plain,
     Single(Connector),
-    RedisCrate(Option<TlsCertificates>),
+    Cluster(NodeTls),
 }
 
 #[derive(Clone)]
@@ -168,6 +173,7 @@ enum Connection {
     Single(ConnectionManager),
     SingleTls(MultiplexedConnection),
     Cluster(ClusterConnection),
+    ClusterTls(ClusterConnection<TlsNode>),
 }
 
 /// The connection to one Redis target, shared by the rules of a worker (and by its
@@ -259,6 +265,9 @@ impl Transport {
                 Connection::Cluster(mut c) => {
                     tokio::time::timeout(leave.bound, zrem.query_async::<()>(&mut c)).await
                 }
+                Connection::ClusterTls(mut c) => {
+                    tokio::time::timeout(leave.bound, zrem.query_async::<()>(&mut c)).await
+                }
             };
             if !matches!(sent, Ok(Ok(()))) {
                 return;
@@ -291,6 +300,17 @@ impl Transport {
                     .await
                     .map_err(CallError::connect)?,
             ),
+            Target::ClusterTls(client, node_tls) => {
+                // This thread's node connections (the cluster's own, later ones
+                // included: they run on this worker's current-thread runtime).
+                node_tls.enter();
+                Connection::ClusterTls(
+                    client
+                        .get_async_generic_connection::<TlsNode>()
+                        .await
+                        .map_err(CallError::connect)?,
+                )
+            }
         };
         Ok(self.slot().get_or_insert(made).clone())
     }
@@ -305,6 +325,7 @@ impl Transport {
                 one_server(&mut c, batch, &scripts).await.map_err(failed)
             }
             Connection::Cluster(c) => by_slot(&c, batch, scripts).await.map_err(failed),
+            Connection::ClusterTls(c) => by_slot(&c, batch, scripts).await.map_err(failed),
         }
     }
 }

@@ -32,6 +32,8 @@ mod single;
 mod skip_dropped;
 mod time_steps;
 mod tls;
+// The process's default crypto provider, absent or another, on a TLS cluster.
+mod tls_provider;
 // `rediss://` from a rule file (feature `config`), TLS failures in the metrics
 // (feature `metrics`).
 #[cfg(any(feature = "config", feature = "metrics"))]

@@ -327,7 +327,7 @@ fn a_cluster_over_tls_stays_under_n() {
 
 /// Three cluster nodes serving the PKI's server certificate on TLS ports (clients and
 /// the cluster bus), and their `rediss://` seed URLs.
-fn tls_cluster(pki: &Pki) -> (Vec<Server>, Vec<String>) {
+pub(crate) fn tls_cluster(pki: &Pki) -> (Vec<Server>, Vec<String>) {
     let tls_ports = [free_port(), free_port(), free_port()];
     let extra = tls_ports.map(|port| {
         let mut args = tls_args(pki, &pki.server, port, false);

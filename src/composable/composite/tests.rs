@@ -16,10 +16,10 @@ use crate::stats::ParentOrigin;
 
 /// A composable sampler returning a fixed intent, and what it was asked with.
 #[derive(Clone, Debug)]
-struct Fixed(SamplingIntent, Arc<Mutex<Vec<String>>>);
+struct Fixed(SamplingIntent<'static>, Arc<Mutex<Vec<String>>>);
 
 impl Fixed {
-    fn new(intent: SamplingIntent) -> Self {
+    fn new(intent: SamplingIntent<'static>) -> Self {
         Self(intent, Arc::default())
     }
 }
@@ -32,7 +32,7 @@ impl ComposableSampler for Fixed {
         kind: &SpanKind,
         attributes: &[KeyValue],
         links: &[Link],
-    ) -> SamplingIntent {
+    ) -> SamplingIntent<'_> {
         self.1.lock().unwrap().push(format!(
             "{} {name} {kind:?} {attributes:?} {}",
             parent.is_some(),
@@ -179,8 +179,10 @@ fn step_5_the_trace_state_provider_gets_the_parents_state_and_the_final_decision
     let p = parent(true, true, "ot=th:c,v=1");
     composite(&s, Some(&p), 1 << 55, &[]);
     composite(&s, Some(&p), 0, &[]);
-    let refuse = Arc::new(Refuse::default());
-    let capped = Fixed::new(s.0.clone().with_admission(refuse.clone(), 7));
+    // An intent borrows its admission from its sampler; this one lives as long as the
+    // test's fixed intent.
+    let refuse: &'static Refuse = Box::leak(Box::default());
+    let capped = Fixed::new(s.0.clone().with_admission(refuse, 7));
     let result = composite(&capped, Some(&p), (1 << 56) - 1, &[]);
     assert_eq!(result.decision, Drop);
     assert_eq!(result.trace_state.header(), "vendor=seen,v=1");

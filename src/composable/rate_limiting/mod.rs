@@ -108,9 +108,8 @@ use crate::stats::{Counters, DecisionStats, DropReason, Event, ParentOrigin};
 /// exponential-smoothing limiter are in `BENCHMARKS.md`.
 ///
 /// Clones share the budget. A drop allocates nothing and writes only this thread's
-/// counter cell and the reference count of the shared state the intent holds until the
-/// `CompositeSampler` has decided; a keep also writes the cap's word and, once per roll,
-/// the estimate.
+/// counter cell (the intent borrows the cap: no reference count is written); a keep
+/// also writes the cap's word and, once per roll, the estimate.
 pub struct ComposableRateLimiting<D, C: Clock = MonotonicClock> {
     delegate: Arc<D>,
     state: Arc<State<C>>,
@@ -216,7 +215,7 @@ impl<D: ComposableSampler, C: Clock> ComposableSampler for ComposableRateLimitin
         kind: &SpanKind,
         attributes: &[KeyValue],
         links: &[Link],
-    ) -> SamplingIntent {
+    ) -> SamplingIntent<'_> {
         let intent = self
             .delegate
             .sampling_intent(parent, name, kind, attributes, links);
@@ -239,10 +238,10 @@ impl<D: ComposableSampler, C: Clock> ComposableSampler for ComposableRateLimitin
                 .plan
                 .probability(now % state.plan.window(), kept, state.estimate.per_window());
         let threshold = delegates.max(control::threshold(p));
-        let admission: Arc<dyn Admission> = self.state.clone();
+        // Borrowed for the intent's life: no reference count written.
         intent
             .with_threshold(Some(threshold))
-            .with_admission(admission, now)
+            .with_admission(state, now)
     }
 }
 

@@ -109,7 +109,7 @@ impl ComposableSampler for ComposableRuleBased {
         kind: &SpanKind,
         attributes: &[KeyValue],
         links: &[Link],
-    ) -> SamplingIntent {
+    ) -> SamplingIntent<'_> {
         self.rules
             .iter()
             .find(|(predicate, _)| predicate.matches(parent, name, kind, attributes, links))
