@@ -27,7 +27,7 @@ const ENTRY_MASK: u64 = (1 << ENTRY_BITS) - 1;
 
 /// The most keys a table holds (the entry number plus one, and the overflow entry,
 /// fit in [`ENTRY_BITS`]).
-pub(super) const MAX_KEYS: usize = (1 << ENTRY_BITS) - 2;
+pub(crate) const MAX_KEYS: usize = (1 << ENTRY_BITS) - 2;
 
 /// A key's hash as the table holds it: mixed (the finalizer of MurmurHash3, so every
 /// bit of the key reaches the low bits that place it in the index) and never 0, the
