@@ -281,3 +281,15 @@ fn a_reload_keeps_unchanged_fair_shares_and_carries_a_changed_limits_count() {
         .count();
     assert_eq!(kept, 2);
 }
+
+#[test]
+fn the_memory_budget_counts_a_fair_limits_keys() {
+    let file =
+        |fair: &str| format!("[limits]\nmemory_budget = \"1MiB\"\n[default]\nlimit = 10\n{fair}\n");
+    SamplingConfig::from_toml_str(&file(""), "b.toml").unwrap();
+    SamplingConfig::from_toml_str(&file("fair_by = [\"a\"]"), "b.toml").unwrap();
+    // 65 534 keys: their tables (index, demand rows, entries) take megabytes.
+    let e = SamplingConfig::from_toml_str(&file("fair_by = [\"a\"]\nmax_keys = 65534"), "b.toml")
+        .unwrap_err();
+    assert_eq!(e.kind(), K::MemoryBudget, "{e}");
+}

@@ -229,7 +229,13 @@ impl Keys {
 
     /// What the table holds on the heap.
     pub(super) fn heap_bytes(&self) -> usize {
-        (self.hashes.len() + 2 * (self.mask + 1)) * std::mem::size_of::<AtomicU64>()
+        Self::heap_bytes_for(self.hashes.len())
+    }
+
+    /// What a table of `max_keys` entries holds on the heap ([`new`](Self::new)'s sizes).
+    pub(super) fn heap_bytes_for(max_keys: usize) -> usize {
+        let slots = (2 * max_keys).next_power_of_two().max(2);
+        (max_keys + 2 * slots) * std::mem::size_of::<AtomicU64>()
     }
 }
 

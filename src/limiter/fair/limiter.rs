@@ -260,10 +260,21 @@ impl<C: Clock> FairLimiter<C> {
 
     /// What it holds on the heap, wrapped limiter apart: fixed at construction.
     pub fn heap_bytes(&self) -> usize {
-        self.keys.heap_bytes()
-            + self.demand.heap_bytes()
-            + self.entries.len() * std::mem::size_of::<Entry>()
-            + Roll::heap_bytes(self.entries.len())
+        debug_assert_eq!(
+            self.keys.heap_bytes() + self.demand.heap_bytes(),
+            Keys::heap_bytes_for(self.max_keys()) + Demand::heap_bytes_for(self.entries.len())
+        );
+        Self::heap_bytes_for(self.max_keys())
+    }
+
+    /// What a fair limiter of `max_keys` holds on the heap, wrapped limiter apart, before
+    /// it is built (the rule layer's memory budget).
+    pub(crate) fn heap_bytes_for(max_keys: usize) -> usize {
+        let entries = max_keys + 1;
+        Keys::heap_bytes_for(max_keys)
+            + Demand::heap_bytes_for(entries)
+            + entries * std::mem::size_of::<Entry>()
+            + Roll::heap_bytes(entries)
     }
 }
 
