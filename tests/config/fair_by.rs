@@ -293,3 +293,25 @@ fn the_memory_budget_counts_a_fair_limits_keys() {
         .unwrap_err();
     assert_eq!(e.kind(), K::MemoryBudget, "{e}");
 }
+
+/// The declarative 1.0 plugin `rate_limiting` holds a rule file: `fair_by` and
+/// `max_keys` there as anywhere, its errors at their key in the file.
+#[cfg(feature = "yaml")]
+#[test]
+fn a_declarative_files_rate_limiting_block_takes_fair_by() {
+    use otel_rate_sampler::DeclarativeSampler;
+    let file = |fair: &str| {
+        format!(
+            "file_format: \"1.0\"\ntracer_provider:\n  sampler:\n    rate_limiting:\n      default:\n        limit: 10\n{fair}"
+        )
+    };
+    let text = file("        fair_by: [http.route]\n        max_keys: 8\n");
+    let s = DeclarativeSampler::from_yaml_str(&text, "otel.yaml", "svc").unwrap();
+    // The first window's first call: kept, with its key's probability.
+    assert_eq!(root(&s, "GET", Some("/a")), Some(Some(1.0)));
+    let bad = file("        fair_by: [http.route]\n        max_keys: 0\n");
+    let e = DeclarativeSampler::from_yaml_str(&bad, "otel.yaml", "svc").unwrap_err();
+    assert_eq!(e.kind(), K::InvalidLimit, "{e}");
+    assert!(e.key().ends_with("default.max_keys"), "{e}");
+    assert_eq!(e.line(), 8, "{e}");
+}
