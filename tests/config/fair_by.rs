@@ -292,6 +292,28 @@ fn the_memory_budget_counts_a_fair_limits_keys() {
     let e = SamplingConfig::from_toml_str(&file("fair_by = [\"a\"]\nmax_keys = 65534"), "b.toml")
         .unwrap_err();
     assert_eq!(e.kind(), K::MemoryBudget, "{e}");
+    // What `check` shows as a limiter's memory counts the same tables: about 0.4 KB
+    // per key of `max_keys` (index, entries, bookkeeping; the demand rows beside).
+    let bytes = |fair: &str| -> usize {
+        let text = format!(
+            "[default]\nlimit = 10\n{fair}\ncap = {{ limit = 10 {fair_cap} }}\n",
+            fair_cap = if fair.is_empty() {
+                ""
+            } else {
+                ", fair_by = [\"a\"], max_keys = 100"
+            }
+        );
+        let config = SamplingConfig::from_toml_str(&text, "m.toml").unwrap();
+        config
+            .effective_rules("x")
+            .limiters()
+            .iter()
+            .map(|l| l.bytes())
+            .sum()
+    };
+    let plain = bytes("");
+    let fair = bytes("fair_by = [\"a\"]\nmax_keys = 1000");
+    assert!(fair - plain > 400 * 1100, "{plain} {fair}");
 }
 
 /// The declarative 1.0 plugin `rate_limiting` holds a rule file: `fair_by` and
