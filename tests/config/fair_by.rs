@@ -337,3 +337,34 @@ fn a_declarative_files_rate_limiting_block_takes_fair_by() {
     assert!(e.key().ends_with("default.max_keys"), "{e}");
     assert_eq!(e.line(), 8, "{e}");
 }
+
+/// Under a cap, a fair limit's permit is taken at once: when the cap refuses the span,
+/// it is not given back (a plain limit's is), so the fair limit counts the spans the
+/// cap refused too. What `docs/configuration.md` says.
+#[test]
+fn under_a_cap_a_fair_limits_permit_is_not_given_back() {
+    use otel_rate_sampler::stats::DropReason;
+    let run = |fair: &str| {
+        let text = format!(
+            "[default]\nlimit = 10\npaced = false\n{fair}\ncap = {{ limit = 5, paced = false }}\n"
+        );
+        let config = SamplingConfig::from_toml_str(&text, "c.toml").unwrap();
+        let clock = ManualClock::new();
+        let s = sampler(&config, &clock);
+        clock.set(SECOND);
+        let kept = (0..20)
+            .filter(|_| root(&s, "GET", Some("/a")).is_some())
+            .count();
+        let stats = s.stats();
+        let default = &stats.rules[0];
+        let d = default.decisions;
+        (
+            kept,
+            default.window.map(|w| w.used),
+            d.dropped_for(DropReason::ServiceCap),
+            d.dropped_for(DropReason::RateLimit),
+        )
+    };
+    assert_eq!(run(""), (5, Some(5), 15, 0));
+    assert_eq!(run("fair_by = [\"http.route\"]"), (5, Some(10), 5, 10));
+}
