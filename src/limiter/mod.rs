@@ -24,6 +24,9 @@ pub use any::{Algorithm, AnyLimiter, ParseAlgorithmError};
 #[cfg(feature = "config")]
 pub(crate) use bucketed_window::heap_bytes as bucketed_heap_bytes;
 pub use bucketed_window::BucketedWindow;
+// The rule layer checks a file's `max_keys` against it.
+#[cfg(feature = "config")]
+pub(crate) use fair::MAX_KEYS;
 pub use fair::{FairAdmission, FairError, FairLimiter, FairStats, DEFAULT_MAX_KEYS};
 pub use fixed_window::FixedWindow;
 pub use sliding_log::SlidingLog;

@@ -23,6 +23,7 @@ use crate::stats::ParentOrigin;
 /// | `otel.sdk.span.started` (off by default, [`span_started`](Self::span_started)) | counter | `{span}` | `otel.span.sampling_result`, `otel.span.parent.origin` |
 /// | `otel_rate_sampler.window.used` | gauge | `{span}` | `otel_rate_sampler.limiter` (`sampler`, `rule`, `floor`, `cap`), `otel_rate_sampler.rule`, `service.name` (rule-based) |
 /// | `otel_rate_sampler.window.limit` | gauge | `{span}` | as `otel_rate_sampler.window.used` |
+/// | `otel_rate_sampler.fair.overflow` (with `fair_by`) | counter | `{span}` | `otel_rate_sampler.limiter` (`sampler`, `rule`, `cap`), `otel_rate_sampler.rule` (a rule's), `service.name` (rule-based): the calls of keys past `max_keys`, which share one overflow key (keys themselves are never attributes) |
 /// | `otel_rate_sampler.reloads` (rule-based) | counter | `{reload}` | `result` (`success`, `failure`), `service.name` |
 /// | `otel_rate_sampler.config.generation` (rule-based) | gauge | `{generation}` | `service.name` |
 ///
@@ -58,6 +59,8 @@ impl SamplerMetrics {
     pub const WINDOW_USED: &'static str = "otel_rate_sampler.window.used";
     /// The permits per window of each limiter.
     pub const WINDOW_LIMIT: &'static str = "otel_rate_sampler.window.limit";
+    /// The calls of keys past `max_keys` under `fair_by` (the overflow key's).
+    pub const FAIR_OVERFLOW: &'static str = "otel_rate_sampler.fair.overflow";
     /// The reload counter (rule-based sampler).
     pub const RELOADS: &'static str = "otel_rate_sampler.reloads";
     /// The generation of the rules in force (rule-based sampler).
@@ -165,6 +168,20 @@ impl SamplerMetrics {
             .with_unit("{span}")
             .with_description("Permits per window of each limiter")
             .with_callback(move |out| windows(&src(), out, |w| u64::from(w.permits)))
+            .build();
+        let src = source.clone();
+        meter
+            .u64_observable_counter(Self::FAIR_OVERFLOW)
+            .with_unit("{span}")
+            .with_description("Calls of keys past max_keys under fair_by, sharing one overflow key")
+            .with_callback(move |out| {
+                let o = src();
+                for (who, n) in &o.overflow {
+                    let mut attrs = who.clone();
+                    attrs.extend(o.service.clone());
+                    out.observe(*n, &attrs);
+                }
+            })
             .build();
         if rules {
             let src = source.clone();

@@ -35,6 +35,9 @@ pub(super) struct Observation {
     pub(super) decisions: Vec<(Vec<KeyValue>, DecisionStats)>,
     /// Windows, each with the attributes of its limiter.
     pub(super) windows: Vec<(Vec<KeyValue>, WindowFill)>,
+    /// Under `fair_by`: the calls of keys past `max_keys` (the overflow key's), each
+    /// with the attributes of its limiter (never a key: keys come from spans).
+    pub(super) overflow: Vec<(Vec<KeyValue>, u64)>,
     /// Reload outcomes and the generation in force (rule-based sampler).
     pub(super) reloads: Option<Reloads>,
 }
@@ -66,6 +69,16 @@ fn of_stats(stats: impl Fn() -> SamplerStats + Send + Sync + 'static) -> Source 
                 .map(|w| (vec![KeyValue::new(key::LIMITER, "sampler")], w))
                 .into_iter()
                 .collect(),
+            overflow: stats
+                .fair
+                .map(|f| {
+                    (
+                        vec![KeyValue::new(key::LIMITER, "sampler")],
+                        f.overflow_offered,
+                    )
+                })
+                .into_iter()
+                .collect(),
             reloads: None,
         }
     })
@@ -81,7 +94,12 @@ pub(super) fn of_rules<C: crate::clock::Clock + Clone>(
         let rule = |name: &str| KeyValue::new(key::RULE, name.to_owned());
         let mut decisions = vec![(Vec::new(), stats.unmatched)];
         let mut windows = Vec::new();
+        let mut overflow = Vec::new();
         for r in &stats.rules {
+            if let Some(f) = r.fair {
+                let who = vec![KeyValue::new(key::LIMITER, "rule"), rule(&r.name)];
+                overflow.push((who, f.overflow_offered));
+            }
             decisions.push((vec![rule(&r.name)], r.decisions));
             if let Some(w) = r.window {
                 windows.push((vec![KeyValue::new(key::LIMITER, "rule"), rule(&r.name)], w));
@@ -92,11 +110,15 @@ pub(super) fn of_rules<C: crate::clock::Clock + Clone>(
         }
         if let Some(cap) = stats.cap {
             windows.push((vec![KeyValue::new(key::LIMITER, "cap")], cap.window));
+            if let Some(f) = cap.fair {
+                overflow.push((vec![KeyValue::new(key::LIMITER, "cap")], f.overflow_offered));
+            }
         }
         Observation {
             service: Some(KeyValue::new("service.name", stats.service)),
             decisions,
             windows,
+            overflow,
             reloads: Some(Reloads {
                 succeeded: stats.reloads.succeeded,
                 failed: stats.reloads.failed,

@@ -210,6 +210,8 @@ pub struct RuleStats {
     pub window: Option<WindowFill>,
     /// The current window of the rule's floor in the service cap, if it has one.
     pub floor: Option<WindowFill>,
+    /// With `fair_by` on the rule's limit: its keys and overflow count.
+    pub fair: Option<FairStats>,
 }
 
 /// The service cap in a [`RuleBasedStats`].
@@ -223,6 +225,8 @@ pub struct CapStats {
     /// The cap's current window: the floors' and the shared pool's admissions, out of the
     /// cap's permits.
     pub window: WindowFill,
+    /// With `fair_by` on the cap: its shared pool's keys and overflow count.
+    pub fair: Option<FairStats>,
 }
 
 /// Reloads of a [`RuleBasedSampler`](crate::RuleBasedSampler).

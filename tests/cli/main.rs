@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 mod composite;
+mod fair;
 
 const BIN: &str = env!("CARGO_BIN_EXE_otel-rate-sampler");
 

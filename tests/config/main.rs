@@ -20,6 +20,7 @@ mod demo_cap;
 mod demo_watch;
 mod env;
 mod errors;
+mod fair_by;
 mod files;
 mod fleet_scope;
 #[cfg(feature = "yaml")]

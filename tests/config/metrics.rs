@@ -145,3 +145,54 @@ fn rule_based_decisions_reloads_and_generation_are_reported() {
     assert_eq!(value_of(&generation, &[shop]), 1);
     meters.shutdown().unwrap();
 }
+
+/// Under `fair_by`, the overflow key's calls per limiter: never a key as an attribute.
+#[test]
+fn fair_by_reports_its_overflow_count_and_no_key() {
+    let exporter = InMemoryMetricExporter::default();
+    let meters = SdkMeterProvider::builder()
+        .with_reader(PeriodicReader::builder(exporter.clone()).build())
+        .build();
+    let text = r#"
+[default]
+limit = 100
+fair_by = ["http.route"]
+max_keys = 2
+cap = { limit = 100, fair_by = ["http.route"], max_keys = 3 }
+"#;
+    let config = SamplingConfig::from_toml_str(text, "f.toml").unwrap();
+    let sampler = RuleBasedSampler::with_clock(&config, "shop", ManualClock::new()).unwrap();
+    SamplerMetrics::with_meter(meters.meter("test")).register_rules(&sampler);
+    let root = Context::new();
+    // Five routes: two keys told apart by the default, three by the cap (which sees
+    // only what the default kept).
+    for route in ["/a", "/b", "/c", "/d", "/e"] {
+        let route = [KeyValue::new("http.route", route)];
+        sampler.should_sample(
+            Some(&root),
+            TraceId::from(1u128),
+            "GET",
+            &SpanKind::Server,
+            &route,
+            &[],
+        );
+    }
+    meters.force_flush().unwrap();
+    let overflow = points(&exporter, SamplerMetrics::FAIR_OVERFLOW);
+    let shop = ("service.name", "shop");
+    let rule = [
+        shop,
+        ("otel_rate_sampler.limiter", "rule"),
+        ("otel_rate_sampler.rule", "default"),
+    ];
+    assert_eq!(value_of(&overflow, &rule), 3);
+    let cap = [shop, ("otel_rate_sampler.limiter", "cap")];
+    assert_eq!(value_of(&overflow, &cap), 2);
+    assert_eq!(overflow.len(), 2, "{overflow:?}");
+    for (attrs, _) in &overflow {
+        assert!(
+            attrs.iter().all(|kv| kv.key.as_str() != "http.route"),
+            "{attrs:?}"
+        );
+    }
+}

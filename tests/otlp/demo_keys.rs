@@ -101,3 +101,38 @@ fn keys_needs_the_sdk_path_and_skew_needs_keys() {
     let output = demo_run::run_demo(&["--skew", "1.2"], &[], HANG_GUARD);
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
 }
+
+/// The same run with `--config`: a rule file's `[default]` with `fair_by`, the path the
+/// issue's accuracy figures take. Its kept roots carry their route's probability.
+#[test]
+fn a_rule_files_fair_by_weighs_kept_roots_by_their_routes_probability() {
+    let path = std::env::temp_dir().join(format!(
+        "otel-rate-sampler-demo-keys-{}.toml",
+        std::process::id()
+    ));
+    std::fs::write(
+        &path,
+        "[default]\nlimit = 20\nwindow = \"200ms\"\nfair_by = [\"http.route\"]\n",
+    )
+    .unwrap();
+    let file = path.display().to_string();
+    let args: Vec<&str> = RUN
+        .iter()
+        .copied()
+        .filter(|a| !["--window", "200ms", "--limit", "20"].contains(a))
+        .chain(["--config", &file])
+        .collect();
+    let output = demo_run::run_demo(&args, &[], HANG_GUARD);
+    let _ = std::fs::remove_file(&path);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let summary = summary(&output);
+    let routes = per_key(&summary);
+    for (route, kept, adjusted) in &routes {
+        assert!(*adjusted >= *kept as f64, "{route}: {summary}");
+    }
+    let busiest = routes
+        .iter()
+        .find(|(r, ..)| r == "/route/0")
+        .expect("route 0");
+    assert!(busiest.2 > busiest.1 as f64, "{summary}");
+}

@@ -53,6 +53,16 @@ pub(crate) fn replicas(text: &str) -> Result<NonZeroU32, String> {
         })
 }
 
+/// A Zipf exponent: a finite number, 0 or more.
+pub(crate) fn skew(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(s) if s.is_finite() && s >= 0.0 => Ok(s),
+        _ => Err(format!(
+            "{text:?} is not a Zipf exponent: a finite number, 0 or more"
+        )),
+    }
+}
+
 /// An attribute `KEY=VALUE` (split at the first `=`; the key not empty). Values are
 /// text, as the rules match them.
 pub(crate) fn attribute(text: &str) -> Result<(String, String), String> {

@@ -8,7 +8,7 @@ use crate::config::error::ConfigErrorKind;
 use crate::config::model::values::Invalid;
 use crate::config::model::{LimitOf, LimitSpec, Policy, Rule, SamplingConfig};
 use crate::limit::Limit;
-use crate::limiter::{Algorithm, AnyLimiter};
+use crate::limiter::{Algorithm, AnyLimiter, FairLimiter};
 
 /// A service (or the file default) whose limiters take more than the budget.
 #[derive(Debug)]
@@ -363,7 +363,13 @@ pub(crate) fn limiter_bytes(spec: LimitSpec) -> usize {
     };
     // The limiter sits in an `Arc`: two counters, then the (cache-padded) struct.
     let fixed = 2 * size_of::<usize>() + size_of::<AnyLimiter<MonotonicClock>>();
-    fixed.saturating_add(slots)
+    // `fair_by`: a fair limiter over it, in an `Arc` too, and its tables.
+    let fair = spec.fair.map_or(0, |f| {
+        2 * size_of::<usize>()
+            + size_of::<FairLimiter<MonotonicClock>>()
+            + FairLimiter::<MonotonicClock>::heap_bytes_for(f.max_keys as usize)
+    });
+    fixed.saturating_add(slots).saturating_add(fair)
 }
 
 #[cfg(test)]

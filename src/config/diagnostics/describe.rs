@@ -137,7 +137,16 @@ impl fmt::Display for DisplaySpec<'_> {
             s.limit.per_second_rate(),
             s.algorithm,
             if s.limit.is_paced() { "" } else { ", unpaced" }
-        )
+        )?;
+        if let Some(fair) = s.fair {
+            write!(
+                f,
+                ", fair by key [{}] (max {} keys)",
+                fair.names().join(", "),
+                fair.max_keys
+            )?;
+        }
+        Ok(())
     }
 }
 

@@ -3,7 +3,7 @@
 //! memory of the limiters they build.
 
 use crate::config::check::budget::limiter_bytes;
-use crate::config::model::{LimitSpec, Policy, SamplingConfig, ServiceConfig};
+use crate::config::model::{FairSpec, LimitSpec, Policy, SamplingConfig, ServiceConfig};
 use crate::limit::Limit;
 use crate::limiter::Algorithm;
 
@@ -82,6 +82,8 @@ pub struct EffectiveRule {
     policy: RulePolicy,
     floor: u32,
     fleet: bool,
+    /// Its limit's `fair_by`, for the memory of its tables.
+    fair: Option<FairSpec>,
 }
 
 impl EffectiveRule {
@@ -143,6 +145,9 @@ pub struct EffectiveRules {
     default: Option<RulePolicy>,
     default_fleet: bool,
     cap_fleet: bool,
+    /// The `fair_by` of the default's limit and of the cap, for their tables' memory.
+    default_fair: Option<FairSpec>,
+    cap_fair: Option<FairSpec>,
 }
 
 /// One limiter a service's sampler builds, and the memory it takes.
@@ -207,11 +212,14 @@ impl EffectiveRules {
                     policy: r.policy.into(),
                     floor: r.floor,
                     fleet: r.policy.is_fleet(),
+                    fair: fair_of(r.policy),
                 })
                 .collect(),
             default: s.policy.map(RulePolicy::from),
             default_fleet: s.policy.is_some_and(|p| p.is_fleet()),
             cap_fleet: s.cap.is_some_and(|c| c.is_fleet()),
+            default_fair: s.policy.and_then(fair_of),
+            cap_fair: s.cap.and_then(|c| c.fair),
         }
     }
 
@@ -301,6 +309,7 @@ impl EffectiveRules {
         let mut out = Vec::new();
         for rule in &self.rules {
             if let Some(spec) = rule.policy.limiter() {
+                let spec = with_fair(spec, rule.policy, rule.fair);
                 out.push(LimiterMemory::new(format!("rule {:?}", rule.name), spec));
             }
         }
@@ -314,7 +323,8 @@ impl EffectiveRules {
                 }
             }
         }
-        if let Some(spec) = self.default.and_then(RulePolicy::limiter) {
+        if let Some((policy, spec)) = self.default.and_then(|p| Some((p, p.limiter()?))) {
+            let spec = with_fair(spec, policy, self.default_fair);
             out.push(LimiterMemory::new("default".to_owned(), spec));
         }
         if let Some(shared) = self.shared_pool() {
@@ -333,7 +343,27 @@ impl EffectiveRules {
         let (cap, algorithm) = self.cap?;
         let left = u64::from(cap.permits()).checked_sub(self.floors())?;
         let limit = cap.with_permits(u32::try_from(left).ok()?).ok()?;
-        Some(LimitSpec::local(limit, algorithm))
+        Some(LimitSpec {
+            fair: self.cap_fair,
+            ..LimitSpec::local(limit, algorithm)
+        })
+    }
+}
+
+/// The `fair_by` of a policy's limit, if it is a limit with one.
+fn fair_of(policy: Policy) -> Option<FairSpec> {
+    match policy {
+        Policy::Limit(spec) => spec.fair,
+        _ => None,
+    }
+}
+
+/// `spec`, the limiter of `policy`, with `fair` when it is the limit's own (a lower
+/// bound's or an adaptive cap's limiter is never fair).
+fn with_fair(spec: LimitSpec, policy: RulePolicy, fair: Option<FairSpec>) -> LimitSpec {
+    match policy {
+        RulePolicy::Limit { .. } => LimitSpec { fair, ..spec },
+        _ => spec,
     }
 }
 

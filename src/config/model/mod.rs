@@ -3,6 +3,7 @@
 //! limit in it; and the values a file may hold.
 
 mod config;
+mod fair;
 mod key;
 mod load;
 mod report;
@@ -11,6 +12,7 @@ mod service;
 pub(crate) mod values;
 
 pub use config::SamplingConfig;
+pub(crate) use fair::FairSpec;
 pub(crate) use key::LimitOf;
 pub(crate) use rule::{fleet_cap_key, fleet_floor_key, fleet_key, LimitSpec, Policy, Rule, Scope};
 pub(crate) use service::{FleetSettings, ServiceConfig};

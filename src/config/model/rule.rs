@@ -3,6 +3,7 @@
 use opentelemetry::trace::SpanKind;
 
 use crate::config::error::Pos;
+use crate::config::model::FairSpec;
 use crate::limit::Limit;
 use crate::limiter::Algorithm;
 use crate::pattern::Pattern;
@@ -17,6 +18,9 @@ pub(crate) struct LimitSpec {
     /// Where the file sets the window (`window`, else `rate` or `limit`; 0:0 if nowhere),
     /// for the errors found when the sampler is built.
     pub(crate) at: Pos,
+    /// `fair_by` (with `max_keys`): fair shares of the limit per key; `None`: a plain
+    /// limit.
+    pub(crate) fair: Option<FairSpec>,
 }
 
 impl LimitSpec {
@@ -32,6 +36,7 @@ impl LimitSpec {
             algorithm,
             scope: Scope::Local,
             at: Pos { line: 0, column: 0 },
+            fair: None,
         }
     }
 }

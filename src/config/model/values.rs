@@ -7,7 +7,7 @@ use opentelemetry::trace::SpanKind;
 
 use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
 use crate::limit::{Limit, LimitError};
-use crate::limiter::Algorithm;
+use crate::limiter::{Algorithm, DEFAULT_MAX_KEYS, MAX_KEYS};
 use crate::pattern::Pattern;
 use crate::sampler::{Origin, RemoteParents};
 
@@ -296,6 +296,17 @@ pub(crate) fn name(what: &str, name: &str) -> Result<(), Invalid> {
         ))
     } else {
         Ok(())
+    }
+}
+
+/// A `fair_by`'s `max_keys` as written: from 1 to [`MAX_KEYS`].
+pub(crate) fn max_keys(n: i64) -> Result<u32, Invalid> {
+    match u32::try_from(n) {
+        Ok(n) if n >= 1 && n as usize <= MAX_KEYS => Ok(n),
+        _ => Err(Invalid::new(
+            ConfigErrorKind::InvalidLimit,
+            format!("max_keys {n} is out of range; use a whole number from 1 to {MAX_KEYS} (default {DEFAULT_MAX_KEYS})"),
+        )),
     }
 }
 

@@ -95,6 +95,11 @@ impl Demand {
     pub(super) fn heap_bytes(&self) -> usize {
         self.cells.len() * std::mem::size_of::<CachePadded<Chunk>>()
     }
+
+    /// What the counts of `keys` keys hold on the heap ([`new`](Self::new)'s sizes).
+    pub(super) fn heap_bytes_for(keys: usize) -> usize {
+        (SLOTS + 1) * keys.div_ceil(CHUNK) * std::mem::size_of::<CachePadded<Chunk>>()
+    }
 }
 
 #[cfg(all(test, not(loom)))]

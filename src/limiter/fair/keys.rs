@@ -27,7 +27,7 @@ const ENTRY_MASK: u64 = (1 << ENTRY_BITS) - 1;
 
 /// The most keys a table holds (the entry number plus one, and the overflow entry,
 /// fit in [`ENTRY_BITS`]).
-pub(super) const MAX_KEYS: usize = (1 << ENTRY_BITS) - 2;
+pub(crate) const MAX_KEYS: usize = (1 << ENTRY_BITS) - 2;
 
 /// A key's hash as the table holds it: mixed (the finalizer of MurmurHash3, so every
 /// bit of the key reaches the low bits that place it in the index) and never 0, the
@@ -229,7 +229,13 @@ impl Keys {
 
     /// What the table holds on the heap.
     pub(super) fn heap_bytes(&self) -> usize {
-        (self.hashes.len() + 2 * (self.mask + 1)) * std::mem::size_of::<AtomicU64>()
+        Self::heap_bytes_for(self.hashes.len())
+    }
+
+    /// What a table of `max_keys` entries holds on the heap ([`new`](Self::new)'s sizes).
+    pub(super) fn heap_bytes_for(max_keys: usize) -> usize {
+        let slots = (2 * max_keys).next_power_of_two().max(2);
+        (max_keys + 2 * slots) * std::mem::size_of::<AtomicU64>()
     }
 }
 

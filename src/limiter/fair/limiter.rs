@@ -1,5 +1,5 @@
 use std::fmt;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crossbeam_utils::CachePadded;
 
@@ -82,7 +82,9 @@ pub const DEFAULT_MAX_KEYS: usize = 500;
 /// `O(max_keys · log)`, without allocating; calls that meet a roll in progress are
 /// refused rather than wait.
 pub struct FairLimiter<C = MonotonicClock> {
-    pub(super) inner: AnyLimiter<C>,
+    /// Shared with the rule layer's handover when a rule file built it (see
+    /// [`FairLimiter::over_shared`]).
+    pub(super) inner: Arc<AnyLimiter<C>>,
     pub(super) keys: Keys,
     pub(super) demand: Demand,
     /// One per key, the overflow key's last: 24 bytes each, unpadded, so 500 keys'
@@ -175,6 +177,17 @@ impl<C: Clock> FairLimiter<C> {
     ///
     /// [`FairError::MaxKeys`] when `max_keys` is 0 or above 65 534.
     pub fn over(inner: AnyLimiter<C>, max_keys: usize) -> Result<Self, FairError> {
+        Self::over_shared(Arc::new(inner), max_keys)
+    }
+
+    /// A fair limiter over `inner`, which others may also hold: the rule layer's
+    /// handover reads, closes and carries counts into it, as into any rule's limiter.
+    /// Whatever else admits through `inner` counts in the total, and its reserved
+    /// permits are counted in it at each roll.
+    pub(crate) fn over_shared(
+        inner: Arc<AnyLimiter<C>>,
+        max_keys: usize,
+    ) -> Result<Self, FairError> {
         if max_keys == 0 || max_keys > MAX_KEYS {
             return Err(FairError::MaxKeys { max_keys });
         }
@@ -204,6 +217,12 @@ impl<C: Clock> FairLimiter<C> {
     /// The wrapped limiter, which enforces the total.
     pub fn inner(&self) -> &AnyLimiter<C> {
         &self.inner
+    }
+
+    /// Whether `inner` is the limiter it wraps (the same one, not an equal one).
+    #[cfg(feature = "config")]
+    pub(crate) fn is_over(&self, inner: &Arc<AnyLimiter<C>>) -> bool {
+        Arc::ptr_eq(&self.inner, inner)
     }
 
     /// The limit of the total.
@@ -241,10 +260,21 @@ impl<C: Clock> FairLimiter<C> {
 
     /// What it holds on the heap, wrapped limiter apart: fixed at construction.
     pub fn heap_bytes(&self) -> usize {
-        self.keys.heap_bytes()
-            + self.demand.heap_bytes()
-            + self.entries.len() * std::mem::size_of::<Entry>()
-            + Roll::heap_bytes(self.entries.len())
+        debug_assert_eq!(
+            self.keys.heap_bytes() + self.demand.heap_bytes(),
+            Keys::heap_bytes_for(self.max_keys()) + Demand::heap_bytes_for(self.entries.len())
+        );
+        Self::heap_bytes_for(self.max_keys())
+    }
+
+    /// What a fair limiter of `max_keys` holds on the heap, wrapped limiter apart, before
+    /// it is built (the rule layer's memory budget).
+    pub(crate) fn heap_bytes_for(max_keys: usize) -> usize {
+        let entries = max_keys + 1;
+        Keys::heap_bytes_for(max_keys)
+            + Demand::heap_bytes_for(entries)
+            + entries * std::mem::size_of::<Entry>()
+            + Roll::heap_bytes(entries)
     }
 }
 

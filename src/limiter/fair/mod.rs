@@ -21,4 +21,7 @@ mod roll;
 mod tests;
 
 pub use error::FairError;
+// The rule layer checks a file's `max_keys` against it.
+#[cfg(feature = "config")]
+pub(crate) use keys::MAX_KEYS;
 pub use limiter::{FairAdmission, FairLimiter, FairStats, DEFAULT_MAX_KEYS};

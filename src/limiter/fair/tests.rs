@@ -318,3 +318,38 @@ fn memory_is_fixed_at_construction_about_0_4_kb_per_key() {
         (500, 2 * (1_000_000 - 500))
     );
 }
+
+/// Why the demo's adjusted counts summed over a run drift from what was offered (issue
+/// 30: 0.957 to 1.059 of offered under a load that swings from window to window): a
+/// key's probability in a window is its reserved permits over its count in the window
+/// before, so when it keeps its whole share the window's weights add up to that
+/// count, not to this window's. Exact while a key's load holds; one window late when it
+/// changes, so a run's sum is off by how much its first and last windows' loads differ.
+#[test]
+fn a_keys_weights_add_up_to_its_count_in_the_window_before() {
+    let (l, clock) = limiter(Algorithm::FixedWindow, 10, false, 4);
+    // Window `w`: key 1 offered `a` times, key 2 `b` times; each key's adjusted count.
+    let window = |w: u64, a: u64, b: u64| {
+        clock.set(w * W);
+        let adjusted = |key, n| -> f64 {
+            (0..n)
+                .filter_map(|_| l.acquire(key))
+                .map(|admission| 1.0 / admission.probability())
+                .sum()
+        };
+        (adjusted(1, a), adjusted(2, b))
+    };
+    let close = |(a, b): (f64, f64), (x, y): (f64, f64)| {
+        assert!((a - x).abs() < 1e-9 && (b - y).abs() < 1e-9, "{a} {b}");
+    };
+    // A learning window: first come, probability 1.
+    close(window(1, 100, 100), (10.0, 0.0));
+    // Steady: exact (5 permits each, probability 5/100).
+    close(window(2, 100, 100), (100.0, 100.0));
+    // Key 1 doubles: its 5 permits still weigh 1/(5/100) each, the count before.
+    close(window(3, 200, 100), (100.0, 100.0));
+    // Steady again: exact.
+    close(window(4, 200, 100), (200.0, 100.0));
+    // Key 1 halves: it keeps its 5 (probability 5/200), weighing last window's 200.
+    close(window(5, 100, 100), (200.0, 100.0));
+}

@@ -49,4 +49,12 @@ pub(crate) struct SimulateArgs {
     /// K replicas, each with its own sampler, each offered R/K (1 to 1000).
     #[arg(long, value_name = "K", value_parser = args::replicas, default_value = "1", allow_hyphen_values = true)]
     pub(super) replicas: NonZeroU32,
+    /// Give each root an `http.route` drawn from K routes (`/route/0` …) and print the
+    /// traces kept per route, beside what a plain cap of the deciding limit keeps (1 to
+    /// 10 000; span by span, one replica).
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=10_000), conflicts_with = "replicas")]
+    pub(super) keys: Option<u32>,
+    /// With --keys: draw the routes Zipf with exponent S (0: uniform; default 0).
+    #[arg(long, value_name = "S", requires = "keys", value_parser = args::skew, allow_hyphen_values = true)]
+    pub(super) skew: Option<f64>,
 }

@@ -101,10 +101,10 @@ fn print_rows(a: &SimulateArgs, rows: &[Row], row_seconds: u64) {
 
 /// Trace ids from splitmix64: 128 bits whose low 56 (the randomness a composite sampler
 /// compares with its threshold) are uniform.
-struct Ids(u64);
+pub(super) struct Ids(pub(super) u64);
 
 impl Ids {
-    fn next_u64(&mut self) -> u64 {
+    pub(super) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);

@@ -33,6 +33,9 @@
 //! A declarative file whose roots no rule file decides (a composite sampler) is offered
 //! span by span instead (`declarative`).
 //!
+//! With `--keys`, the spans get routes and are offered span by span instead, beside a
+//! plain cap of the deciding limit (`keys`).
+//!
 //! A file by role: the command's `args`, the `spans` it offers, the `decider` a probe
 //! finds, a `replica`'s sampler and twin, the `plan` of ticks within the budget, and
 //! the `report` printed.
@@ -40,6 +43,7 @@
 mod args;
 mod decider;
 mod declarative;
+mod keys;
 mod plan;
 mod replica;
 mod report;
@@ -98,6 +102,9 @@ pub(crate) fn run(a: &SimulateArgs) -> Result<ExitCode, Failure> {
     // Before the probe builds a sampler.
     memory(&rules, a.replicas)?;
     let decider = probe(&config, &a.service, &span)?;
+    if let Some(k) = a.keys {
+        return keys::run(a, &config, &decider, k);
+    }
     let plan = Plan::new(a, &decider, &rules)?;
     let clock = ManualClock::new();
     let mut replicas = (0..a.replicas.get())

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use opentelemetry::trace::SpanKind;
 
 use crate::clock::Clock;
+use crate::config::compile::fair_rule::FairRule;
 use crate::config::compile::handover::Forgotten;
 use crate::config::compile::local_rule::LocalRule;
 use crate::config::compile::rule_limiter::RuleLimiter;
@@ -25,6 +26,8 @@ pub(super) struct Compiled<C> {
     pub(super) conditions: Option<Conditions>,
     pub(super) policy: Policy,
     pub(super) action: Action<C>,
+    /// `fair_by`: fair shares of its limit per key, over the limit's own limiter.
+    pub(super) fair: Option<FairRule<C>>,
     /// Permits reserved for this rule in the cap.
     pub(super) floor: Option<RuleLimiter<C>>,
     /// What a kept span records.
@@ -116,6 +119,7 @@ impl<C> Clone for Compiled<C> {
             conditions: self.conditions.clone(),
             policy: self.policy,
             action: self.action.clone(),
+            fair: self.fair.clone(),
             floor: self.floor.clone(),
             attributes: self.attributes.clone(),
             counters: Arc::clone(&self.counters),

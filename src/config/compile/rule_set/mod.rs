@@ -15,6 +15,7 @@ use std::sync::Arc;
 use compiled::{Aside, Compiled};
 
 use crate::clock::Clock;
+use crate::config::compile::fair_rule::FairRule;
 use crate::config::compile::matcher::Matchers;
 use crate::config::compile::rule_limiter::RuleLimiter;
 use crate::config::model::LimitSpec;
@@ -36,6 +37,8 @@ pub(crate) struct RuleSet<C> {
     default: Option<Compiled<C>>,
     /// The cap's shared pool (`None` without a cap, or when floors reserve all of it).
     shared: Option<RuleLimiter<C>>,
+    /// The cap's `fair_by`: fair shares of its shared pool per key.
+    shared_fair: Option<FairRule<C>>,
     /// Limits of earlier rule sets whose identity (a rule's name, or the default) has
     /// no limit in this one, kept while their window holds admissions: a rule removed
     /// (or made a probability) and brought back within a window finds its limiter;
@@ -71,6 +74,7 @@ impl<C: Clock> RuleSet<C> {
                     Action::Probability(_) => None,
                 },
                 floor: c.floor.as_ref().and_then(fill),
+                fair: c.fair.as_ref().map(FairRule::stats),
             })
             .collect();
         let cap = self.cap.map(|cap| {
@@ -85,6 +89,7 @@ impl<C: Clock> RuleSet<C> {
                     used: floors + shared,
                     permits: cap.limit.permits(),
                 },
+                fair: self.shared_fair.as_ref().map(FairRule::stats),
             }
         });
         (rules, self.unmatched.snapshot(), cap)

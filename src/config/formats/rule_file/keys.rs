@@ -34,6 +34,8 @@ pub(super) const LIMIT: &[KeyRule] = &[
     ("algorithm", Needs(A_LIMIT_OR_PROBABILITY), MissingKey, "`algorithm` needs a `rate` or a `limit` beside it"),
     ("scope", Needs(A_LIMIT_OR_PROBABILITY), MissingKey, "`scope` needs a `rate` or a `limit` beside it"),
     ("paced", Needs(A_LIMIT_OR_PROBABILITY), MissingKey, "`paced` needs a `rate` or a `limit` beside it"),
+    ("fair_by", Needs(A_LIMIT), MissingKey, "`fair_by` shares a limit fairly per key: it needs a `rate` or a `limit` beside it (a `probability` keeps no count to share)"),
+    ("max_keys", Needs(&["fair_by"]), MissingKey, "`max_keys` bounds the keys of `fair_by`: it needs a `fair_by` beside it"),
 ];
 
 /// A policy's keys once its limit is read: a `probability` (with its `at_least`) or a

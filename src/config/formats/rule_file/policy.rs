@@ -1,5 +1,6 @@
 //! The policy keys every block shares (`rate`, `limit`, `window`, `algorithm`, `paced`,
-//! `scope`, `probability`, `at_least`, `adaptive`), lowered into a policy or a limit.
+//! `scope`, `fair_by`, `max_keys`, `probability`, `at_least`, `adaptive`), lowered into
+//! a policy or a limit.
 
 use crate::config::error::{ConfigError, ConfigErrorKind, Pos};
 use crate::config::formats::key_path::KeyPath;
@@ -8,9 +9,10 @@ use crate::config::formats::rule_file::keys;
 use crate::config::formats::rule_file::raw::{RawAdaptive, RawPolicy};
 use crate::config::formats::spanned::Spanned;
 use crate::config::model::values;
-use crate::config::model::{LimitSpec, Policy, Scope};
+use crate::config::model::{FairSpec, LimitSpec, Policy, Scope};
 use crate::limit::Limit;
 use crate::limiter::Algorithm;
+use crate::sampler::FairBy;
 
 /// The policy a block sets, if any; `None` when it sets none of the keys.
 pub(super) fn policy(
@@ -67,6 +69,7 @@ fn adaptive_policy(
         RawAdaptive::Table(t) => {
             // The limit keys of a block, read as a block's, under `<path>.adaptive`.
             let (no_text, no_probability, no_flag) = (None, None, None);
+            let (no_keys, no_count) = (None, None);
             let inner = RawPolicy {
                 rate: &t.rate,
                 limit: &t.limit,
@@ -77,6 +80,8 @@ fn adaptive_policy(
                 at_least: None,
                 adaptive: None,
                 scope: &no_text,
+                fair_by: &no_keys,
+                max_keys: &no_count,
             };
             match limit(ctx, &inner, adaptive_key)? {
                 Some(spec) => spec.limit,
@@ -152,7 +157,52 @@ pub(super) fn limit(
         algorithm,
         scope,
         at,
+        fair: fair(ctx, raw, path, scope)?,
     }))
+}
+
+/// A limit's `fair_by` (with its `max_keys`), if set: attribute keys, and `span_name`
+/// for the span name. Not on a fleet-scoped limit (its shares would be per process).
+fn fair(
+    ctx: &Ctx<'_>,
+    raw: &RawPolicy<'_>,
+    path: Path<'_>,
+    scope: Scope,
+) -> Result<Option<FairSpec>, ConfigError> {
+    let key = |k: &'static str| Path::Key(&path, k);
+    let Some(list) = raw.fair_by else {
+        return Ok(None);
+    };
+    if scope == Scope::Fleet {
+        return Err(ctx.new_error(
+            ConfigErrorKind::ConflictingKeys,
+            list.span(),
+            key("fair_by"),
+            "`fair_by` is not supported with fleet scope: its shares are counted in each process; remove `fair_by`, or `scope = \"fleet\"`".into(),
+        ));
+    }
+    if list.get_ref().is_empty() {
+        return Err(ctx.new_error(
+            ConfigErrorKind::EmptyName,
+            list.span(),
+            key("fair_by"),
+            format!("`fair_by` names nothing; list attribute keys (e.g. [\"http.route\"]) and/or \"{}\" for the span name", FairSpec::SPAN_NAME),
+        ));
+    }
+    let mut by = FairBy::default();
+    for (i, name) in list.get_ref().iter().enumerate() {
+        let at = format_args!("{}[{i}]", key("fair_by"));
+        ctx.check(name, at, |n| values::name("a `fair_by` key", n))?;
+        by = match name.get_ref().as_str() {
+            FairSpec::SPAN_NAME => by.and_span_name(),
+            attribute => by.and_attribute(attribute.to_owned()),
+        };
+    }
+    let max_keys = match raw.max_keys {
+        Some(m) => ctx.check(m, key("max_keys"), |m| values::max_keys(*m))?,
+        None => FairSpec::DEFAULT_MAX_KEYS,
+    };
+    Ok(Some(FairSpec::new(by, max_keys)))
 }
 
 /// The limit of a block's `rate`, or `limit` with an optional `window`; `None` when

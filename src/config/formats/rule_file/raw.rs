@@ -56,7 +56,8 @@ pub(super) enum RawUrls {
 }
 
 /// A `deny_unknown_fields` table that can set a limit. The keys of a policy (`rate`,
-/// `limit`, `window`, `algorithm`, `scope`, `probability`, `at_least`, `adaptive`) are
+/// `limit`, `window`, `algorithm`, `scope`, `probability`, `at_least`, `adaptive`, and
+/// a limit's `fair_by` and `max_keys`) are
 /// written here once, with
 /// `policy_keys` to read them; the table's own keys follow. (`#[serde(flatten)]` would
 /// share them too, but cannot be combined with `deny_unknown_fields`.)
@@ -77,6 +78,8 @@ macro_rules! limit_table {
             pub(super) at_least: Option<Spanned<f64>>,
             pub(super) adaptive: Option<Spanned<Box<RawAdaptive>>>,
             pub(super) scope: Option<Spanned<String>>,
+            pub(super) fair_by: Option<Spanned<Vec<Spanned<String>>>>,
+            pub(super) max_keys: Option<Spanned<i64>>,
             $($(#[$attr])* pub(super) $field: $ty,)*
         }
 
@@ -92,6 +95,8 @@ macro_rules! limit_table {
                     at_least: self.at_least.as_ref(),
                     adaptive: self.adaptive.as_ref(),
                     scope: &self.scope,
+                    fair_by: &self.fair_by,
+                    max_keys: &self.max_keys,
                 }
             }
         }
@@ -196,6 +201,10 @@ pub(super) struct RawPolicy<'a> {
     pub(super) at_least: Option<&'a Spanned<f64>>,
     pub(super) adaptive: Option<&'a Spanned<Box<RawAdaptive>>>,
     pub(super) scope: &'a Option<Spanned<String>>,
+    /// What makes a limit's keys for fair shares: attribute keys, `span_name`.
+    pub(super) fair_by: &'a Option<Spanned<Vec<Spanned<String>>>>,
+    /// The most keys `fair_by` tells apart.
+    pub(super) max_keys: &'a Option<Spanned<i64>>,
 }
 
 impl RawPolicy<'_> {
@@ -211,6 +220,8 @@ impl RawPolicy<'_> {
             ("algorithm", self.algorithm.as_ref().map(Spanned::span)),
             ("paced", self.paced.as_ref().map(Spanned::span)),
             ("scope", self.scope.as_ref().map(Spanned::span)),
+            ("fair_by", self.fair_by.as_ref().map(Spanned::span)),
+            ("max_keys", self.max_keys.as_ref().map(Spanned::span)),
             ("adaptive", self.adaptive.map(Spanned::span)),
         ])
     }
@@ -218,7 +229,7 @@ impl RawPolicy<'_> {
 
 /// The policy keys of a table with their spans where they are set
 /// ([`RawPolicy::spans`]).
-pub(super) struct KeySpans(pub(super) [(&'static str, Option<Range<usize>>); 9]);
+pub(super) struct KeySpans(pub(super) [(&'static str, Option<Range<usize>>); 11]);
 
 impl KeySpans {
     /// Where `key` is set, if it is.

@@ -12,6 +12,7 @@ use super::compiled::{Action, Compiled, Conditions, Identity, Was};
 use super::{floors, RuleSet, DEFAULT_RULE};
 use crate::clock::Clock;
 use crate::config::check::resolution::below_resolution;
+use crate::config::compile::fair_rule::FairRule;
 use crate::config::compile::handover::{cap_handover, spread, Forgotten, Handover};
 use crate::config::compile::local_rule::{LocalRule, Snapshot};
 use crate::config::compile::matcher::Matchers;
@@ -68,6 +69,7 @@ impl<C: Clock + Clone> RuleSet<C> {
             .map(|p| build.rule(None, DEFAULT_RULE, p, old_default))
             .transpose()?;
         let shared = build.shared_pool()?;
+        let shared_fair = build.shared_fair(shared.as_ref());
         build.hand_over_cap(&rules, shared.as_ref());
         // The limits (and forgotten ones) a rule with a limit went on from.
         let kept_on: Vec<Was<C>> = old_rules
@@ -88,6 +90,7 @@ impl<C: Clock + Clone> RuleSet<C> {
             rules,
             default,
             shared,
+            shared_fair,
             retired,
             cap: service.cap,
             unmatched: previous.map_or_else(Default::default, |p| Arc::clone(&p.unmatched)),
@@ -186,6 +189,19 @@ impl<'a, C: Clock + Clone> Build<'a, C> {
         let action = self
             .action(name, policy, old, forgotten.and_then(|t| t.action.as_ref()))
             .map_err(|e| e.of(of))?;
+        let fair = match (policy, &action) {
+            (
+                Policy::Limit(LimitSpec {
+                    fair: Some(spec), ..
+                }),
+                Action::Limit(RuleLimiter::Local(local)),
+            ) => Some(FairRule::build(
+                spec,
+                local,
+                old.and_then(|o| o.fair.as_ref()),
+            )),
+            _ => None,
+        };
         let floor = match rule {
             Some(r) if r.floor > 0 => {
                 let forgotten = forgotten.and_then(|t| t.floor.as_ref());
@@ -206,6 +222,7 @@ impl<'a, C: Clock + Clone> Build<'a, C> {
             conditions: rule.map(Conditions::of),
             policy,
             action,
+            fair,
             floor,
             attributes: RuleAttributes::new(kind, param, name),
             // By name, also when the rule changed: its metric series stay monotonic.
@@ -307,6 +324,8 @@ impl<'a, C: Clock + Clone> Build<'a, C> {
         let spec = LimitSpec {
             limit,
             algorithm: Algorithm::FixedWindow,
+            // A floor is the rule's own, whatever its spans' keys.
+            fair: None,
             ..cap
         };
         // The floor of the same rule in force first (a probability rule can have one),
@@ -356,6 +375,15 @@ impl<'a, C: Clock + Clone> Build<'a, C> {
         self.limiter(spec, || fleet_cap_key(&service.name), old, None, true)
             .map(Some)
             .map_err(|e| e.of(|| LimitOf::Cap))
+    }
+
+    /// The cap's `fair_by` over its shared pool: the previous pool's shares when the
+    /// pool and the `fair_by` are unchanged (see [`FairRule::build`]).
+    fn shared_fair(&self, shared: Option<&RuleLimiter<C>>) -> Option<FairRule<C>> {
+        let spec = self.service.cap?.fair?;
+        let local = shared?.local()?;
+        let old = self.previous.and_then(|p| p.shared_fair.as_ref());
+        Some(FairRule::build(spec, local, old))
     }
 
     /// The cap as a whole: what the old floors and pool used in this window stays
