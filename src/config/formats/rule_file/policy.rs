@@ -166,10 +166,10 @@ pub(super) fn limit(
 fn fair(
     ctx: &Ctx<'_>,
     raw: &RawPolicy<'_>,
-    path: Path<'_>,
+    path: KeyPath<'_>,
     scope: Scope,
 ) -> Result<Option<FairSpec>, ConfigError> {
-    let key = |k: &'static str| Path::Key(&path, k);
+    let key = |k: &'static str| path.key(k);
     let Some(list) = raw.fair_by else {
         return Ok(None);
     };
@@ -191,15 +191,18 @@ fn fair(
     }
     let mut by = FairBy::default();
     for (i, name) in list.get_ref().iter().enumerate() {
-        let at = format_args!("{}[{i}]", key("fair_by"));
-        ctx.check(name, at, |n| values::name("a `fair_by` key", n))?;
+        ctx.check(
+            name,
+            path.item("fair_by", i),
+            values::name("a `fair_by` key", name.get_ref()),
+        )?;
         by = match name.get_ref().as_str() {
             FairSpec::SPAN_NAME => by.and_span_name(),
             attribute => by.and_attribute(attribute.to_owned()),
         };
     }
     let max_keys = match raw.max_keys {
-        Some(m) => ctx.check(m, key("max_keys"), |m| values::max_keys(*m))?,
+        Some(m) => ctx.check(m, key("max_keys"), values::max_keys(*m.get_ref()))?,
         None => FairSpec::DEFAULT_MAX_KEYS,
     };
     Ok(Some(FairSpec::new(by, max_keys)))
