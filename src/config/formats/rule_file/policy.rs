@@ -205,7 +205,19 @@ fn fair(
         Some(m) => ctx.check(m, key("max_keys"), values::max_keys(*m.get_ref()))?,
         None => FairSpec::DEFAULT_MAX_KEYS,
     };
-    Ok(Some(FairSpec::new(by, max_keys)))
+    match FairSpec::new(by, max_keys) {
+        Some(spec) => Ok(Some(spec)),
+        None => Err(ctx.new_error(
+            ConfigErrorKind::MemoryBudget,
+            list.span(),
+            key("fair_by"),
+            format!(
+                "this process has kept as many distinct `fair_by` lists as it may ({} lists, {} bytes of keys): reuse a list an earlier file named, or restart the process",
+                FairSpec::INTERN_MAX_LISTS,
+                FairSpec::INTERN_MAX_BYTES,
+            ),
+        )),
+    }
 }
 
 /// The limit of a block's `rate`, or `limit` with an optional `window`; `None` when
