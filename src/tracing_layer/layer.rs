@@ -139,30 +139,28 @@ where
     }
 
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
-        entered::forget_pending(self.key, id);
         // The parent's trace: the current span's from this thread's entered stack (no
-        // lookup), an explicit parent's from its mark; `None` for a root.
-        if let Some(parent) = attrs.parent() {
-            let parent = entered::pending(self.key, parent).or_else(|| {
+        // lookup; a child in a dropped trace's scope is pending there, no mark), an
+        // explicit parent's from its mark; none for a root.
+        let explicit = match entered::new_span(self.key, id, attrs.is_contextual()) {
+            entered::NewSpan::Pending => return,
+            entered::NewSpan::Mark(cx) => return Self::mark_skipped(id, cx, &ctx),
+            entered::NewSpan::Elsewhere => attrs.parent(),
+        };
+        let dropped = explicit.and_then(|parent| {
+            entered::pending(self.key, parent).or_else(|| {
                 ctx.span(parent)
                     .and_then(|parent| match self.known(&parent) {
                         Known::Skipped(cx) => Some(cx),
                         Known::Forwarded(dropped) => dropped,
                     })
-            });
-            match parent {
-                None => self.inner.on_new_span(attrs, id, ctx),
-                Some(cx) => Self::mark_skipped(id, cx, &ctx),
-            }
-        } else if let (true, Some(Some(cx))) = (attrs.is_contextual(), entered::current(self.key)) {
-            // A child in a dropped trace's scope: pending on this thread, no mark.
-            if let Err(cx) = entered::add_pending(self.key, id, cx) {
-                Self::mark_skipped(id, cx, &ctx);
-            }
-        } else {
+            })
+        });
+        match dropped {
             // A root or a span of a kept trace: the inner layer builds it (a root's
             // decision is read on its first enter).
-            self.inner.on_new_span(attrs, id, ctx);
+            None => self.inner.on_new_span(attrs, id, ctx),
+            Some(cx) => Self::mark_skipped(id, cx, &ctx),
         }
     }
 
@@ -174,8 +172,8 @@ where
         if !entered::in_dropped(self.key) {
             return self.enter_forwarding_first(id, ctx);
         }
-        if let Some(cx) = entered::pending(self.key, id) {
-            return entered::enter_skipped(self.key, id, cx);
+        if entered::enter_pending(self.key, id) {
+            return;
         }
         let Some(span) = ctx.span(id) else {
             return self.inner.on_enter(id, ctx);
