@@ -12,18 +12,36 @@ use tracing_subscriber::registry::{LookupSpan, SpanRef};
 
 use super::entered;
 use super::layer::SkipDropped;
-use super::mark::{Known, Mark};
+use super::mark::{dropped_ancestor, is_dropped, Dropped, Known, Mark};
 
 impl<L> SkipDropped<L> {
     /// Has the inner layer start `id`'s OpenTelemetry span if it has not yet, and reads
-    /// whether it records. A span the inner layer does not know is `Kept`: everything
-    /// of it is forwarded, as without this layer.
-    pub(super) fn start_and_read(&self, id: &Id) -> Mark {
-        let Some(dispatch) = self.dispatch.get().and_then(WeakDispatch::upgrade) else {
-            return Mark::Kept;
-        };
-        tracing_opentelemetry::get_otel_context(id, &dispatch)
-            .map_or(Mark::Kept, |cx| Mark::of_started(&cx))
+    /// whether it records; `None` for a span the inner layer does not know.
+    pub(super) fn start_and_read(&self, id: &Id) -> Option<Mark> {
+        let dispatch = self.dispatch.get().and_then(WeakDispatch::upgrade)?;
+        tracing_opentelemetry::get_otel_context(id, &dispatch).map(|cx| Mark::of_started(&cx))
+    }
+
+    /// Marks `id` skipped, in the dropped trace of `cx`.
+    pub(super) fn mark_skipped<S>(id: &Id, cx: Dropped, ctx: &Context<'_, S>)
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        if let Some(span) = ctx.span(id) {
+            span.extensions_mut().insert(Mark::Skipped(cx));
+        }
+    }
+
+    /// Whether `id`'s trace was dropped, so the inner layer must not hear of its records,
+    /// events and links: pending on this thread, or marked so. A skipped span pending
+    /// on another thread (recorded here while its trace's scope is still open there)
+    /// is not known so here: its record reaches the inner layer, which finds nothing of
+    /// it and records nothing.
+    pub(super) fn is_dropped<S>(&self, id: &Id, ctx: &Context<'_, S>) -> bool
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        entered::is_pending(self.key, id) || is_dropped(ctx.span(id))
     }
 
     /// Records `span`'s fate read after its enter: `mark` replaces any mark it had.
@@ -74,7 +92,7 @@ impl<L> SkipDropped<L> {
             None => match ctx.span(id) {
                 Some(span) => match self.known(&span) {
                     Known::Skipped(cx) => {
-                        return entered::enter_skipped(self.key, id, &cx);
+                        return entered::enter_skipped(self.key, id, cx);
                     }
                     Known::Forwarded(dropped) => dropped,
                 },
@@ -85,7 +103,11 @@ impl<L> SkipDropped<L> {
     }
 
     /// What the layer knows of `span`, reading its decision if it has none yet (the
-    /// inner layer starts the span if it has not).
+    /// inner layer starts the span if it has not). An unmarked span the inner layer does
+    /// not know is skipped if it is pending on this thread, or if an ancestor is a
+    /// dropped trace's (pending on the thread whose scope it was made in), else kept
+    /// (filtered away from the inner layer: everything of it is forwarded, as without
+    /// this layer).
     pub(super) fn known<S>(&self, span: &SpanRef<'_, S>) -> Known
     where
         S: for<'a> LookupSpan<'a>,
@@ -95,8 +117,20 @@ impl<L> SkipDropped<L> {
             Some(Mark::Skipped(cx)) => return Known::Skipped(cx),
             Some(mark) => mark,
             None => {
-                let mark = self.start_and_read(&span.id());
+                if let Some(cx) = entered::pending(self.key, &span.id()) {
+                    return Known::Skipped(cx);
+                }
+                let mark = match self.start_and_read(&span.id()) {
+                    Some(mark) => mark,
+                    None => match dropped_ancestor(span) {
+                        Some(cx) => Mark::Skipped(cx),
+                        None => Mark::Kept,
+                    },
+                };
                 Self::mark(span, mark.clone());
+                if let Mark::Skipped(cx) = mark {
+                    return Known::Skipped(cx);
+                }
                 mark
             }
         };

@@ -15,11 +15,12 @@ use tracing_subscriber::registry::LookupSpan;
 
 use super::context::Lookup;
 use super::entered;
-use super::mark::{is_dropped, Known, Mark};
+use super::mark::{Known, Mark};
 
 /// A `tracing` layer around [`tracing_opentelemetry::layer()`] that forwards nothing of
 /// a dropped trace below its root: a dropped trace costs the registry, its root's
-/// OpenTelemetry span and a lookup per callback, not an OpenTelemetry span per span.
+/// OpenTelemetry span and, for each span made in its scope, a look at the thread's own
+/// state (no registry lookup, no allocation), not an OpenTelemetry span per span.
 ///
 /// ```
 /// use opentelemetry::trace::TracerProvider as _;
@@ -117,7 +118,7 @@ where
     }
 
     fn on_layer(&mut self, subscriber: &mut S) {
-        self.lookup = Some(Lookup::for_subscriber::<S>());
+        self.lookup = Some(Lookup::for_subscriber::<S>(self.key));
         self.inner.on_layer(subscriber);
     }
 
@@ -139,44 +140,53 @@ where
 
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
         // The parent's trace: the current span's from this thread's entered stack (no
-        // lookup), an explicit parent's from its mark; `None` for a root.
-        let parent = if let Some(parent) = attrs.parent() {
-            ctx.span(parent).map(|parent| match self.known(&parent) {
-                Known::Skipped(cx) => Some(cx),
-                Known::Forwarded(dropped) => dropped,
-            })
-        } else if attrs.is_contextual() {
-            entered::current(self.key)
-        } else {
-            None
+        // lookup; a child in a dropped trace's scope is pending there, no mark), an
+        // explicit parent's from its mark; none for a root.
+        let explicit = match entered::new_span(self.key, id, attrs.is_contextual()) {
+            entered::NewSpan::Pending => return,
+            entered::NewSpan::Mark(cx) => return Self::mark_skipped(id, cx, &ctx),
+            entered::NewSpan::Elsewhere => attrs.parent(),
         };
-        match parent.flatten() {
+        let dropped = explicit.and_then(|parent| {
+            entered::pending(self.key, parent).or_else(|| {
+                ctx.span(parent)
+                    .and_then(|parent| match self.known(&parent) {
+                        Known::Skipped(cx) => Some(cx),
+                        Known::Forwarded(dropped) => dropped,
+                    })
+            })
+        });
+        match dropped {
             // A root or a span of a kept trace: the inner layer builds it (a root's
             // decision is read on its first enter).
             None => self.inner.on_new_span(attrs, id, ctx),
-            Some(cx) => {
-                if let Some(span) = ctx.span(id) {
-                    span.extensions_mut().insert(Mark::Skipped(cx));
-                }
-            }
+            Some(cx) => Self::mark_skipped(id, cx, &ctx),
         }
     }
 
     fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
         // Inside a dropped trace the span entered is most likely one of its skipped
-        // spans: look it up before the inner layer would, for nothing. Elsewhere it is
-        // most likely one the inner layer knows: let its enter tell.
+        // spans, pending on this thread (no lookup) or marked: tell before the inner
+        // layer would look, for nothing. Elsewhere it is most likely one the inner layer
+        // knows: let its enter tell.
         if !entered::in_dropped(self.key) {
             return self.enter_forwarding_first(id, ctx);
+        }
+        if entered::enter_pending(self.key, id) {
+            return;
         }
         let Some(span) = ctx.span(id) else {
             return self.inner.on_enter(id, ctx);
         };
-        if let Some(Mark::Skipped(cx)) = span.extensions().get::<Mark>() {
+        let skipped = match span.extensions().get::<Mark>() {
+            Some(Mark::Skipped(cx)) => Some(cx.clone()),
+            _ => None,
+        };
+        if let Some(cx) = skipped {
             return entered::enter_skipped(self.key, id, cx);
         }
         match self.known(&span) {
-            Known::Skipped(cx) => entered::enter_skipped(self.key, id, &cx),
+            Known::Skipped(cx) => entered::enter_skipped(self.key, id, cx),
             Known::Forwarded(dropped) => {
                 self.inner.on_enter(id, ctx.clone());
                 entered::enter_forwarded(self.key, id, dropped);
@@ -185,47 +195,56 @@ where
     }
 
     fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
-        if entered::exit(self.key, id) {
+        let forwarded = entered::exit(self.key, id);
+        // Leaving a dropped trace's scope with skipped spans still open: they get their
+        // marks now, for whoever enters or closes them elsewhere.
+        for pending in entered::take_pending(self.key) {
+            Self::mark_skipped(&pending.id(), pending.cx, &ctx);
+        }
+        if forwarded {
             self.inner.on_exit(id, ctx);
         }
     }
 
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
         // A skipped span, or a dropped root (whose non-recording span the registry drops
-        // with the span's data, ending nothing): nothing for the inner layer to do. The
-        // lookup that tells is made where one of them is likely (inside a dropped trace,
-        // or right after a dropped root's exit), never for a kept span outside one; a
-        // skipped span closing elsewhere (on another thread, after its root's scope)
-        // costs the inner layer the lookup it finds nothing with.
-        let likely =
-            entered::in_dropped(self.key) || entered::closing_exited_dropped_root(self.key, &id);
-        let dropped = likely
-            && ctx.span(&id).is_some_and(|span| {
+        // with the span's data, ending nothing): nothing for the inner layer to do. A
+        // pending span is known without a lookup; the lookup that tells for a marked one
+        // is made where one is likely (inside a dropped trace, or right after a dropped
+        // root's exit), never for a kept span outside one; a skipped span closing
+        // elsewhere (on another thread, after its root's scope) costs the inner layer
+        // the lookup it finds nothing with.
+        let dropped = match entered::close(self.key, &id) {
+            entered::Close::Pending => true,
+            entered::Close::Likely => ctx.span(&id).is_some_and(|span| {
                 span.extensions()
                     .get::<Mark>()
                     .is_some_and(Mark::is_dropped)
-            });
+            }),
+            entered::Close::Forward => false,
+        };
         if !dropped {
             self.inner.on_close(id, ctx);
         }
     }
 
     fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
-        if !is_dropped(ctx.span(id)) {
+        if !self.is_dropped(id, &ctx) {
             self.inner.on_record(id, values, ctx);
         }
     }
 
     fn on_follows_from(&self, id: &Id, follows: &Id, ctx: Context<'_, S>) {
-        if is_dropped(ctx.span(id)) {
+        if self.is_dropped(id, &ctx) {
             return;
         }
-        let skipped = ctx
-            .span(follows)
-            .and_then(|span| match span.extensions().get::<Mark>() {
-                Some(Mark::Skipped(cx)) => Some(cx.clone()),
-                _ => None,
-            });
+        let skipped = entered::pending(self.key, follows).or_else(|| {
+            ctx.span(follows)
+                .and_then(|span| match span.extensions().get::<Mark>() {
+                    Some(Mark::Skipped(cx)) => Some(cx.clone()),
+                    _ => None,
+                })
+        });
         match skipped {
             // The inner layer never saw `follows`: link the span to the dropped trace
             // through its root's context, as the inner layer links seen spans.
@@ -236,7 +255,7 @@ where
 
     fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
         let dropped = if let Some(parent) = event.parent() {
-            is_dropped(ctx.span(parent))
+            self.is_dropped(parent, &ctx)
         } else if event.is_contextual() {
             entered::in_dropped(self.key)
         } else {

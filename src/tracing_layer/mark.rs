@@ -69,3 +69,20 @@ pub(super) fn is_dropped<S: for<'a> LookupSpan<'a>>(span: Option<SpanRef<'_, S>>
             .is_some_and(Mark::is_dropped)
     })
 }
+
+/// The dropped trace's context of `span`'s nearest marked ancestor, if it has one and it
+/// belongs to a dropped trace: what an unmarked span below it (pending on the thread it
+/// was created on) is skipped in.
+pub(super) fn dropped_ancestor<S>(span: &SpanRef<'_, S>) -> Option<Dropped>
+where
+    S: for<'a> LookupSpan<'a>,
+{
+    let mut ancestor = span.parent();
+    while let Some(span) = ancestor {
+        if let Some(mark) = span.extensions().get::<Mark>() {
+            return mark.dropped().cloned();
+        }
+        ancestor = span.parent();
+    }
+    None
+}

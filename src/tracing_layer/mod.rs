@@ -8,7 +8,9 @@
 //!   span's mark, or the inner layer made to start the span);
 //! * `mark.rs`: what it knows of a span's trace (pending root, kept, dropped, skipped);
 //! * `entered.rs`: the spans each thread entered, with their trace's fate and the
-//!   dropped trace's context attached inside a skipped span;
+//!   dropped trace's context attached inside a skipped span, and the skipped spans it
+//!   made in a dropped trace's scope, known by id until they close or it leaves
+//!   (`entered/pending.rs`);
 //! * `context.rs`: [`DroppedContextExt::otel_context`], a span's context to inject.
 
 mod context;

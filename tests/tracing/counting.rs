@@ -4,10 +4,14 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use otel_rate_sampler::SkipDropped;
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Subscriber};
+use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::layer::{Context, Layer};
 use tracing_subscriber::registry::LookupSpan;
+
+use crate::pipeline::Provider;
 
 /// Counts of (callback, span name).
 #[derive(Clone, Debug, Default)]
@@ -32,6 +36,18 @@ impl Counts {
             .copied()
             .unwrap_or(0)
     }
+}
+
+/// The registry with `SkipDropped` around the OpenTelemetry layer of `provider`, what
+/// reaches that layer counted.
+pub(crate) fn counting_dispatch(provider: &Provider) -> (tracing::Dispatch, Counts) {
+    let counts = Counts::default();
+    let layer = SkipDropped::new(Counting {
+        inner: provider.layer(),
+        counts: counts.clone(),
+    });
+    let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+    (dispatch, counts)
 }
 
 /// `inner`, counting every callback that reaches it into `counts`.

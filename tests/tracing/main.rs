@@ -7,6 +7,7 @@
 
 mod compose;
 mod counting;
+mod open_children;
 mod pipeline;
 mod propagation;
 mod samplers;

@@ -10,11 +10,10 @@ use opentelemetry::trace::{
     SpanContext, SpanId, TraceContextExt as _, TraceFlags, TraceId, TraceState,
 };
 use opentelemetry_sdk::trace::SpanData;
-use otel_rate_sampler::{Limit, ManualClock, RateLimitingSampler, SkipDropped};
+use otel_rate_sampler::{Limit, ManualClock, RateLimitingSampler};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
-use tracing_subscriber::layer::SubscriberExt as _;
 
-use crate::counting::{Counting, Counts};
+use crate::counting::counting_dispatch;
 use crate::pipeline::{assert_kept_whole, by_trace, decision, Provider};
 
 /// Spans of one [`request`]: a root, three children, a grandchild under each.
@@ -62,12 +61,7 @@ pub(crate) fn first(n: u32) -> RateLimitingSampler<otel_rate_sampler::AnyLimiter
 #[test]
 fn a_dropped_trace_reaches_the_wrapped_layer_as_its_root_alone() {
     let provider = Provider::new(first(2));
-    let counts = Counts::default();
-    let layer = SkipDropped::new(Counting {
-        inner: provider.layer(),
-        counts: counts.clone(),
-    });
-    let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+    let (dispatch, counts) = counting_dispatch(&provider);
     let decisions: Vec<_> =
         tracing::dispatcher::with_default(&dispatch, || (0..10).map(request).collect());
     assert_eq!(decisions.iter().filter(|d| d.1).count(), 2);
@@ -385,12 +379,7 @@ fn a_skipped_span_closed_outside_its_trace_s_scope_exports_nothing() {
     // The docs: its close reaches the inner layer (checking would cost every kept span
     // a lookup), which finds nothing of it; nothing of the dropped trace is exported.
     let provider = Provider::new(first(1));
-    let counts = Counts::default();
-    let layer = SkipDropped::new(Counting {
-        inner: provider.layer(),
-        counts: counts.clone(),
-    });
-    let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+    let (dispatch, counts) = counting_dispatch(&provider);
     tracing::dispatcher::with_default(&dispatch, || {
         tracing::info_span!("spends the permit").in_scope(|| ());
         let root = tracing::info_span!("request");
