@@ -41,6 +41,7 @@ mod pki;
 mod reload_burst;
 mod reload_cache;
 mod reload_caps;
+mod reload_dated;
 mod reload_prop;
 mod reload_storm;
 #[cfg(all(feature = "reload", unix))]

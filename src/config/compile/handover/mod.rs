@@ -59,14 +59,28 @@ pub(crate) fn replacing<C: Clock>(
 ) -> (LocalRule<C>, Handover<C>) {
     let now = limiter.clock().now_nanos();
     let unseen = unseen(&old.limiter, old.began(), &limiter, now);
-    let snapshot = old.snapshot();
-    let new = LocalRule::new(limiter).succeeding(now, snapshot.used.saturating_add(unseen));
+    let (snapshot, mut carried) = old.snapshot_carried();
+    // Each admission counted until it has left the old window too, as far as a date
+    // at the reload reaches (a shorter new window: see `unseen`'s "not covered").
+    let (was, will) = (old.limiter.shape(), limiter.shape());
+    carried.raise(|date| {
+        let leaves = was.counted_until(date).saturating_sub(1);
+        date.max(now.min(will.counted_from(leaves)))
+    });
+    carried.push(unseen_date(old.limiter.counted_from(now), now), unseen);
+    let new = LocalRule::new(limiter).succeeding(now, &carried);
     let handover = Handover::Limit {
         old: old.clone(),
         new: new.clone(),
         snapshot,
     };
     (new, handover)
+}
+
+/// The date of what a replacement counts of its lineage before `counted` (what the
+/// limiter it goes on from counts begins there): the latest it can have been admitted.
+pub(crate) fn unseen_date(counted: u64, now: u64) -> u64 {
+    counted.saturating_sub(1).min(now)
 }
 
 /// Makes a service cap's new floors and shared pool (`limits`) hold, together, what the
