@@ -157,6 +157,11 @@ struct Args {
     /// `reloads`. Needs --features reload.
     #[arg(long, requires = "config")]
     watch: bool,
+
+    /// With --watch: the quiet period a save must stay unchanged for before it is
+    /// applied (the watcher's default, 200 ms, when not given).
+    #[arg(long, value_name = "DURATION", requires = "watch", value_parser = humantime::parse_duration)]
+    watch_quiet: Option<Duration>,
 }
 
 /// How the demo makes its spans.
@@ -269,8 +274,9 @@ impl Args {
                 (limit, self.algorithm, None)
             }
             Some(file) => {
-                let (source, limit, algorithm) =
+                let (mut source, limit, algorithm) =
                     rules_from(file, &self.service, self.watch).map_err(invalid)?;
+                source.watch_quiet = self.watch_quiet;
                 (limit, algorithm, Some(source))
             }
         };
