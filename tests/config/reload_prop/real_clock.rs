@@ -5,9 +5,11 @@
 //! each full window of the rule's limit keeps at most `N`, and keeps at least ⌈0.9 N⌉
 //! when the deciding threads ran through it (a machine that ran none of them for a
 //! tenth of a window is not the sampler's doing; how often that happened is printed).
-//! The bound during the reloads is the manual-clock tests' (on the real clock a
-//! decision descheduled past the reload's grace period is not covered, and the sliding
-//! kinds lose what leaves their window during a swap).
+//! The churn's bound during the reloads (window lengths and kinds changing) is the
+//! manual-clock property's; on the real clock the cap during the reloads is judged for
+//! a limit flipped 10 ↔ 9 every 2 ms, every algorithm, by the real time of each
+//! admission (the sliding kinds allowed one more per admission that may have left their
+//! window while a reload compiled, which they carry short).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
