@@ -274,9 +274,13 @@ impl Args {
                 (limit, self.algorithm, None)
             }
             Some(file) => {
-                let (mut source, limit, algorithm) =
+                let (source, limit, algorithm) =
                     rules_from(file, &self.service, self.watch).map_err(invalid)?;
-                source.watch_quiet = self.watch_quiet;
+                #[cfg(feature = "config")]
+                let source = crate::rules::RulesSource {
+                    watch_quiet: self.watch_quiet,
+                    ..source
+                };
                 (limit, algorithm, Some(source))
             }
         };

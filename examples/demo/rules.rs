@@ -34,6 +34,7 @@ pub(crate) struct RulesSource {
     pub(crate) service: String,
     pub(crate) watch: bool,
     /// `--watch-quiet`: the watcher's quiet period, when not its default.
+    #[cfg_attr(not(feature = "reload"), allow(dead_code))] // read by `watch`
     pub(crate) watch_quiet: Option<std::time::Duration>,
     /// The rule file's model; `None` for a declarative file applied whole.
     pub(crate) config: Option<SamplingConfig>,
