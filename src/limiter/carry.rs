@@ -20,6 +20,9 @@ const MAX_GROUPS: usize = 64;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Carry {
     groups: Vec<(u64, u64)>,
+    /// A sliding log's own carry: the admissions it had numbered when it was read (the
+    /// ones numbered from there on were made after, exactly). `None` otherwise.
+    pub(crate) claimed: Option<u64>,
 }
 
 impl Carry {
@@ -105,7 +108,10 @@ impl Carry {
             }
         }
         newest.reverse();
-        Carry { groups: newest }
+        Carry {
+            groups: newest,
+            claimed: None,
+        }
     }
 
     /// Every admission's date, oldest first.

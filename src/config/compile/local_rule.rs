@@ -58,6 +58,8 @@ impl<C: Clock> RateLimiter for LocalRule<C> {
 pub(crate) struct Snapshot {
     pub(crate) used: u64,
     until: u64,
+    /// A sliding log's admissions numbered when it was read.
+    claimed: Option<u64>,
 }
 
 /// Admissions counted against a limit that its limiter does not hold, dated (each
@@ -67,6 +69,8 @@ pub(crate) struct Snapshot {
 struct Excess {
     carry: Carry,
     closed: bool,
+    /// A sliding log's admissions numbered when it was closed.
+    closed_claimed: Option<u64>,
 }
 
 impl<C> Clone for LocalRule<C> {
@@ -123,6 +127,7 @@ impl<C: Clock> LocalRule<C> {
         excess.carry.retain_from(self.counted_from());
         excess.carry.extend(&frozen);
         excess.closed = true;
+        excess.closed_claimed = frozen.claimed;
     }
 
     /// Whether a reload closed it.
@@ -165,12 +170,14 @@ impl<C: Clock> LocalRule<C> {
         } else {
             self.limiter.carried()
         };
+        let claimed = carried.claimed;
         let mut kept = excess.carry;
         kept.retain_from(from);
         carried.extend(&kept);
         let snapshot = Snapshot {
             used: carried.total(),
             until: self.window_end(now),
+            claimed,
         };
         (snapshot, carried)
     }
@@ -183,8 +190,13 @@ impl<C: Clock> LocalRule<C> {
     /// window as time passes (the log an entry, the sliding counter a fraction of the
     /// previous window, the bucketed window a sub-window): what leaves between the
     /// snapshot and the close (the time of the compilation) makes the difference that
-    /// much short.
+    /// much short. A sliding log closed since counts it exactly instead: the admissions it numbered
+    /// between the snapshot and the close (each is in the snapshot or after it).
     pub(crate) fn used_since(&self, snapshot: Snapshot) -> u64 {
+        let closed_claimed = self.lock().closed_claimed;
+        if let (Some(from), Some(to)) = (snapshot.claimed, closed_claimed) {
+            return to.saturating_sub(from);
+        }
         let now = self.limiter.clock().now_nanos();
         let used = self.used();
         if now < snapshot.until {

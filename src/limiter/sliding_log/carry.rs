@@ -33,7 +33,8 @@ impl<C: Clock> SlidingLog<C> {
         self.dated(claimed, now)
     }
 
-    /// Admissions `claimed − N ..< claimed` still in the window of `now`, dated.
+    /// Admissions `claimed − N ..< claimed` still in the window of `now`, dated, and
+    /// `claimed`.
     fn dated(&self, claimed: u64, now: u64) -> Carry {
         let stamps = (claimed.saturating_sub(self.permits)..claimed).filter_map(|k| {
             let slot = self.slot(k);
@@ -45,7 +46,9 @@ impl<C: Clock> SlidingLog<C> {
             let stamp = slot.stamp.load(Ordering::Relaxed);
             (stamp.saturating_add(self.window) > now).then_some(stamp)
         });
-        in_order(stamps)
+        let mut carry = in_order(stamps);
+        carry.claimed = Some(claimed);
+        carry
     }
 
     /// Records the admissions of `carry` still in the window of `now` at their dates,

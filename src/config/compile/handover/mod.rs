@@ -298,6 +298,35 @@ mod tests {
         }
     }
 
+    /// A sliding log counts what it admitted during the swap by number: admissions that
+    /// leave its window meanwhile do not hide as many late ones (before, the count's
+    /// difference was carried: 5 left and 5 came, 0 carried, and the replacement gave
+    /// out 5 more: 15 in the interval (0.5 s, 1.5 s] of a limit of 10).
+    #[test]
+    fn a_sliding_log_carries_every_admission_made_during_the_swap() {
+        let clock = ManualClock::new();
+        let limit = Limit::per_window(10, Duration::from_secs(1))
+            .unwrap()
+            .unpaced();
+        let log = || AnyLimiter::with_clock(Algorithm::SlidingLog, limit, clock.clone());
+        let old = LocalRule::new(log());
+        for at in [0, 500_000_000] {
+            clock.set(at);
+            assert_eq!((0..5).filter(|_| old.try_acquire()).count(), 5);
+        }
+        clock.set(999_000_000);
+        let (new, h) = replacing(log(), &old);
+        // The 5 of 0 s leave while the new rules are built; 5 more on the old ones.
+        clock.set(1_000_000_000);
+        assert_eq!((0..5).filter(|_| old.try_acquire()).count(), 5);
+        h.settle();
+        assert!(!new.try_acquire());
+        assert_eq!(new.used(), 10);
+        // The 5 of 0.5 s leave at 1.5 s, those of the swap at 2 s.
+        clock.set(1_500_000_000);
+        assert_eq!((0..10).filter(|_| new.try_acquire()).count(), 5);
+    }
+
     /// A bucketed window's excess lasts while the sub-window it was counted in is in its
     /// window. (Before, it lasted to the aligned window's end: replaced then, at 2 s,
     /// while its sub-window of 1.596 s still counted until 2.05 s, it handed over 1 of

@@ -51,9 +51,10 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     ///   close to the publication (microseconds), and so do decisions on the old rules
     ///   that reach it after. A swap that straddles a window boundary carries what the
     ///   old limiter counted in the new window. The fixed window's carried count is
-    ///   exact; for the sliding kinds (log, counter, bucketed), what leaves their
-    ///   window while the new rules are compiled is carried short by that much (the
-    ///   carry-over is read before compiling).
+    ///   exact, and so is the sliding log's (what it admitted during the swap is
+    ///   counted by number); for the sliding counter and the bucketed window, what
+    ///   leaves their window while the new rules are compiled is carried short by that
+    ///   much (the carry-over is read before compiling).
     /// * A change of window length or of algorithm is a change of limit like any other.
     ///   Where the new window reaches back before what the old limiter counts (a longer
     ///   window, one cut elsewhere, a sliding one after an aligned one), the new limiter
