@@ -157,6 +157,11 @@ struct Args {
     /// `reloads`. Needs --features reload.
     #[arg(long, requires = "config")]
     watch: bool,
+
+    /// With --watch: the quiet period a save must stay unchanged for before it is
+    /// applied (the watcher's default, 200 ms, when not given).
+    #[arg(long, value_name = "DURATION", requires = "watch", value_parser = humantime::parse_duration)]
+    watch_quiet: Option<Duration>,
 }
 
 /// How the demo makes its spans.
@@ -271,6 +276,11 @@ impl Args {
             Some(file) => {
                 let (source, limit, algorithm) =
                     rules_from(file, &self.service, self.watch).map_err(invalid)?;
+                #[cfg(feature = "config")]
+                let source = crate::rules::RulesSource {
+                    watch_quiet: self.watch_quiet,
+                    ..source
+                };
                 (limit, algorithm, Some(source))
             }
         };

@@ -33,6 +33,9 @@ pub(crate) struct RulesSource {
     pub(crate) file: PathBuf,
     pub(crate) service: String,
     pub(crate) watch: bool,
+    /// `--watch-quiet`: the watcher's quiet period, when not its default.
+    #[cfg_attr(not(feature = "reload"), allow(dead_code))] // read by `watch`
+    pub(crate) watch_quiet: Option<std::time::Duration>,
     /// The rule file's model; `None` for a declarative file applied whole.
     pub(crate) config: Option<SamplingConfig>,
 }
@@ -90,6 +93,7 @@ pub(crate) fn load(
         file: file.to_path_buf(),
         service: service.to_owned(),
         watch,
+        watch_quiet: None,
         config: None,
     };
     #[cfg(feature = "yaml")]
@@ -245,8 +249,12 @@ impl Rules {
         let sampler = self
             .rule_based()
             .ok_or("--watch follows rule files, not a declarative file's sampler")?;
+        let mut options = otel_rate_sampler::WatchOptions::new();
+        if let Some(quiet) = source.watch_quiet {
+            options = options.debounce(quiet);
+        }
         let watcher = sampler
-            .watch(&source.file, move |outcome| {
+            .watch_with(&source.file, options, move |outcome| {
                 // Relaxed: counters, read once the run is over.
                 let n = reloads.applied.load(Ordering::Relaxed)
                     + reloads.failed.load(Ordering::Relaxed)

@@ -7,6 +7,9 @@ use super::{
 use crate::clock::{Clock, MonotonicClock};
 use crate::limit::Limit;
 
+// What a reload carries out of it and into its replacement.
+mod carry;
+
 /// The limiting algorithms this crate provides, to choose one at run time.
 ///
 /// Parses from (and displays as) `fixed`, `sliding`, `sliding-log` and `bucketed`.

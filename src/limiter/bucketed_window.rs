@@ -10,6 +10,8 @@ use crate::sync::{AtomicU64, Ordering};
 
 // An admission given back by the rule layer's cap.
 mod admission;
+// What a reload carries out of it and into it.
+mod carry;
 
 /// A lock-free sliding window kept as a ring of `B` sub-window counters (seed article
 /// 4): at most `N` admissions in any `B` consecutive sub-windows, in `O(B)` memory

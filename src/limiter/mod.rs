@@ -2,6 +2,9 @@
 
 mod any;
 mod bucketed_window;
+// Crate-visible: what a reload carries (`config::compile::handover`).
+#[cfg_attr(not(feature = "config"), allow(dead_code))] // used by reloads
+pub(crate) mod carry;
 mod fair;
 mod fixed_window;
 mod forward;

@@ -11,6 +11,8 @@ use crate::sync::{AtomicU64, Ordering};
 
 // The admissions the rule layer's cap makes in two steps, and gives back.
 mod admission;
+// What a reload carries out of it and into it.
+mod carry;
 
 /// An exact sliding-window limiter: at most `N` admissions in **any** interval of length
 /// `W`, kept as a lock-free ring of the last `N` admission times.

@@ -4,6 +4,7 @@
 //! the reload kept under the new limit. The demo is a real process; every wait has a
 //! deadline.
 
+use std::process::Output;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -19,34 +20,35 @@ fn shop(limit: u32) -> String {
     )
 }
 
-#[test]
-fn the_demo_follows_a_configmap_swap_while_it_runs() {
-    let tmp = TempDir::new("demo-k8s");
-    kubelet_update(&tmp.0, 1, &shop(4));
-    let file = tmp.0.join("sampling.toml");
-    demo_binary(); // built before the deadlines start
+/// The demo run with `--config file --service shop --watch` and `more` on a thread of its
+/// own (built first, before any deadline), and the lines of its stderr as they come.
+pub(crate) fn spawn_watching(
+    file: &std::path::Path,
+    more: &str,
+) -> (std::thread::JoinHandle<Output>, mpsc::Receiver<String>) {
+    demo_binary();
     let (tx, lines) = mpsc::channel::<String>();
-    let args: Vec<String> = [
-        "--config",
-        &file.display().to_string(),
-        "--service",
-        "shop",
-        "--watch",
-        "--threads",
-        "2",
-        "--rate",
-        "2000",
-        "--duration",
-        "5s",
-    ]
-    .map(str::to_owned)
-    .to_vec();
+    let file = file.display().to_string();
+    let args: Vec<String> = ["--config", &file, "--service", "shop", "--watch"]
+        .into_iter()
+        .chain(more.split_whitespace())
+        .map(str::to_owned)
+        .collect();
     let demo = std::thread::spawn(move || {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         run_demo_with(&args, &[], Duration::from_secs(120), move |line| {
             let _ = tx.send(line.to_owned());
         })
     });
+    (demo, lines)
+}
+
+#[test]
+fn the_demo_follows_a_configmap_swap_while_it_runs() {
+    let tmp = TempDir::new("demo-k8s");
+    kubelet_update(&tmp.0, 1, &shop(4));
+    let file = tmp.0.join("sampling.toml");
+    let (demo, lines) = spawn_watching(&file, "--threads 2 --rate 2000 --duration 5s");
     let wait_for = |what: &str| loop {
         match lines.recv_timeout(DEADLINE) {
             Ok(line) if line.contains(what) => break line,

@@ -18,6 +18,9 @@ mod demo_run;
 mod demo_cap;
 #[cfg(all(feature = "reload", unix))]
 mod demo_watch;
+// The demo while its rule file is saved every 100 ms.
+#[cfg(all(feature = "reload", unix))]
+mod demo_flip;
 mod env;
 mod errors;
 mod fair_by;
@@ -42,6 +45,7 @@ mod pki;
 mod reload_burst;
 mod reload_cache;
 mod reload_caps;
+mod reload_dated;
 mod reload_prop;
 mod reload_storm;
 #[cfg(all(feature = "reload", unix))]

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::clock::Clock;
 use crate::limit::Limit;
+use crate::limiter::carry::Carry;
 use crate::limiter::{AnyLimiter, RateLimiter};
 
 use super::unseen::alone_from;
@@ -57,16 +58,19 @@ impl<C: Clock> RateLimiter for LocalRule<C> {
 pub(crate) struct Snapshot {
     pub(crate) used: u64,
     until: u64,
+    /// A sliding log's admissions numbered when it was read.
+    claimed: Option<u64>,
 }
 
-/// Admissions counted against a limit in the window ending at `until` (clock
-/// nanoseconds) that its limiter does not hold, and whether the limiter is closed (its
-/// count frozen and moved here: it is no longer read).
-#[derive(Clone, Copy, Default)]
+/// Admissions counted against a limit that its limiter does not hold, dated (each
+/// counted while its date is in the limiter's window: see [`Carry`]), and whether the
+/// limiter is closed (what it counted frozen and moved here: it is no longer read).
+#[derive(Clone, Default)]
 struct Excess {
-    until: u64,
-    count: u64,
+    carry: Carry,
     closed: bool,
+    /// A sliding log's admissions numbered when it was closed.
+    closed_claimed: Option<u64>,
 }
 
 impl<C> Clone for LocalRule<C> {
@@ -91,25 +95,21 @@ impl<C: Clock> LocalRule<C> {
 
     /// `self`, just built with nothing carried and not yet published, as the next of
     /// its lineage at `now`: decided by it alone from the reload ([`alone_from`]), and
-    /// holding `carried` admissions its lineage made before it.
-    pub(crate) fn succeeding(self, now: u64, carried: u64) -> Self {
+    /// holding the admissions its lineage made before it (`carried`, dated: its
+    /// limiter holds the newest it has permits for at their dates, the rest are its
+    /// excess, each until its date leaves the window).
+    pub(crate) fn succeeding(self, now: u64, carried: &Carry) -> Self {
+        let rest = self.limiter.absorb_carried(carried);
+        self.lock().carry = rest;
         Self {
             began: alone_from(now),
             ..self
         }
-        .with_carried(carried)
     }
 
     /// When its lineage began to be decided by it alone (see the field).
     pub(crate) fn began(&self) -> u64 {
         self.began
-    }
-
-    /// This limit holding `carried` admissions made before it (a permit each while its
-    /// limiter has some, the rest as excess).
-    fn with_carried(self, carried: u64) -> Self {
-        self.absorb(carried);
-        self
     }
 
     /// Closes the limit for good: its limiter refuses every later decision (also one
@@ -119,28 +119,20 @@ impl<C: Clock> LocalRule<C> {
     /// above by a slot whose newest stamp this thread does not see yet). Closing a
     /// closed limit does nothing.
     pub(crate) fn close(&self) {
-        let mut excess = self.excess.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut excess = self.lock();
         if excess.closed {
             return;
         }
-        let frozen = self.limiter.close();
-        let now = self.limiter.clock().now_nanos();
-        if now >= excess.until {
-            *excess = Excess {
-                until: self.window_end(now),
-                ..Excess::default()
-            };
-        }
-        excess.count = excess.count.saturating_add(frozen);
+        let frozen = self.limiter.close_carried();
+        excess.carry.retain_from(self.counted_from());
+        excess.carry.extend(&frozen);
         excess.closed = true;
+        excess.closed_claimed = frozen.claimed;
     }
 
     /// Whether a reload closed it.
     pub(crate) fn is_closed(&self) -> bool {
-        self.excess
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .closed
+        self.lock().closed
     }
 
     /// Whether the two are the same limit (clones of one).
@@ -163,11 +155,31 @@ impl<C: Clock> LocalRule<C> {
 
     /// What it has used in its current window, and when that window ends.
     pub(crate) fn snapshot(&self) -> Snapshot {
+        self.snapshot_carried().0
+    }
+
+    /// [`snapshot`](Self::snapshot), and what it counts in its window dated (its
+    /// limiter's, [`AnyLimiter::carried`], and its excess), read once: what a
+    /// replacement carries, the snapshot's count being its total.
+    pub(crate) fn snapshot_carried(&self) -> (Snapshot, Carry) {
         let now = self.limiter.clock().now_nanos();
-        Snapshot {
-            used: self.used(),
+        let from = self.counted_from();
+        let excess = self.lock().clone();
+        let mut carried = if excess.closed {
+            Carry::default()
+        } else {
+            self.limiter.carried()
+        };
+        let claimed = carried.claimed;
+        let mut kept = excess.carry;
+        kept.retain_from(from);
+        carried.extend(&kept);
+        let snapshot = Snapshot {
+            used: carried.total(),
             until: self.window_end(now),
-        }
+            claimed,
+        };
+        (snapshot, carried)
     }
 
     /// What it admitted after `snapshot` that its current window still counts: the
@@ -178,8 +190,13 @@ impl<C: Clock> LocalRule<C> {
     /// window as time passes (the log an entry, the sliding counter a fraction of the
     /// previous window, the bucketed window a sub-window): what leaves between the
     /// snapshot and the close (the time of the compilation) makes the difference that
-    /// much short.
+    /// much short. A sliding log closed since counts it exactly instead: the admissions it numbered
+    /// between the snapshot and the close (each is in the snapshot or after it).
     pub(crate) fn used_since(&self, snapshot: Snapshot) -> u64 {
+        let closed_claimed = self.lock().closed_claimed;
+        if let (Some(from), Some(to)) = (snapshot.claimed, closed_claimed) {
+            return to.saturating_sub(from);
+        }
         let now = self.limiter.clock().now_nanos();
         let used = self.used();
         if now < snapshot.until {
@@ -192,14 +209,14 @@ impl<C: Clock> LocalRule<C> {
     /// What this limit has used in its current window: its limiter's count (frozen
     /// into the excess once closed) plus the excess carried into that window.
     pub(crate) fn used(&self) -> u64 {
-        let now = self.limiter.clock().now_nanos();
-        let excess = *self.excess.lock().unwrap_or_else(PoisonError::into_inner);
+        let from = self.counted_from();
+        let excess = self.lock();
         let counted = if excess.closed {
             0
         } else {
             self.limiter.count_in_window().unwrap_or(0)
         };
-        counted + if now < excess.until { excess.count } else { 0 }
+        counted + excess.carry.count_from(from)
     }
 
     /// The permits left in the current window (0 when the excess covers them).
@@ -216,10 +233,10 @@ impl<C: Clock> LocalRule<C> {
 
     /// Removes and returns the excess carried into the current window.
     pub(crate) fn take_excess(&self) -> u64 {
-        let now = self.limiter.clock().now_nanos();
-        let mut excess = self.excess.lock().unwrap_or_else(PoisonError::into_inner);
-        let count = if now < excess.until { excess.count } else { 0 };
-        excess.count = 0;
+        let from = self.counted_from();
+        let mut excess = self.lock();
+        let count = excess.carry.count_from(from);
+        excess.carry = Carry::default();
         count
     }
 
@@ -228,15 +245,19 @@ impl<C: Clock> LocalRule<C> {
             return;
         }
         let now = self.limiter.clock().now_nanos();
-        let mut excess = self.excess.lock().unwrap_or_else(PoisonError::into_inner);
-        if now >= excess.until {
-            *excess = Excess {
-                until: self.window_end(now),
-                ..*excess
-            };
-            excess.count = 0;
-        }
-        excess.count = excess.count.saturating_add(count);
+        let from = self.counted_from();
+        let mut excess = self.lock();
+        excess.carry.retain_from(from);
+        excess.carry.push(now, count);
+    }
+
+    /// Where what its limiter counts now begins: an excess dated before it has left.
+    fn counted_from(&self) -> u64 {
+        self.limiter.counted_from(self.limiter.clock().now_nanos())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Excess> {
+        self.excess.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// When what the limiter counts at `now` has left its window (see

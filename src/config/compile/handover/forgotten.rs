@@ -5,6 +5,7 @@
 use crate::clock::Clock;
 use crate::config::compile::local_rule::LocalRule;
 use crate::config::compile::unseen::unseen_before;
+use crate::limiter::carry::Carry;
 use crate::limiter::Shape;
 
 /// A local limit dropped by a reload while its window held nothing, for a later rule of
@@ -27,7 +28,8 @@ impl Forgotten {
     pub(crate) fn succeeded_by<C: Clock>(&self, local: LocalRule<C>) -> LocalRule<C> {
         let now = local.limiter.clock().now_nanos();
         let unseen = unseen_before(self.shape, self.began, self.empty_from, &local.limiter, now);
-        local.succeeding(now, unseen)
+        let date = super::unseen_date(self.empty_from, now);
+        local.succeeding(now, &Carry::at(date, unseen))
     }
 
     /// What `local`'s lineage needs once that limit is dropped, its window empty at this

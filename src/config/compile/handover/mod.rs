@@ -59,14 +59,28 @@ pub(crate) fn replacing<C: Clock>(
 ) -> (LocalRule<C>, Handover<C>) {
     let now = limiter.clock().now_nanos();
     let unseen = unseen(&old.limiter, old.began(), &limiter, now);
-    let snapshot = old.snapshot();
-    let new = LocalRule::new(limiter).succeeding(now, snapshot.used.saturating_add(unseen));
+    let (snapshot, mut carried) = old.snapshot_carried();
+    // Each admission counted until it has left the old window too, as far as a date
+    // at the reload reaches (a shorter new window: see `unseen`'s "not covered").
+    let (was, will) = (old.limiter.shape(), limiter.shape());
+    carried.raise(|date| {
+        let leaves = was.counted_until(date).saturating_sub(1);
+        date.max(now.min(will.counted_from(leaves)))
+    });
+    carried.push(unseen_date(old.limiter.counted_from(now), now), unseen);
+    let new = LocalRule::new(limiter).succeeding(now, &carried);
     let handover = Handover::Limit {
         old: old.clone(),
         new: new.clone(),
         snapshot,
     };
     (new, handover)
+}
+
+/// The date of what a replacement counts of its lineage before `counted` (what the
+/// limiter it goes on from counts begins there): the latest it can have been admitted.
+pub(crate) fn unseen_date(counted: u64, now: u64) -> u64 {
+    counted.saturating_sub(1).min(now)
 }
 
 /// Makes a service cap's new floors and shared pool (`limits`) hold, together, what the
@@ -282,6 +296,35 @@ mod tests {
                 assert_eq!((late, after), (7, 3));
             }
         }
+    }
+
+    /// A sliding log counts what it admitted during the swap by number: admissions that
+    /// leave its window meanwhile do not hide as many late ones (before, the count's
+    /// difference was carried: 5 left and 5 came, 0 carried, and the replacement gave
+    /// out 5 more: 15 in the interval (0.5 s, 1.5 s] of a limit of 10).
+    #[test]
+    fn a_sliding_log_carries_every_admission_made_during_the_swap() {
+        let clock = ManualClock::new();
+        let limit = Limit::per_window(10, Duration::from_secs(1))
+            .unwrap()
+            .unpaced();
+        let log = || AnyLimiter::with_clock(Algorithm::SlidingLog, limit, clock.clone());
+        let old = LocalRule::new(log());
+        for at in [0, 500_000_000] {
+            clock.set(at);
+            assert_eq!((0..5).filter(|_| old.try_acquire()).count(), 5);
+        }
+        clock.set(999_000_000);
+        let (new, h) = replacing(log(), &old);
+        // The 5 of 0 s leave while the new rules are built; 5 more on the old ones.
+        clock.set(1_000_000_000);
+        assert_eq!((0..5).filter(|_| old.try_acquire()).count(), 5);
+        h.settle();
+        assert!(!new.try_acquire());
+        assert_eq!(new.used(), 10);
+        // The 5 of 0.5 s leave at 1.5 s, those of the swap at 2 s.
+        clock.set(1_500_000_000);
+        assert_eq!((0..10).filter(|_| new.try_acquire()).count(), 5);
     }
 
     /// A bucketed window's excess lasts while the sub-window it was counted in is in its

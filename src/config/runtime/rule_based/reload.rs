@@ -31,7 +31,12 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     /// * A changed one gets a new limiter that starts with what the old one used in its
     ///   current window, *including* admissions beyond the new limit: lowering 1000/h
     ///   (1000 used) to 500 and restoring 1000 within the hour admits nothing more
-    ///   that hour.
+    ///   that hour. Each admission carried keeps its time (the sliding log's stamp,
+    ///   the bucketed window's sub-window; the aligned kinds count per window): it is
+    ///   counted until it has left the new window and the old one, never longer than to
+    ///   the end of the new window of the reload, so a limit changed late in a window
+    ///   gives its permits back as its admissions leave (10 kept at 1 ms, changed
+    ///   10 → 5 → 10 at 900 ms: 10 again from 1.001 s).
     /// * Decisions running during the swap, and threads whose cached rules are the old
     ///   ones: before it publishes the new rules, the reload *closes* each replaced
     ///   limiter by its own atomic state (one swap of its word, which freezes the count
@@ -46,9 +51,10 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     ///   close to the publication (microseconds), and so do decisions on the old rules
     ///   that reach it after. A swap that straddles a window boundary carries what the
     ///   old limiter counted in the new window. The fixed window's carried count is
-    ///   exact; for the sliding kinds (log, counter, bucketed), what leaves their
-    ///   window while the new rules are compiled is carried short by that much (the
-    ///   carry-over is read before compiling).
+    ///   exact, and so is the sliding log's (what it admitted during the swap is
+    ///   counted by number); for the sliding counter and the bucketed window, what
+    ///   leaves their window while the new rules are compiled is carried short by that
+    ///   much (the carry-over is read before compiling).
     /// * A change of window length or of algorithm is a change of limit like any other.
     ///   Where the new window reaches back before what the old limiter counts (a longer
     ///   window, one cut elsewhere, a sliding one after an aligned one), the new limiter
@@ -59,10 +65,10 @@ impl<C: Clock + Clone> RuleBasedSampler<C> {
     ///   none of it out again. 1 per 1.5 s (1 used) changed to 2 per 1 s at 1.5 s keeps
     ///   2 between 1 s and 2 s. The price: that is a bound, not
     ///   a count, so such a rule may keep less than its limit, at worst nothing (N
-    ///   under-used), until what the reload carried has left its window: the end of the
-    ///   window of the reload (for the sliding log one window after the reload, for the
-    ///   bucketed window once its sub-window has left it); the same change with nothing
-    ///   used keeps 1, not 2, in [1.5 s, 2 s). Not covered: the new limiter's windows
+    ///   under-used), until what the reload carried has left its window (each admission
+    ///   as above; what the old limit could have let through before its own window, when
+    ///   that part leaves the new window); the same change with nothing used keeps 1,
+    ///   not 2, in [1.5 s, 2 s). Not covered: the new limiter's windows
     ///   that begin before what the old one counted has left its window (a shorter
     ///   window, a fixed window after a sliding one) start empty, as closing them would
     ///   starve the rule; each can add its N to an interval of the old length: 5 per 1 s
