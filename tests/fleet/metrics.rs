@@ -91,7 +91,12 @@ fn fleet_instruments_report_calls_permits_then_fallback_and_failures_by_kind() {
     assert!(up(M::FLEET_CALLS) >= 1.0);
     assert!(up(M::FLEET_CALL_TIME) > 0.0);
     assert!(up(M::FLEET_CALL_LAST_DURATION) > 0.0);
-    for kind in FleetFailure::ALL {
+    // No failure while Redis answers; but a call slowed by a loaded machine may be
+    // refused as late, which the design takes as a clock correction, not a fault.
+    for kind in FleetFailure::ALL
+        .into_iter()
+        .filter(|k| *k != FleetFailure::Late)
+    {
         let failed = value(
             &exporter,
             M::FLEET_CALL_FAILURES,
@@ -248,7 +253,11 @@ fn target_instruments_follow_a_replaced_limiter_and_never_show_the_password() {
     assert!(calls_before >= 2.0, "{calls_before}");
     let (rounds, seconds) = round_trips(&exporter, &label);
     assert!(rounds >= 1 && seconds > 0.0, "{rounds} rounds, {seconds} s");
-    for kind in FleetFailure::ALL {
+    // As above: a slow call refused as late is not a fault.
+    for kind in FleetFailure::ALL
+        .into_iter()
+        .filter(|k| *k != FleetFailure::Late)
+    {
         let failed = value(
             &exporter,
             M::FLEET_TARGET_FAILURES,
