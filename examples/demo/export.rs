@@ -72,6 +72,7 @@ impl ExportTally {
         entry.spans += 1;
         if span.parent_span_id == SpanId::INVALID {
             entry.root_seen = true;
+            stamp(span);
             entry.window = span
                 .attributes
                 .iter()
@@ -91,6 +92,37 @@ impl ExportTally {
             }
         }
     }
+}
+
+/// With `DEMO_STAMPS=FILE` (for the fleet tests): appends a line per kept root as it is
+/// exported, `<start> <end> <demo.window>` (Unix ns: they bracket the admission), one
+/// write each, so a process killed
+/// mid-run leaves every kept trace it exported: what really happened, in real time.
+fn stamp(root: &SpanData) {
+    static FILE: OnceLock<Option<std::fs::File>> = OnceLock::new();
+    let file = FILE.get_or_init(|| {
+        let path = std::env::var_os("DEMO_STAMPS")?;
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .ok()
+    });
+    let Some(mut file) = file.as_ref() else {
+        return;
+    };
+    let unix = |t: std::time::SystemTime| {
+        t.duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    };
+    let (start, end) = (unix(root.start_time), unix(root.end_time));
+    let window = root
+        .attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == WINDOW_KEY)
+        .map_or_else(|| "-".to_owned(), |kv| kv.value.to_string());
+    use std::io::Write as _;
+    let _ = file.write_all(format!("{start} {end} {window}\n").as_bytes());
 }
 
 /// What a [`CountingExporter`] saw; shared with the report.

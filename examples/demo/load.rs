@@ -273,14 +273,17 @@ fn window_value(window: u64) -> i64 {
 /// root, adds the children and ends the trace. Says whether the root was sampled, and
 /// that window.
 fn offer_sdk(run: &Run, route: Option<KeyValue>) -> (bool, Option<u64>) {
-    let mut root = match route {
-        None => run.tracer.start_with_context("demo.root", &Context::new()),
-        Some(route) => run
-            .tracer
-            .span_builder("demo.root")
-            .with_attributes([route])
-            .start_with_context(&run.tracer, &Context::new()),
+    // Started before the decision (the SDK would read the time after it): the root's
+    // start and end bracket the admission, for the fleet tests' stamps (`export.rs`).
+    let builder = run
+        .tracer
+        .span_builder("demo.root")
+        .with_start_time(std::time::SystemTime::now());
+    let builder = match route {
+        None => builder,
+        Some(route) => builder.with_attributes([route]),
     };
+    let mut root = builder.start_with_context(&run.tracer, &Context::new());
     let window = COUNTED_IN.with(Cell::take);
     let sampled = root.span_context().is_sampled();
     if let (true, Some(window)) = (sampled, window) {

@@ -10,6 +10,7 @@ use super::error::{redact, FleetError};
 use super::limiter::{FleetLimiter, Inner, DEFAULT_FLEET_PREFIX};
 use super::pool::{self, PoolKey};
 use super::stats::StatCells;
+use super::target::label;
 use super::time::TimeMap;
 use super::tls;
 use super::transport::{all_tls, target_identity, Target, TargetTls};
@@ -266,8 +267,9 @@ impl<C: Clock> FleetLimiterBuilder<C> {
         let member: Arc<dyn Member> = inner.member.clone();
         let registration = pool::join(
             PoolKey::new(identity, cluster),
-            target,
+            (target, label(&self.urls, cluster)),
             Arc::downgrade(&member),
+            &inner.stats.target,
         )
         .map_err(FleetError::Spawn)?;
         let _ = inner.registration.set(registration);

@@ -2,6 +2,8 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
+#[cfg(feature = "metrics")]
+use std::sync::Weak;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -145,6 +147,29 @@ impl<C: Clock> Served for Inner<C> {
 impl<C> Drop for Inner<C> {
     fn drop(&mut self) {
         self.member.stop();
+        // Its last window counts in its target's statistics (once, if closed before).
+        self.member.retire(self.shared());
+    }
+}
+
+/// A handle on a [`FleetLimiter`] that does not keep it alive: what the metrics hold,
+/// so a limiter a reload replaced is dropped (its calls end) and reported no more.
+#[cfg(feature = "metrics")]
+pub(crate) struct WeakFleet<C>(Weak<Inner<C>>);
+
+#[cfg(feature = "metrics")]
+impl<C> WeakFleet<C> {
+    /// The limiter, while a handle of it is still held elsewhere.
+    pub(crate) fn upgrade(&self) -> Option<FleetLimiter<C>> {
+        self.0.upgrade().map(|inner| FleetLimiter { inner })
+    }
+}
+
+#[cfg(feature = "metrics")]
+impl<C> FleetLimiter<C> {
+    /// A handle that does not keep this limiter alive.
+    pub(crate) fn downgrade(&self) -> WeakFleet<C> {
+        WeakFleet(Arc::downgrade(&self.inner))
     }
 }
 
@@ -241,6 +266,7 @@ impl<C: Clock> FleetLimiter<C> {
     #[cfg(feature = "config")]
     pub(crate) fn close(&self) {
         self.inner.member.stop();
+        self.inner.member.retire(self.inner.shared());
         self.inner
             .lease
             .roll_to(crate::limiter::packed::MAX_WINDOW_INDEX, 0);

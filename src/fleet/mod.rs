@@ -16,12 +16,15 @@
 //!   the answers, and its warnings.
 //! * `pipeline.rs`: one round's calls as pipelines (the lease calls of a server, or of
 //!   a cluster slot, in one call of the lease script, their replicas heartbeating once).
+//! * `target.rs`: what a worker counted for all its rules, its label without the
+//!   password, and the observers of its round trips (the metrics' histogram).
 //! * `pool.rs`: one worker per Redis target (a thread, its runtime, one connection),
 //!   shared by every limiter of the process on it: one pipeline per round.
 //! * `limiter.rs`: the public handle.
 //! * `stall.rs`: a limiter's clock standing still while real time goes on.
 //! * `throttle.rs`: a kind of warning logged at most once per sync interval.
-//! * `stats.rs`: its statistics, written by the worker, and the kinds of failed calls.
+//! * `stats.rs`: its statistics, written by the worker; `failure.rs` the kinds of
+//!   failed calls.
 //! * `builder.rs`: its builder, where the options are checked.
 //! * `error.rs`: `FleetError`.
 
@@ -37,6 +40,8 @@ mod builder;
 mod call_error;
 #[cfg(feature = "redis")]
 mod error;
+#[cfg(feature = "redis")]
+mod failure;
 #[cfg(feature = "redis")]
 mod lease;
 #[cfg(feature = "redis")]
@@ -56,6 +61,8 @@ mod stats;
 #[cfg(feature = "redis")]
 mod stop;
 #[cfg(feature = "redis")]
+mod target;
+#[cfg(feature = "redis")]
 mod throttle;
 #[cfg(feature = "redis")]
 mod time;
@@ -73,6 +80,13 @@ pub use builder::{FleetLimiterBuilder, RedisUrls};
 #[cfg(feature = "redis")]
 pub use error::FleetError;
 #[cfg(feature = "redis")]
+pub use failure::FleetFailure;
+#[cfg(feature = "redis")]
 pub use limiter::{FleetLimiter, DEFAULT_FLEET_PREFIX};
 #[cfg(feature = "redis")]
-pub use stats::{FleetFailure, FleetStats};
+pub use stats::FleetStats;
+#[cfg(all(feature = "redis", feature = "metrics"))]
+pub(crate) use {
+    pool::targets,
+    target::{observe_rounds, RoundObserver, TargetStats},
+};

@@ -30,6 +30,9 @@ use tokio::task::JoinSet;
 
 use super::lease::{Call, Vouch};
 use super::stop::Stop;
+use super::target::{self, TargetCells};
+#[cfg(feature = "metrics")]
+use super::target::{Gauges, TargetStats};
 use super::transport::{Target, Transport};
 use super::wire::Leave;
 use super::worker::{Member, Planned};
@@ -65,6 +68,10 @@ pub(crate) struct Pool {
 #[derive(Default)]
 struct PoolShared {
     stop: Stop,
+    /// The target's URL(s) without credentials, for the metrics.
+    label: String,
+    /// What every rule served has counted (`target.rs`).
+    cells: Arc<TargetCells>,
     /// The rules, and how to remove each one's member once it is dropped.
     members: Mutex<Vec<(Weak<dyn Member>, Leave)>>,
     /// Members of rules dropped since the last round, to remove.
@@ -116,16 +123,18 @@ fn registry() -> &'static Registry {
     POOLS.get_or_init(Registry::default)
 }
 
-/// Registers `member` with the worker for `key`, starting one (on `target`) if there
-/// is none.
+/// Registers `member` with the worker for `key`, starting one (on `target`, labelled
+/// `label`) if there is none; `cells` is set to the worker's counters before the
+/// member's first call.
 ///
 /// # Errors
 ///
 /// When a new worker's thread cannot start.
 pub(crate) fn join(
     key: PoolKey,
-    target: Target,
+    (target, label): (Target, String),
     member: Weak<dyn Member>,
+    cells: &OnceLock<Arc<TargetCells>>,
 ) -> io::Result<Registration> {
     let mut pools = registry()
         .lock()
@@ -135,7 +144,10 @@ pub(crate) fn join(
         Some(pool) => pool,
         None => {
             let pool = Arc::new(Pool {
-                shared: Arc::new(PoolShared::default()),
+                shared: Arc::new(PoolShared {
+                    label,
+                    ..PoolShared::default()
+                }),
             });
             spawn(Arc::clone(&pool.shared), target)?;
             pools.insert(key, Arc::downgrade(&pool));
@@ -144,6 +156,7 @@ pub(crate) fn join(
     };
     drop(pools);
     let shared = &pool.shared;
+    let _ = cells.set(Arc::clone(&shared.cells));
     if let Some(leave) = member.upgrade().map(|m| m.wire().leave()) {
         lock(&shared.members).push((member, leave));
     }
@@ -286,9 +299,41 @@ async fn round(
     // Relaxed: a display counter.
     shared.round_trips.fetch_add(1, Ordering::Relaxed);
     let round_trip = started.elapsed();
+    target::round_observed(&shared.label, round_trip);
     for ((member, planned), answer) in due.iter().zip(answers) {
         member.apply(*planned, answer, round_trip);
     }
+}
+
+/// Every worker of the process now, one entry per label: what it counted over its
+/// life and the gauges of the rules it serves.
+#[cfg(feature = "metrics")]
+pub(crate) fn targets() -> Vec<TargetStats> {
+    let pools: Vec<Arc<Pool>> = lock(registry())
+        .values()
+        .filter_map(Weak::upgrade)
+        .collect();
+    let mut by_label: Vec<TargetStats> = Vec::new();
+    for pool in pools {
+        let s = &pool.shared;
+        let mut gauges = Gauges::default();
+        let members: Vec<Arc<dyn Member>> = lock(&s.members)
+            .iter()
+            .filter_map(|(m, _)| m.upgrade())
+            .filter(|m| !m.stopped())
+            .collect();
+        for (instances, fallback) in members.iter().filter_map(|m| m.gauges()) {
+            gauges.rules += 1;
+            gauges.replicas = gauges.replicas.max(instances);
+            gauges.in_fallback += u64::from(fallback);
+        }
+        let stats = s.cells.read(&s.label, gauges);
+        match by_label.iter_mut().find(|t| t.label == stats.label) {
+            Some(same) => same.merge(&stats),
+            None => by_label.push(stats),
+        }
+    }
+    by_label
 }
 
 impl PoolShared {

@@ -46,6 +46,10 @@ pub(crate) struct LeaseWord {
     word: CachePadded<AtomicU64>,
     // A lease for a window not yet started; installed at most once (see module docs).
     next: AtomicU64,
+    // The newest word a roll replaced (window, remaining): what was left of a window
+    // when a decision (or the worker) moved the word on, so the worker's statistics
+    // count exactly what was spent of it. Written once per roll, never on a spend.
+    left: AtomicU64,
 }
 
 /// What [`LeaseWord::add`] did.
@@ -62,6 +66,7 @@ impl LeaseWord {
         Self {
             word: CachePadded::new(AtomicU64::new(pack(0, 0))),
             next: AtomicU64::new(pack(0, 0)),
+            left: AtomicU64::new(pack(0, 0)),
         }
     }
 
@@ -120,10 +125,30 @@ impl LeaseWord {
                 return None;
             };
             match replace(&self.word, current, next) {
-                Ok(()) => return Some(unpack(next).0),
+                Ok(()) => {
+                    if now_window > window {
+                        self.rolled_from(current);
+                    }
+                    return Some(unpack(next).0);
+                }
                 Err(actual) => current = actual,
             }
         }
+    }
+
+    /// Keeps `replaced`, a word a roll replaced, if it names the newest window so far.
+    fn rolled_from(&self, replaced: u64) {
+        // Relaxed: a statistic; `fetch_max` keeps the newest window's whatever order
+        // two rolls store in (the window is the word's high bits).
+        self.left.fetch_max(replaced, Ordering::Relaxed);
+    }
+
+    /// What was left of `window` when a roll moved the word past it, if the last roll
+    /// did (the worker's statistics, `lease/roll.rs`).
+    pub(crate) fn left_of(&self, window: u64) -> Option<u64> {
+        // Relaxed: a statistic, see `rolled_from`.
+        let (w, remaining) = unpack(self.left.load(Ordering::Relaxed));
+        (w == window).then_some(remaining)
     }
 
     /// Publishes a lease of `granted` permits for the future window `window`.
@@ -146,7 +171,10 @@ impl LeaseWord {
             }
             let next = pack(window, granted.min(REMAINING_MASK));
             match replace(&self.word, current, next) {
-                Ok(()) => return true,
+                Ok(()) => {
+                    self.rolled_from(current);
+                    return true;
+                }
                 Err(actual) => current = actual,
             }
         }
@@ -166,7 +194,12 @@ impl LeaseWord {
                 return Added::Expired;
             };
             match replace(&self.word, current, next) {
-                Ok(()) => return Added::Installed,
+                Ok(()) => {
+                    if w < window {
+                        self.rolled_from(current);
+                    }
+                    return Added::Installed;
+                }
                 Err(actual) => current = actual,
             }
         }
@@ -182,6 +215,28 @@ impl LeaseWord {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    /// What a window had left when a roll moved the word on is kept for the worker's
+    /// statistics, whoever rolled it: a decision installing the prefetched lease, or
+    /// the worker; the newest roll's only.
+    #[test]
+    fn a_roll_keeps_what_the_window_left() {
+        let l = LeaseWord::new();
+        assert_eq!(l.add(10, 5), Added::Installed);
+        assert_eq!(l.try_spend(10), Some(10));
+        l.publish_next(11, 3);
+        assert_eq!(
+            l.try_spend(11),
+            Some(11),
+            "a decision installs the prefetch"
+        );
+        assert_eq!(l.left_of(10), Some(4));
+        assert!(l.roll_to(12, 2));
+        assert_eq!(l.left_of(11), Some(2));
+        assert_eq!(l.left_of(10), None, "only the newest roll's");
+        assert_eq!(l.add(13, 1), Added::Installed);
+        assert_eq!(l.left_of(12), Some(2));
+    }
 
     #[test]
     fn spends_only_in_the_window_it_names() {

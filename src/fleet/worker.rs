@@ -53,6 +53,12 @@ pub(crate) trait Member: Send + Sync {
     fn abandon(&self);
     /// Whether the rule was shut down.
     fn stopped(&self) -> bool;
+    /// The replicas it last saw in Redis, and whether it spends its fallback share;
+    /// `None` once its limiter is dropped.
+    #[cfg(feature = "metrics")]
+    fn gauges(&self) -> Option<(u64, bool)> {
+        None
+    }
     /// Whether it went dormant since the last ask: its member is to leave the rule
     /// (`lease/dormant.rs`).
     fn leaving(&self) -> bool {
@@ -165,6 +171,11 @@ impl RuleWorker {
         self.stopped.store(true, Ordering::Release);
     }
 
+    /// The limiter is closed or dropped: its window counts as closed in the statistics.
+    pub(crate) fn retire(&self, shared: Shared<'_>) {
+        lock(&self.state).machine.retire(shared);
+    }
+
     fn landed(&self) {
         *lock(&self.in_flight) = false;
         self.idle.notify_all();
@@ -244,6 +255,17 @@ impl Member for RuleWorker {
     fn stopped(&self) -> bool {
         // Acquire: pairs with the Release store in `stop`.
         self.stopped.load(Ordering::Acquire)
+    }
+
+    #[cfg(feature = "metrics")]
+    fn gauges(&self) -> Option<(u64, bool)> {
+        let inner = self.inner.upgrade()?;
+        let stats = inner.shared().stats;
+        // Relaxed (both): display values (see `StatCells`).
+        Some((
+            stats.instances.load(Ordering::Relaxed),
+            stats.fallback.load(Ordering::Relaxed),
+        ))
     }
 
     fn leaving(&self) -> bool {

@@ -62,40 +62,55 @@ impl SamplerMetrics {
     /// | `otel_rate_sampler.fleet.permits.unused` | counter | `{permit}` | key |
     /// | `otel_rate_sampler.fleet.shape_conflicts` | counter | `{call}` | key |
     ///
-    /// Call latency is a pair of observable figures, not a histogram: OpenTelemetry
-    /// has no observable histogram, and a synchronous one would tie the worker to a
-    /// meter. The mean round trip over a collection interval is the rise of
-    /// `call.time` over the rise of `calls`; `call.last_duration` shows a slow or
-    /// stuck Redis at once. The instruments hold a clone of the limiter (its worker
-    /// runs while they do); register each limiter once.
+    /// Per key, call latency is a pair of observable figures (the mean round trip over
+    /// a collection interval is the rise of `call.time` over the rise of `calls`;
+    /// `call.last_duration` shows a slow or stuck Redis at once); the histogram is per
+    /// Redis target, [`register_fleet_targets`](Self::register_fleet_targets). The
+    /// instruments do not keep the limiter alive: once its last handle is dropped (a
+    /// reload replaced it) they report nothing for it. Register each limiter once; to
+    /// follow reloads, report per target instead.
     pub fn register_fleet<C: Clock + Send + Sync + 'static>(&self, limiter: &FleetLimiter<C>) {
         let meter = self.meter();
         let key = KeyValue::new(Self::FLEET_KEY, limiter.key().to_owned());
         for (name, counter, unit, description, points) in u64_instruments() {
-            let (limiter, key) = (limiter.clone(), key.clone());
+            let (limiter, key) = (limiter.downgrade(), key.clone());
             let callback = move |out: &dyn AsyncInstrument<u64>| {
+                let Some(limiter) = limiter.upgrade() else {
+                    return;
+                };
                 for (value, extra) in points(&limiter.stats()) {
                     let attrs: Vec<KeyValue> = iter::once(key.clone()).chain(extra).collect();
                     out.observe(value, &attrs);
                 }
             };
-            if counter {
-                let builder = meter.u64_observable_counter(name);
-                builder
-                    .with_unit(unit)
-                    .with_description(description)
-                    .with_callback(callback)
-                    .build();
-            } else {
-                let builder = meter.u64_observable_gauge(name);
-                builder
-                    .with_unit(unit)
-                    .with_description(description)
-                    .with_callback(callback)
-                    .build();
-            }
+            observe_u64(&meter, (name, counter, unit, description), callback);
         }
         register_call_times(&meter, limiter, &key);
+    }
+}
+
+/// Builds the observable `u64` instrument `name` (a counter, else a gauge) on `meter`.
+pub(super) fn observe_u64<F>(
+    meter: &Meter,
+    (name, counter, unit, description): (&'static str, bool, &'static str, &'static str),
+    callback: F,
+) where
+    F: Fn(&dyn AsyncInstrument<u64>) + Send + Sync + 'static,
+{
+    if counter {
+        meter
+            .u64_observable_counter(name)
+            .with_unit(unit)
+            .with_description(description)
+            .with_callback(callback)
+            .build();
+    } else {
+        meter
+            .u64_observable_gauge(name)
+            .with_unit(unit)
+            .with_description(description)
+            .with_callback(callback)
+            .build();
     }
 }
 
@@ -182,22 +197,26 @@ fn register_call_times<C: Clock + Send + Sync + 'static>(
     key: &KeyValue,
 ) {
     let seconds = |nanos: u64| nanos as f64 / 1e9;
-    let (l, k) = (limiter.clone(), key.clone());
+    let (l, k) = (limiter.downgrade(), key.clone());
     meter
         .f64_observable_counter(SamplerMetrics::FLEET_CALL_TIME)
         .with_unit("s")
         .with_description("Time spent in calls to Redis (sum of round trips)")
         .with_callback(move |out| {
-            out.observe(seconds(l.stats().call_nanos_total), slice::from_ref(&k))
+            if let Some(l) = l.upgrade() {
+                out.observe(seconds(l.stats().call_nanos_total), slice::from_ref(&k));
+            }
         })
         .build();
-    let (l, k) = (limiter.clone(), key.clone());
+    let (l, k) = (limiter.downgrade(), key.clone());
     meter
         .f64_observable_gauge(SamplerMetrics::FLEET_CALL_LAST_DURATION)
         .with_unit("s")
         .with_description("Round trip of the last call to Redis")
         .with_callback(move |out| {
-            out.observe(seconds(l.stats().last_call_nanos), slice::from_ref(&k))
+            if let Some(l) = l.upgrade() {
+                out.observe(seconds(l.stats().last_call_nanos), slice::from_ref(&k));
+            }
         })
         .build();
 }

@@ -8,6 +8,7 @@
 //! tests of CPU. Time bounds are hang guards, not speed claims.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 use std::process::Output;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -38,6 +39,9 @@ pub(crate) struct DemoRun {
     /// Windows wholly inside this process's run in which it alone offered more than N.
     pub(crate) saturated: BTreeSet<u64>,
     pub(crate) summary: Value,
+    /// The start (Unix ms) of the demo's window 0, from its window lines: its windows
+    /// are aligned on multiples of the window in Unix time (`examples/demo/windows.rs`).
+    pub(crate) origin_ms: Option<u64>,
 }
 
 /// Runs [`PROCESSES`] demos at once against `redis` for `duration`, calling `during` on
@@ -64,22 +68,102 @@ pub(crate) fn run_fleet_with(
     duration: &str,
     during: impl FnOnce(),
 ) -> Vec<DemoRun> {
+    let paths: Vec<PathBuf> = (0..PROCESSES).map(|i| fresh_stamps_path(key, i)).collect();
     let demos: Vec<_> = urls
         .iter()
-        .map(|url| {
+        .zip(&paths)
+        .map(|(url, path)| {
             let mut args = demo_args(url, key, duration, "2000");
             args.extend(extra.iter().map(|a| a.to_string()));
+            let path = path.clone();
             thread::spawn(move || {
                 let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                run_demo(&args, &[], HANG_GUARD)
+                let stamps = path.to_str().expect("a UTF-8 path");
+                run_demo(&args, &[("DEMO_STAMPS", stamps)], HANG_GUARD)
             })
         })
         .collect();
     during();
-    demos
+    let runs: Vec<DemoRun> = demos
         .into_iter()
         .map(|h| parse(&h.join().expect("demo thread")))
-        .collect()
+        .collect();
+    let stamped: Vec<_> = paths
+        .into_iter()
+        .zip(&runs)
+        .map(|(p, r)| (p, r.origin_ms))
+        .collect();
+    judge_stamps(&stamped, key);
+    runs
+}
+
+/// Half a demo's call bound (its response and connect timeouts, 62.5 ms each for a
+/// 500 ms window), plus 5 ms of clock drift: how far the demo's window edges may be
+/// from Redis `TIME`'s.
+const DEMO_EDGE_NS: u64 = 68_000_000;
+
+/// The file for the stamps of demo `i` of the test on `key` (`DEMO_STAMPS`).
+pub(crate) fn stamps_path(key: &str, i: usize) -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("stamps-{key}-{i}-{}", std::process::id()))
+}
+
+/// [`stamps_path`], emptied for a new demo.
+pub(crate) fn fresh_stamps_path(key: &str, i: usize) -> PathBuf {
+    let path = stamps_path(key, i);
+    let _ = std::fs::remove_file(&path);
+    path
+}
+
+/// Judges the demos by what they really kept: every kept root each exported (a killed
+/// one's to its last), from their stamp files (`<start> <end> <window k>`, Unix ns
+/// around the admission, and the demo's window, `origin_ms` + k windows in Unix ms). Each admission's window holds its real time, give or take the
+/// demo's edge error; and counted by these stamps, no window keeps more than N (so every
+/// Redis `TIME` window keeps at most N apart from admissions within the edge error of
+/// its edges). Returns the kept roots per window (Unix ms).
+pub(crate) fn judge_stamps(demos: &[(PathBuf, Option<u64>)], what: &str) -> BTreeMap<u64, u64> {
+    let mut per_window = BTreeMap::new();
+    let mut real = BTreeMap::<u64, u64>::new();
+    let window_ns = WINDOW_MS * 1_000_000;
+    for (path, origin_ms) in demos {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.is_empty() {
+            continue;
+        }
+        let origin_ms = origin_ms.unwrap_or_else(|| panic!("{what}: stamps but no window line"));
+        for line in text.lines() {
+            let mut words = line.split_whitespace();
+            let mut next = || -> u64 {
+                let word = words
+                    .next()
+                    .unwrap_or_else(|| panic!("short line {line:?}"));
+                word.parse()
+                    .unwrap_or_else(|_| panic!("bad stamp {line:?}"))
+            };
+            let (start, end, k) = (next(), next(), next());
+            let window_ms = origin_ms + k * WINDOW_MS;
+            let (from, to) = (window_ms * 1_000_000, window_ms * 1_000_000 + window_ns);
+            assert!(
+                end + DEMO_EDGE_NS >= from && start < to + DEMO_EDGE_NS,
+                "{what}: kept in window @{window_ms} but admitted within [{start}, {end}] ns"
+            );
+            *per_window.entry(window_ms).or_default() += 1;
+            *real.entry(start / window_ns * WINDOW_MS).or_default() += 1;
+        }
+        let _ = std::fs::remove_file(path);
+    }
+    for (window, kept) in &per_window {
+        assert!(
+            *kept <= N,
+            "{what}: window @{window} kept {kept} > N = {N}, by the stamps"
+        );
+    }
+    println!(
+        "{what}: by the stamps, per window {:?}; per Redis TIME window {:?}",
+        per_window.values().collect::<Vec<_>>(),
+        real.values().collect::<Vec<_>>()
+    );
+    per_window
 }
 
 /// A fleet demo's arguments: `rate` traces per second on two threads, against the
@@ -123,6 +207,7 @@ pub(crate) fn parse(output: &Output) -> DemoRun {
         per_window,
         saturated: saturated(&err),
         summary,
+        origin_ms: origin_ms(&err),
     }
 }
 
@@ -136,7 +221,19 @@ pub(crate) fn parse_killed(output: &Output) -> DemoRun {
             .collect(),
         saturated: saturated(&err),
         summary: Value::Null,
+        origin_ms: origin_ms(&err),
     }
+}
+
+/// The start (Unix ms) of the demo's window 0, from a window line (`window K @MS`).
+fn origin_ms(err: &str) -> Option<u64> {
+    err.lines().find_map(|l| {
+        let rest = l.strip_prefix("window ")?;
+        let (k, rest) = rest.split_once(" @")?;
+        let (ms, _) = rest.split_once(':')?;
+        let (k, ms): (u64, u64) = (k.parse().ok()?, ms.parse().ok()?);
+        ms.checked_sub(k * WINDOW_MS)
+    })
 }
 
 /// Windows wholly inside the run in which this process alone offered more than N.
@@ -189,6 +286,9 @@ pub(crate) fn assert_capped(total: &BTreeMap<u64, u64>, runs: &[DemoRun], what: 
 
 /// Waits until `clients` connections (the demos' fleet limiters) are open on `server`.
 pub(crate) fn wait_for_clients(server: &Server, clients: usize) {
+    // The hang guard counts from a built demo: the first test to start one builds it
+    // (a minute or more on a loaded machine), and the others wait for that meanwhile.
+    let _ = demo_run::demo_binary();
     let deadline = Instant::now() + HANG_GUARD;
     loop {
         // `redis-cli` itself is one of the connections.

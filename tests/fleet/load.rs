@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use otel_rate_sampler::{Clock, FleetLimiter, Limit, RateLimiter};
 
@@ -12,6 +12,9 @@ use otel_rate_sampler::{Clock, FleetLimiter, Limit, RateLimiter};
 pub(crate) const WINDOW: Duration = Duration::from_millis(250);
 pub(crate) const INTERVAL: Duration = Duration::from_millis(50);
 pub(crate) const N: u32 = 200;
+/// The edge error of a replica of [`fleet`] (response and connect timeouts of one
+/// interval each): half its call bound, plus 5 ms of clock drift.
+pub(crate) const EDGE: Duration = Duration::from_millis(INTERVAL.as_millis() as u64 + 5);
 
 /// The heartbeat Redis holds for `replica` (an instance id set by the test) among the
 /// replicas of sync interval [`INTERVAL`] under the default prefix.
@@ -62,6 +65,81 @@ pub(crate) fn drive<C: Clock>(
     run: Duration,
     during: impl FnOnce(),
 ) -> (PerWindow, u64, u64) {
+    let (total, first, last, _) = drive_stamped(fleet, per_window, run, during);
+    (total, first, last)
+}
+
+/// Now, in Unix nanoseconds: on loopback, the clock Redis `TIME` reads.
+fn unix_nanos() -> u64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970");
+    u64::try_from(since.as_nanos()).expect("before 2554")
+}
+
+/// One admission as it really happened: the window id the limiter counted it in, and
+/// the real time (Unix ns) just before and just after the decision.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Stamp {
+    pub(crate) window: u64,
+    pub(crate) before: u64,
+    pub(crate) after: u64,
+}
+
+/// [`drive`], judged by what really happened: every admission is stamped with the real
+/// time around it (the clock Redis `TIME` reads, on loopback), and
+///
+/// * each one's window id must hold its real time, give or take `epsilon` (the design's
+///   edge error: half the longest round trip a reply may take, the replica's call bound,
+///   plus clock drift): a replica's word for its windows is checked against Redis
+///   time, not taken;
+/// * so, with at most N per window id, every Redis `TIME` window keeps at most N
+///   admissions apart from those within `epsilon` of its edges; the counts per real
+///   window are printed.
+///
+/// Only for fleets whose Redis time is the real one (no simulated shift of the rule's
+/// clock).
+pub(crate) fn drive_judged<C: Clock>(
+    fleet: &[FleetLimiter<C>],
+    per_window: f64,
+    run: Duration,
+    epsilon: Duration,
+    during: impl FnOnce(),
+) -> (PerWindow, u64, u64) {
+    let (total, first, last, stamps) = drive_stamped(fleet, per_window, run, during);
+    let w = u64::try_from(WINDOW.as_nanos()).unwrap();
+    let eps = u64::try_from(epsilon.as_nanos()).unwrap();
+    let mut real = PerWindow::new();
+    for s in &stamps {
+        let (start, end) = (s.window * w, (s.window + 1) * w);
+        assert!(
+            s.after + eps >= start && s.before < end + eps,
+            "an admission counted in window {} ([{start}, {end}) ns) happened in \
+             [{}, {}]: more than {epsilon:?} outside it",
+            s.window,
+            s.before,
+            s.after
+        );
+        *real.entry(s.before / w).or_default() += 1;
+        // Inside the window by more than epsilon: its window id is the real one.
+        if s.before >= start + eps && s.after + eps < end {
+            assert_eq!(s.before / w, s.window);
+        }
+    }
+    let inner: Vec<u64> = (first + 1..last)
+        .map(|w| real.get(&w).copied().unwrap_or(0))
+        .collect();
+    println!("per Redis TIME window (by real time): {inner:?}");
+    (total, first, last)
+}
+
+/// [`drive`], with a [`Stamp`] of every admission.
+fn drive_stamped<C: Clock>(
+    fleet: &[FleetLimiter<C>],
+    per_window: f64,
+    run: Duration,
+    during: impl FnOnce(),
+) -> (PerWindow, u64, u64, Vec<Stamp>) {
     let rate_per_ns = per_window / fleet.len() as f64 / WINDOW.as_nanos() as f64;
     let first = fleet[0].current_window().expect("synced");
     let during_done = Arc::new(AtomicBool::new(false));
@@ -72,6 +150,7 @@ pub(crate) fn drive<C: Clock>(
             let during_done = Arc::clone(&during_done);
             thread::spawn(move || {
                 let mut counts = PerWindow::new();
+                let mut stamps = Vec::new();
                 let start = Instant::now();
                 let mut made = 0u64;
                 // Relaxed: a stop flag; it publishes nothing (the counts come back
@@ -80,13 +159,20 @@ pub(crate) fn drive<C: Clock>(
                     let due = (start.elapsed().as_nanos() as f64 * rate_per_ns) as u64;
                     while made < due {
                         made += 1;
-                        if let Some(w) = l.acquire_window() {
-                            *counts.entry(w).or_default() += 1;
+                        let before = unix_nanos();
+                        if let Some(window) = l.acquire_window() {
+                            let after = unix_nanos();
+                            *counts.entry(window).or_default() += 1;
+                            stamps.push(Stamp {
+                                window,
+                                before,
+                                after,
+                            });
                         }
                     }
                     thread::sleep(Duration::from_millis(1));
                 }
-                counts
+                (counts, stamps)
             })
         })
         .collect();
@@ -98,8 +184,10 @@ pub(crate) fn drive<C: Clock>(
     }
     let mut total = PerWindow::new();
     let mut each = Vec::new();
+    let mut stamps = Vec::new();
     for h in handles {
-        let counts = h.join().expect("load thread");
+        let (counts, mine) = h.join().expect("load thread");
+        stamps.extend(mine);
         for (w, n) in &counts {
             *total.entry(*w).or_default() += n;
         }
@@ -121,7 +209,7 @@ pub(crate) fn drive<C: Clock>(
     let last = fleet[0].current_window().expect("synced");
     // Every limiter is a RateLimiter: the trait path answers as well.
     let _ = fleet[0].try_acquire();
-    (total, first, last)
+    (total, first, last, stamps)
 }
 
 /// Sets its flag when dropped.

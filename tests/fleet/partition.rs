@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use otel_rate_sampler::{FleetFailure, FleetLimiter, FleetStats};
 
-use crate::load::{self, assert_capped, drive, inner_windows, INTERVAL, N, WINDOW};
+use crate::load::{self, assert_capped, drive_judged, inner_windows, EDGE, INTERVAL, N, WINDOW};
 use crate::proxy::Proxy;
 use crate::server::Server;
 
@@ -42,7 +42,7 @@ fn one_replica_cut_off_for_forty_intervals_stays_under_n() {
     let server = Server::start();
     let proxy = Proxy::start(server.port);
     let fleet = three_and_one_behind(&server, &proxy, "longcut");
-    let cut_off = cut_off_for_forty_intervals(&fleet, &proxy, "one replica cut off");
+    let cut_off = cut_off_for_forty_intervals(&fleet, &proxy, "one replica cut off", EDGE);
     // What an operator sees of the cut-off replica: in fallback, its calls timing out
     // (the partition), not refused credentials nor error answers.
     assert!(cut_off.fallback_active, "{cut_off:?}");
@@ -65,14 +65,15 @@ fn one_replica_without_replies_for_forty_intervals_stays_under_n() {
     let proxy = Proxy::start(server.port);
     let fleet = three_and_one_behind(&server, &proxy, "repliescut");
     let mut fell_back = false;
-    let (per_window, first, last) = drive(&fleet, 12.0 * f64::from(N), WINDOW * 16, || {
-        thread::sleep(WINDOW * 2);
-        proxy.freeze_replies();
-        thread::sleep(INTERVAL * 10);
-        fell_back = fleet[3].stats().fallback_active;
-        thread::sleep(INTERVAL * 30);
-        proxy.thaw();
-    });
+    let (per_window, first, last) =
+        drive_judged(&fleet, 12.0 * f64::from(N), WINDOW * 16, EDGE, || {
+            thread::sleep(WINDOW * 2);
+            proxy.freeze_replies();
+            thread::sleep(INTERVAL * 10);
+            fell_back = fleet[3].stats().fallback_active;
+            thread::sleep(INTERVAL * 30);
+            proxy.thaw();
+        });
     let max = assert_capped(&per_window, "one replica without replies for 40 intervals");
     println!(
         "replies cut off: windows {:?}, max {max}",
@@ -89,12 +90,13 @@ fn the_whole_fleet_cut_off_for_forty_intervals_stays_under_n() {
     let proxy = Proxy::start(server.port);
     let fleet: Vec<FleetLimiter> = (0..4).map(|i| behind(&proxy, "allcut", i)).collect();
     load::warm_up(&fleet, 4);
-    let (per_window, first, last) = drive(&fleet, 3.0 * f64::from(N), WINDOW * 16, || {
-        thread::sleep(WINDOW * 2);
-        proxy.freeze();
-        thread::sleep(INTERVAL * 40);
-        proxy.thaw();
-    });
+    let (per_window, first, last) =
+        drive_judged(&fleet, 3.0 * f64::from(N), WINDOW * 16, EDGE, || {
+            thread::sleep(WINDOW * 2);
+            proxy.freeze();
+            thread::sleep(INTERVAL * 40);
+            proxy.thaw();
+        });
     let max = assert_capped(&per_window, "the whole fleet cut off for 40 intervals");
     let inner = inner_windows(&per_window, first, last);
     println!("whole fleet cut off: windows {inner:?}, max {max}");
@@ -120,10 +122,12 @@ fn one_replica_with_a_response_timeout_of_two_intervals_cut_off_stays_under_n() 
     let mut fleet = load::fleet(&[server.url()], key, 3);
     fleet.push(behind_with(&proxy, key, 3, INTERVAL * 2));
     load::warm_up(&fleet, 4);
+    // Its call bound is 4 intervals (response and connect timeouts of 2 each).
     cut_off_for_forty_intervals(
         &fleet,
         &proxy,
         "a replica with a 2-interval timeout cut off",
+        INTERVAL * 2 + Duration::from_millis(5),
     );
     assert!(
         fleet[3].stats().permits_fallback > 0,
@@ -135,26 +139,33 @@ fn one_replica_with_a_response_timeout_of_two_intervals_cut_off_stays_under_n() 
 /// Drives `fleet` while its last replica, behind `proxy`, is cut off for 40 intervals:
 /// no window over N, and nothing spent by it in the last 10 (past the prune age).
 /// Returns its statistics near the end of the partition.
-fn cut_off_for_forty_intervals(fleet: &[FleetLimiter], proxy: &Proxy, what: &str) -> FleetStats {
+/// `edge`: the slowest replica's edge error (half its call bound, plus drift).
+fn cut_off_for_forty_intervals(
+    fleet: &[FleetLimiter],
+    proxy: &Proxy,
+    what: &str,
+    edge: Duration,
+) -> FleetStats {
     let cut = &fleet[fleet.len() - 1];
     let mut spent_late = 0;
     let mut cut_off = None;
-    let (per_window, first, last) = drive(fleet, 3.0 * f64::from(N), WINDOW * 16, || {
-        thread::sleep(WINDOW * 2);
-        proxy.freeze();
-        thread::sleep(INTERVAL * 30);
-        let before = cut.stats();
-        thread::sleep(INTERVAL * 10);
-        let after = cut.stats();
-        cut_off = Some(after);
-        // Past the prune age: the cut-off replica admits nothing.
-        spent_late = if after.window == before.window {
-            after.window_spent - before.window_spent
-        } else {
-            after.window_spent
-        };
-        proxy.thaw();
-    });
+    let (per_window, first, last) =
+        drive_judged(fleet, 3.0 * f64::from(N), WINDOW * 16, edge, || {
+            thread::sleep(WINDOW * 2);
+            proxy.freeze();
+            thread::sleep(INTERVAL * 30);
+            let before = cut.stats();
+            thread::sleep(INTERVAL * 10);
+            let after = cut.stats();
+            cut_off = Some(after);
+            // Past the prune age: the cut-off replica admits nothing.
+            spent_late = if after.window == before.window {
+                after.window_spent - before.window_spent
+            } else {
+                after.window_spent
+            };
+            proxy.thaw();
+        });
     let max = assert_capped(&per_window, what);
     println!(
         "{what}: windows {:?}, max {max}",

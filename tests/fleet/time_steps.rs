@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use otel_rate_sampler::{Clock, FleetFailure, FleetLimiter, MonotonicClock};
 
-use crate::load::{self, assert_capped, drive, inner_windows, INTERVAL, N, WINDOW};
+use crate::load::{
+    self, assert_capped, drive, drive_judged, inner_windows, EDGE, INTERVAL, N, WINDOW,
+};
 use crate::server::Server;
 
 /// The monotonic clock, minus a lag that a test may raise: the clock then stalls (it
@@ -174,25 +176,27 @@ fn a_replica_two_seconds_behind_stays_under_n_and_leases_again() {
     let mut recovery = (Duration::ZERO, 0);
     let mut granted_again = (Duration::ZERO, 0);
     let mut late = 0;
-    let (per_window, first, last) = drive(&fleet, 3.0 * f64::from(N), WINDOW * 24, || {
-        thread::sleep(WINDOW * 3);
-        let late_before = fleet[3].stats().failures(FleetFailure::Late);
-        // Relaxed: a test value.
-        clocks[3].lag.store(2_000_000_000, Ordering::Relaxed);
-        // The stall: the clock stands still until it is 2 s behind.
-        thread::sleep(Duration::from_secs(2));
-        let resumed = Instant::now();
-        let calls = fleet[3].stats().redis_calls;
-        // Back in time: its mapping agrees with the others' and it is not in fallback.
-        let in_time = |l: &FleetLimiter<Arc<LaggingClock>>| {
-            !l.stats().fallback_active && l.current_window() == fleet[0].current_window()
-        };
-        recovery = wait_since(resumed, calls, &fleet[3], in_time);
-        // And granted again (the window it came back in may be spent already).
-        let leases = fleet[3].stats().leases;
-        granted_again = wait_since(resumed, calls, &fleet[3], |l| l.stats().leases > leases);
-        late = fleet[3].stats().failures(FleetFailure::Late) - late_before;
-    });
+    // Redis time is real here (only the replica's clock lags): judged by it.
+    let (per_window, first, last) =
+        drive_judged(&fleet, 3.0 * f64::from(N), WINDOW * 24, EDGE, || {
+            thread::sleep(WINDOW * 3);
+            let late_before = fleet[3].stats().failures(FleetFailure::Late);
+            // Relaxed: a test value.
+            clocks[3].lag.store(2_000_000_000, Ordering::Relaxed);
+            // The stall: the clock stands still until it is 2 s behind.
+            thread::sleep(Duration::from_secs(2));
+            let resumed = Instant::now();
+            let calls = fleet[3].stats().redis_calls;
+            // Back in time: its mapping agrees with the others' and it is not in fallback.
+            let in_time = |l: &FleetLimiter<Arc<LaggingClock>>| {
+                !l.stats().fallback_active && l.current_window() == fleet[0].current_window()
+            };
+            recovery = wait_since(resumed, calls, &fleet[3], in_time);
+            // And granted again (the window it came back in may be spent already).
+            let leases = fleet[3].stats().leases;
+            granted_again = wait_since(resumed, calls, &fleet[3], |l| l.stats().leases > leases);
+            late = fleet[3].stats().failures(FleetFailure::Late) - late_before;
+        });
     let max = assert_capped(&per_window, "one replica 2 s behind");
     let inner = inner_windows(&per_window, first, last);
     println!(

@@ -62,9 +62,7 @@ impl LeaseMachine {
         if shared.lease.add(current, permits) == Added::Installed {
             self.held += permits;
             self.fallback_installed_for = current;
-            // Relaxed (stats): a display counter.
-            let fallback = &shared.stats.permits_fallback;
-            fallback.fetch_add(permits, Ordering::Relaxed);
+            shared.stats.fallback_installed(permits);
         }
     }
 

@@ -125,8 +125,7 @@ impl LeaseMachine {
     /// Redis refused a lease for `refusal`: no share of another shape's key is this
     /// replica's, so it has none to fall back to until Redis answers as a member again.
     fn refused(&mut self, shared: Shared<'_>, refusal: Refusal) {
-        // Relaxed (stats): a display counter.
-        shared.stats.shape_conflicts.fetch_add(1, Ordering::Relaxed);
+        shared.stats.shape_conflict();
         self.membership = None;
         self.membership_settled = false;
         self.notices.push(Notice::Refused {
@@ -156,9 +155,7 @@ impl LeaseMachine {
             if reply.granted > 0 && shared.lease.add(self.window, reply.granted) == Added::Installed
             {
                 self.held += reply.granted;
-                // Relaxed (stats): a display counter.
-                let leased = &shared.stats.permits_leased;
-                leased.fetch_add(reply.granted, Ordering::Relaxed);
+                shared.stats.leased(reply.granted);
             }
             if request.want > reply.granted {
                 // Short: the window is spent (wait for the next) or held back for

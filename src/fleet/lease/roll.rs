@@ -37,9 +37,7 @@ impl LeaseMachine {
             Some((window, granted)) if window == current => {
                 // Installed by a decision already, or now by us: at most once either way.
                 shared.lease.roll_to(current, granted);
-                // Relaxed (stats): a display counter.
-                let leased = &shared.stats.permits_leased;
-                leased.fetch_add(granted, Ordering::Relaxed);
+                shared.stats.leased(granted);
                 granted
             }
             _ => 0,
@@ -50,17 +48,30 @@ impl LeaseMachine {
         self.retry_lease_at = 0;
     }
 
+    /// The rule is closed or dropped: its window counts as closed (what was spent of
+    /// it, and what was left), once.
+    pub(crate) fn retire(&mut self, shared: Shared<'_>) {
+        // A decision may have moved the word on to a prefetched window already.
+        let (word_window, _) = shared.lease.snapshot();
+        self.roll(shared, word_window);
+        self.count_closed_window(shared);
+        self.held = 0;
+        self.spent = 0;
+        self.prefetched = None;
+    }
+
     /// Adds what was spent of `window`, and what was left, to the statistics: read
-    /// from the word if it still names `window`, else as last looked at.
+    /// from the word if it still names `window`, else from what the roll that moved it
+    /// on left of it, else (two rolls since the last look) as last looked at.
     fn count_closed_window(&mut self, shared: Shared<'_>) {
         let (word_window, remaining) = shared.lease.snapshot();
         if word_window == self.window {
             self.spent = self.held.saturating_sub(remaining);
+        } else if let Some(left) = shared.lease.left_of(self.window) {
+            // A decision rolled the word on: what it left of the window.
+            self.spent = self.held.saturating_sub(left);
         }
-        // Relaxed (stats): display counters.
-        let stats = shared.stats;
-        stats.permits_used.fetch_add(self.spent, Ordering::Relaxed);
         let unused = self.held.saturating_sub(self.spent);
-        stats.permits_unused.fetch_add(unused, Ordering::Relaxed);
+        shared.stats.rolled(self.spent, unused);
     }
 }
