@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use otel_rate_sampler::{FleetError, FleetFailure, FleetLimiter};
+use otel_rate_sampler::{FleetError, FleetFailure, FleetLimiter, RateLimiter};
 
 use crate::auth::wait_for;
 use crate::demo::demo_run::{run_demo, stderr};
@@ -325,12 +325,58 @@ fn a_cluster_over_tls_stays_under_n() {
     assert!(!stats.clock_synced, "{stats:?}");
 }
 
+/// A cluster whose nodes ask for a client certificate: without one every attempt is a
+/// typed `TlsClientCert` failure (through the cluster's own node connector, as on one
+/// server), with one the limiter syncs and admits.
+#[test]
+fn a_tls_cluster_asking_for_a_client_certificate_refuses_none_and_takes_one() {
+    let pki = Pki::new("cluster-mtls");
+    let (_nodes, urls) = tls_cluster_with(&pki, true);
+    let without = builder(urls.clone(), "tls-cluster-no-client", &pki.ca)
+        .build()
+        .expect("build");
+    let stats = wait_for(&without, |s| {
+        s.failures(FleetFailure::TlsClientCert) >= 3
+            && s.last_failure.is_some_and(|f| f != FleetFailure::Timeout)
+    });
+    assert_eq!(
+        stats.last_failure,
+        Some(FleetFailure::TlsClientCert),
+        "{stats:?}"
+    );
+    assert!(!stats.clock_synced, "{stats:?}");
+    let with = builder(urls, "tls-cluster-client", &pki.ca)
+        .tls_client_cert(&pki.client.cert, &pki.client.key)
+        .build()
+        .expect("build");
+    let stats = wait_for(&with, |s| s.clock_synced);
+    assert!(stats.clock_synced, "{stats:?}");
+    // The first decisions ask for a lease; one arrives within the wait.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !with.try_acquire() {
+        assert!(
+            Instant::now() < deadline,
+            "never admitted: {:?}",
+            with.stats()
+        );
+        std::thread::sleep(INTERVAL / 4);
+    }
+    assert!(with.stats().leases >= 1, "{:?}", with.stats());
+}
+
 /// Three cluster nodes serving the PKI's server certificate on TLS ports (clients and
 /// the cluster bus), and their `rediss://` seed URLs.
 pub(crate) fn tls_cluster(pki: &Pki) -> (Vec<Server>, Vec<String>) {
+    tls_cluster_with(pki, false)
+}
+
+/// [`tls_cluster`], its nodes asking every client for a certificate the PKI's CA signed
+/// if `auth_clients` (the bus's own connections present the server certificate, which
+/// is also a client's).
+fn tls_cluster_with(pki: &Pki, auth_clients: bool) -> (Vec<Server>, Vec<String>) {
     let tls_ports = [free_port(), free_port(), free_port()];
     let extra = tls_ports.map(|port| {
-        let mut args = tls_args(pki, &pki.server, port, false);
+        let mut args = tls_args(pki, &pki.server, port, auth_clients);
         args.extend(["--tls-cluster".to_owned(), "yes".to_owned()]);
         args
     });

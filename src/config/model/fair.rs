@@ -19,7 +19,38 @@ pub(crate) struct FairSpec {
 /// keeping new ones, and a reload loop with ever-new lists stops at
 /// [`FairSpec::INTERN_MAX_LISTS`] or [`FairSpec::INTERN_MAX_BYTES`] (its file is then
 /// refused, see [`FairSpec::new`]), so what this holds is bounded whatever is reloaded.
-static INTERNED: Mutex<(Vec<&'static FairBy>, usize)> = Mutex::new((Vec::new(), 0));
+static INTERNED: Mutex<Interned> = Mutex::new(Interned::new());
+
+/// Lists kept for the process's life, and the bytes of their attribute keys.
+struct Interned {
+    lists: Vec<&'static FairBy>,
+    bytes: usize,
+}
+
+impl Interned {
+    const fn new() -> Self {
+        Self {
+            lists: Vec::new(),
+            bytes: 0,
+        }
+    }
+
+    /// The kept list equal to `by`, else `by` kept if that leaves at most `max_lists`
+    /// lists and `max_bytes` bytes of keys, else `None`.
+    fn keep(&mut self, by: FairBy, max_lists: usize, max_bytes: usize) -> Option<&'static FairBy> {
+        if let Some(found) = self.lists.iter().find(|i| ***i == by) {
+            return Some(found);
+        }
+        let size: usize = by.attribute_keys().iter().map(|k| k.as_str().len()).sum();
+        if self.lists.len() >= max_lists || self.bytes + size > max_bytes {
+            return None;
+        }
+        let leaked: &'static FairBy = Box::leak(Box::new(by));
+        self.lists.push(leaked);
+        self.bytes += size;
+        Some(leaked)
+    }
+}
 
 impl FairSpec {
     /// The most distinct `fair_by` lists a process keeps.
@@ -32,25 +63,9 @@ impl FairSpec {
     /// [`FairSpec::INTERN_MAX_LISTS`] or would pass [`FairSpec::INTERN_MAX_BYTES`].
     pub(crate) fn new(by: FairBy, max_keys: u32) -> Option<Self> {
         // A poisoned lock still holds a consistent list: every change is one push.
-        let mut guard = INTERNED.lock().unwrap_or_else(PoisonError::into_inner);
-        let (lists, bytes) = &mut *guard;
-        if let Some(found) = lists.iter().find(|i| ***i == by) {
-            return Some(Self {
-                by: found,
-                max_keys,
-            });
-        }
-        let size: usize = by.attribute_keys().iter().map(|k| k.as_str().len()).sum();
-        if lists.len() >= Self::INTERN_MAX_LISTS || *bytes + size > Self::INTERN_MAX_BYTES {
-            return None;
-        }
-        let leaked: &'static FairBy = Box::leak(Box::new(by));
-        lists.push(leaked);
-        *bytes += size;
-        Some(Self {
-            by: leaked,
-            max_keys,
-        })
+        let mut interned = INTERNED.lock().unwrap_or_else(PoisonError::into_inner);
+        let by = interned.keep(by, Self::INTERN_MAX_LISTS, Self::INTERN_MAX_BYTES)?;
+        Some(Self { by, max_keys })
     }
 
     /// The default `max_keys` ([`DEFAULT_MAX_KEYS`]).
@@ -91,20 +106,19 @@ mod tests {
 
     #[test]
     fn ever_new_lists_stop_at_the_bound_and_known_ones_still_resolve() {
-        let known = FairSpec::new(FairBy::attributes(["fair.test.known"]), 10).unwrap();
-        let mut refused = false;
-        for i in 0..=FairSpec::INTERN_MAX_LISTS {
-            if FairSpec::new(FairBy::attributes([format!("fair.test.new.{i}")]), 10).is_none() {
-                refused = true;
-                break;
-            }
-        }
-        assert!(refused, "a loop of new lists must hit the bound");
-        let again = FairSpec::new(FairBy::attributes(["fair.test.known"]), 5).unwrap();
-        assert!(std::ptr::eq(known.by, again.by));
-        let guard = INTERNED.lock().unwrap_or_else(PoisonError::into_inner);
-        assert!(
-            guard.0.len() <= FairSpec::INTERN_MAX_LISTS && guard.1 <= FairSpec::INTERN_MAX_BYTES
-        );
+        // A table of its own: the process's is shared with the other tests.
+        let mut interned = Interned::new();
+        let list = |name: &str| FairBy::attributes([name.to_owned()]);
+        let known = interned.keep(list("fair.test.a"), 3, 1000).unwrap();
+        assert!(interned.keep(list("fair.test.b"), 3, 1000).is_some());
+        assert!(interned.keep(list("fair.test.c"), 3, 1000).is_some());
+        assert!(interned.keep(list("fair.test.d"), 3, 1000).is_none());
+        let again = interned.keep(list("fair.test.a"), 3, 1000).unwrap();
+        assert!(std::ptr::eq(known, again));
+        assert_eq!((interned.lists.len(), interned.bytes), (3, 33));
+        // The bytes bound: 12 bytes more than the 11 kept would pass 20.
+        let mut small = Interned::new();
+        assert!(small.keep(list("fair.test.a"), 10, 20).is_some());
+        assert!(small.keep(list("fair.test.bb"), 10, 20).is_none());
     }
 }
