@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-/// Why a call to Redis gave no usable answer, as counted in [`FleetStats`] and in the
+/// Why a call to Redis gave no usable answer, as counted in [`FleetStats`](crate::FleetStats) and in the
 /// fleet metrics (`error.type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -84,7 +84,7 @@ impl FleetFailure {
 }
 
 /// What went wrong and what to look at, in one phrase: for an application's own
-/// message while [`FleetStats::clock_synced`] stays `false` (a wrong password must
+/// message while [`FleetStats::clock_synced`](crate::FleetStats::clock_synced) stays `false` (a wrong password must
 /// not read as "no answer").
 impl fmt::Display for FleetFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
