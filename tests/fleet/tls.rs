@@ -311,17 +311,17 @@ fn a_cluster_over_tls_stays_under_n() {
     let l = builder(urls, "tls-cluster-unknown-ca", &pki.other_ca)
         .build()
         .expect("build");
-    // (A loaded machine may time out a handshake: the last failure is read after one
-    // that did not.)
-    let stats = wait_for(&l, |s| {
-        s.failures(FleetFailure::TlsUnknownCa) >= 3
-            && s.last_failure.is_some_and(|f| f != FleetFailure::Timeout)
+    assert_cluster_refused(&l, FleetFailure::TlsUnknownCa);
+}
+
+/// Every handshake with the cluster fails as `kind`: counted, the last failure (a
+/// loaded machine may time out a handshake: the last is read after one that did not),
+/// and no clock ever synced.
+fn assert_cluster_refused(l: &FleetLimiter, kind: FleetFailure) {
+    let stats = wait_for(l, |s| {
+        s.failures(kind) >= 3 && s.last_failure.is_some_and(|f| f != FleetFailure::Timeout)
     });
-    assert_eq!(
-        stats.last_failure,
-        Some(FleetFailure::TlsUnknownCa),
-        "{stats:?}"
-    );
+    assert_eq!(stats.last_failure, Some(kind), "{stats:?}");
     assert!(!stats.clock_synced, "{stats:?}");
 }
 
@@ -335,16 +335,7 @@ fn a_tls_cluster_asking_for_a_client_certificate_refuses_none_and_takes_one() {
     let without = builder(urls.clone(), "tls-cluster-no-client", &pki.ca)
         .build()
         .expect("build");
-    let stats = wait_for(&without, |s| {
-        s.failures(FleetFailure::TlsClientCert) >= 3
-            && s.last_failure.is_some_and(|f| f != FleetFailure::Timeout)
-    });
-    assert_eq!(
-        stats.last_failure,
-        Some(FleetFailure::TlsClientCert),
-        "{stats:?}"
-    );
-    assert!(!stats.clock_synced, "{stats:?}");
+    assert_cluster_refused(&without, FleetFailure::TlsClientCert);
     let with = builder(urls, "tls-cluster-client", &pki.ca)
         .tls_client_cert(&pki.client.cert, &pki.client.key)
         .build()

@@ -64,16 +64,11 @@ fn a_plain_cap_reports_its_routes_and_weighs_each_kept_root_one() {
     }
 }
 
-#[test]
-fn fair_by_weighs_kept_roots_by_their_routes_probability() {
-    let mut args = RUN.to_vec();
-    args.extend(["--fair-by", "http.route"]);
-    let output = demo_run::run_demo(&args, &[], HANG_GUARD);
-    assert!(output.status.success(), "{}", stderr(&output));
-    let summary = summary(&output);
-    let routes = per_key(&summary);
-    // Probabilities are at most 1, so a route's weight is at least its kept roots; the
-    // busiest route offers far more than its share, so it weighs more.
+/// Kept roots weighed by their route's probability: at most 1, so a route's weight is
+/// at least its kept roots; the busiest route offers far more than its share, so it
+/// weighs more.
+fn assert_weighted_by_probability(summary: &serde_json::Value) {
+    let routes = per_key(summary);
     for (route, kept, adjusted) in &routes {
         assert!(*adjusted >= *kept as f64, "{route}: {summary}");
     }
@@ -82,6 +77,15 @@ fn fair_by_weighs_kept_roots_by_their_routes_probability() {
         .find(|(r, ..)| r == "/route/0")
         .expect("route 0");
     assert!(busiest.2 > busiest.1 as f64, "{summary}");
+}
+
+#[test]
+fn fair_by_weighs_kept_roots_by_their_routes_probability() {
+    let mut args = RUN.to_vec();
+    args.extend(["--fair-by", "http.route"]);
+    let output = demo_run::run_demo(&args, &[], HANG_GUARD);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_weighted_by_probability(&summary(&output));
     assert!(
         stderr(&output).contains("fair shares by [\"http.route\"]"),
         "{}",
@@ -125,14 +129,5 @@ fn a_rule_files_fair_by_weighs_kept_roots_by_their_routes_probability() {
     let output = demo_run::run_demo(&args, &[], HANG_GUARD);
     let _ = std::fs::remove_file(&path);
     assert!(output.status.success(), "{}", stderr(&output));
-    let summary = summary(&output);
-    let routes = per_key(&summary);
-    for (route, kept, adjusted) in &routes {
-        assert!(*adjusted >= *kept as f64, "{route}: {summary}");
-    }
-    let busiest = routes
-        .iter()
-        .find(|(r, ..)| r == "/route/0")
-        .expect("route 0");
-    assert!(busiest.2 > busiest.1 as f64, "{summary}");
+    assert_weighted_by_probability(&summary(&output));
 }
